@@ -15,7 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from device_profiles import UnknownDevice
+from device_profiles import ModelNotServed, UnknownDevice
+from perfmodel.errors import ModelInputError
+from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace, SolverTimeout
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -44,12 +46,19 @@ def _field_path(loc: Sequence[Any]) -> str:
     return ".".join(parts) or "body"
 
 
+def _validation_entry(error: dict[str, Any]) -> dict[str, Any]:
+    loc = error.get("loc", ())
+    if error.get("type") == "json_invalid":
+        # loc is ("body", character offset): name the body and say where parsing failed.
+        where = loc[1] if len(loc) > 1 else "?"
+        reason = error.get("ctx", {}).get("error", "invalid JSON")
+        return {"field": "body", "reason": f"malformed JSON at character {where}: {reason}"}
+    return {"field": _field_path(loc), "reason": str(error.get("msg", "invalid"))}
+
+
 async def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [
-        {"field": _field_path(e.get("loc", ())), "reason": str(e.get("msg", "invalid"))}
-        for e in exc.errors()
-    ]
+    errors = [_validation_entry(e) for e in exc.errors()]
     detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors) or "invalid request"
     return problem_response(422, "Invalid request", detail, errors)
 
@@ -71,6 +80,89 @@ async def _unknown_device_handler(request: Request, exc: Exception) -> JSONRespo
     )
 
 
+async def _model_not_served_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ModelNotServed)
+    return problem_response(
+        422,
+        "Model not served by device",
+        str(exc),
+        [{"field": "device", "reason": f"missing figure: {m}"} for m in exc.missing],
+    )
+
+
+async def _invalid_space_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, InvalidSearchSpace)
+    return field_error(422, "Invalid search space", f"search_space.{exc.field}", exc.reason)
+
+
+async def _infeasible_space_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, InfeasibleSearchSpace)
+    return problem_response(
+        422,
+        "Infeasible search space",
+        exc.reason,
+        [{"field": "search_space", "reason": exc.reason, "rejected": exc.rejected}],
+    )
+
+
+async def _solver_timeout_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SolverTimeout)
+    return field_error(504, "Solver timeout", "time_limit_s", str(exc))
+
+
+async def _model_input_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ModelInputError)
+    return field_error(422, "Invalid model input", exc.field, exc.reason)
+
+
+async def _pool_saturated_handler(request: Request, exc: Exception) -> JSONResponse:
+    # 503 + Retry-After: back-pressure, the client should retry (issue 4, item 2)
+    assert isinstance(exc, PoolSaturated)
+    return problem_response(
+        503,
+        "Service busy",
+        str(exc),
+        [{"field": "body", "reason": str(exc)}],
+        headers={"Retry-After": str(exc.retry_after_s)},
+    )
+
+
+async def _pool_closed_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PoolClosed)
+    return problem_response(
+        503, "Service unavailable", str(exc), [{"field": "body", "reason": str(exc)}],
+        headers={"Retry-After": "1"},
+    )
+
+
+async def _worker_timeout_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, WorkerTimeout)
+    return problem_response(
+        504, "Solve timed out", str(exc), [{"field": "time_limit_s", "reason": str(exc)}]
+    )
+
+
+async def _worker_memory_handler(request: Request, exc: Exception) -> JSONResponse:
+    # the request asked for more than this server's per-worker memory allows: a 4xx naming
+    # the body, like the other size limits (a retry would fail the same way)
+    assert isinstance(exc, WorkerMemoryExceeded)
+    return problem_response(
+        422, "Memory limit exceeded", str(exc), [{"field": "body", "reason": str(exc)}]
+    )
+
+
+async def _worker_crashed_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, WorkerCrashed)
+    return problem_response(
+        500, "Worker crashed", str(exc), [{"field": "body", "reason": str(exc)}]
+    )
+
+
+async def _request_field_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestFieldError)
+    return field_error(422, "Invalid request", exc.field, exc.reason)
+
+
 Handler = Callable[[Request, Exception], Any]
 
 #: domain error class -> handler. Routers may add their own entries via ``register``.
@@ -78,6 +170,11 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestValidationError: _validation_handler,
     StarletteHTTPException: _http_handler,
     UnknownDevice: _unknown_device_handler,
+    ModelNotServed: _model_not_served_handler,
+    InvalidSearchSpace: _invalid_space_handler,
+    InfeasibleSearchSpace: _infeasible_space_handler,
+    SolverTimeout: _solver_timeout_handler,
+    ModelInputError: _model_input_handler,
 }
 
 

@@ -1,6 +1,7 @@
 """Device profiles: cited hardware and model figures, their schema and their loader."""
 
 from device_profiles.loader import (
+    ModelNotServed,
     ProfileError,
     UnknownDevice,
     default_profiles,
@@ -11,6 +12,7 @@ from device_profiles.loader import (
 from device_profiles.schema import DeviceProfile
 
 __all__ = [
+    "ModelNotServed",
     "DeviceProfile",
     "ProfileError",
     "UnknownDevice",

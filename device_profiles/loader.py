@@ -29,6 +29,19 @@ class UnknownDevice(KeyError):
         return f"unknown device {self.device_id!r}; known devices: {', '.join(self.known)}"
 
 
+class ModelNotServed(ValueError):
+    """The profile lacks the figures a model needs; ``missing`` names them."""
+
+    def __init__(self, device_id: str, model: str, missing: list[str]) -> None:
+        super().__init__(
+            f"device {device_id!r} cannot serve the {model} model: missing figures "
+            + ", ".join(missing)
+        )
+        self.device_id = device_id
+        self.model = model
+        self.missing = missing
+
+
 def load_profile_file(path: Path) -> DeviceProfile:
     """Parse one profile file, refusing unknown schema versions before validating fields."""
     try:

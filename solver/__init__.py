@@ -1,0 +1,25 @@
+"""Z3 optimizer for GeMM-WS tilings (warp-specialization-gemm-model.txt §3.2)."""
+
+from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace, SolverTimeout
+from solver.optimize import (
+    ELEMENT_BYTES,
+    SolverStatistics,
+    TilingProblem,
+    TilingResult,
+    optimize_tiling,
+)
+from solver.search_space import SearchSpace, SearchSummary, values_from_range
+
+__all__ = [
+    "ELEMENT_BYTES",
+    "InfeasibleSearchSpace",
+    "InvalidSearchSpace",
+    "SearchSpace",
+    "SearchSummary",
+    "SolverStatistics",
+    "SolverTimeout",
+    "TilingProblem",
+    "TilingResult",
+    "optimize_tiling",
+    "values_from_range",
+]

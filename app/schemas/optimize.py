@@ -1,0 +1,162 @@
+"""Request and response models of POST /optimize-tiling (the HTTP boundary only)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from solver.search_space import (
+    DEFAULT_BUFFER_DEPTHS,
+    DEFAULT_TILE_VALUES,
+    MAX_BUFFER_DEPTH,
+    MAX_TILE,
+    MAX_VALUES_PER_DIMENSION,
+)
+
+MAX_PROBLEM_DIMENSION = 1 << 20
+MAX_TOP_K = 50
+DEFAULT_TIME_LIMIT_S = 10.0
+MAX_TIME_LIMIT_S = 120.0
+
+Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ValueRange(_Model):
+    """Every multiple of ``multiple_of`` between ``min`` and ``max`` inclusive."""
+
+    min: int = Field(ge=1, le=MAX_TILE)
+    max: int = Field(ge=1, le=MAX_TILE)
+    multiple_of: int = Field(default=1, ge=1, le=MAX_TILE)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ValueRange:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        if (self.max - self.min) // self.multiple_of >= MAX_VALUES_PER_DIMENSION:
+            raise ValueError(f"the range holds more than {MAX_VALUES_PER_DIMENSION} values")
+        return self
+
+
+TileValues = list[int] | ValueRange
+
+
+class SearchSpaceSpec(_Model):
+    """Candidate values per dimension: an explicit list or a range."""
+
+    tile_m: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TM, elements")
+    tile_n: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TN, elements")
+    tile_k: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TK, elements")
+    buffer_depth: TileValues = Field(
+        default=ValueRange(min=DEFAULT_BUFFER_DEPTHS[0], max=DEFAULT_BUFFER_DEPTHS[-1]),
+        description=f"stages held by the shared-memory circular buffer (1..{MAX_BUFFER_DEPTH})",
+    )
+    enforce_shared_memory: bool = Field(
+        default=True,
+        description="reject tilings whose buffer_depth*(TM*TK+TK*TN)*element_bytes exceeds "
+        "the device's shared memory per CTA (the paper has no such limit)",
+    )
+
+
+class GemmWsDeviceParams(_Model):
+    """Inline machine figures instead of a profile id (§2.2 / §4.2 of the GeMM-WS paper)."""
+
+    sm_count: int = Field(ge=1, le=100_000, description="streaming multiprocessors")
+    t_init_us: float = Field(ge=0, le=1e6, description="kernel launch time T_INIT, us")
+    t_epilogue_us: float = Field(ge=0, le=1e6, description="epilogue time T_EPILOGUE, us")
+    load_startup_latency_us: float = Field(ge=0, le=1e6, description="DMA startup latency, us")
+    compute_startup_latency_us: float = Field(
+        default=0.0, ge=0, le=1e6, description="MATH startup latency, us"
+    )
+    load_throughput_elements_per_us: float = Field(
+        gt=0, le=1e12, description="DMA throughput, matrix elements per microsecond"
+    )
+    compute_throughput_macs_per_us: float = Field(
+        gt=0, le=1e15, description="MATH throughput, multiply-accumulates per microsecond"
+    )
+    shared_memory_per_block_bytes: int | None = Field(
+        default=None, ge=1, le=1 << 30, description="shared memory a CTA may use, bytes"
+    )
+
+
+class OptimizeTilingRequest(_Model):
+    m: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
+    n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
+    k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")
+    dtype: Dtype = Field(default="fp16", description="element type of A and B")
+    device: str | None = Field(default=None, description="device profile id (GET /devices)")
+    device_params: GemmWsDeviceParams | None = Field(
+        default=None, description="inline machine figures instead of a profile"
+    )
+    search_space: SearchSpaceSpec = Field(default_factory=SearchSpaceSpec)
+    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, description="length of the shortlist")
+    time_limit_s: float = Field(
+        default=DEFAULT_TIME_LIMIT_S, gt=0, le=MAX_TIME_LIMIT_S, description="solver budget, s"
+    )
+    include_timeline: bool = Field(default=False, description="return per-stage event times")
+    wave_time_model: Literal["paper", "include-last-math"] = Field(
+        default="paper",
+        description="'paper': wave time = Sm(S) + T_EPILOGUE as printed in §2.2; "
+        "'include-last-math': also waits for the last MATH to finish",
+    )
+
+
+class TilingPrediction(BaseModel):
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    buffer_depth: int
+    predicted_time_us: float = Field(description="overall execution time W x wave + T_INIT, us")
+    waves: int = Field(description="W = ceil(output tiles / SMs)")
+    stages: int = Field(description="S = ceil(K / TK)")
+    t_load_a_us: float = Field(description="T_LOAD-A per stage, us")
+    t_load_b_us: float = Field(description="T_LOAD-B per stage, us")
+    t_math_us: float = Field(description="T_MATH per stage, us")
+    math_wait_us: float = Field(description="total MATH wait, W x sum of per-stage waits, us")
+    bound: Literal["load", "math"] = Field(
+        description="'load' when T_LOAD-A + T_LOAD-B exceeds T_MATH, else 'math'"
+    )
+    shared_memory_bytes: int = Field(description="circular buffer size for this dtype, bytes")
+
+
+class RankedCandidate(TilingPrediction):
+    rank: int = Field(ge=1)
+
+
+class SearchSummaryOut(BaseModel):
+    candidates_considered: int
+    feasible: int
+    rejected: dict[str, int] = Field(description="candidates rejected, per constraint")
+
+
+class SolverStats(BaseModel):
+    elapsed_ms: float
+    z3_version: str
+    checks: int = Field(description="Z3 satisfiability checks run")
+
+
+class TimelineStage(BaseModel):
+    stage: int
+    load_a_start_us: float
+    load_b_start_us: float
+    math_start_us: float
+    math_wait_us: float
+
+
+class OptimizeTilingResponse(BaseModel):
+    status: Literal["optimal", "timeout"] = Field(
+        description="'optimal': Z3 proved every ranked entry; 'timeout': best found in time"
+    )
+    device: str = Field(description="profile id, or 'inline' for device_params")
+    dtype: Dtype
+    best: TilingPrediction
+    candidates: list[RankedCandidate]
+    search: SearchSummaryOut
+    solver: SolverStats
+    timeline: list[TimelineStage] | None = Field(
+        default=None, description="one wave of the best tiling, us from the wave's start"
+    )

@@ -1,0 +1,56 @@
+"""Domain errors of the performance models (no HTTP knowledge here).
+
+Hierarchy::
+
+    ValueError
+    └── ModelInputError            bad model input; message says how to fix it
+        ├── PTXSyntaxError         submitted text is not PTX we can read (line, column)
+        ├── UnknownKernel          the requested entry is not in the module
+        └── AmbiguousKernel        no entry named and the module has several
+"""
+
+from __future__ import annotations
+
+
+class ModelInputError(ValueError):
+    """Input the model cannot evaluate; ``field`` names the offending input."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class PTXSyntaxError(ModelInputError):
+    """The submitted text is not PTX we can read; ``line``/``column`` are 1-based."""
+
+    def __init__(self, line: int, column: int, message: str) -> None:
+        super().__init__("ptx", f"line {line}, column {column}: {message}")
+        self.line = line
+        self.column = column
+        self.message = message
+
+
+class UnknownKernel(ModelInputError):
+    """The entry asked for is not a ``.entry`` of the module; ``entries`` lists those that are."""
+
+    def __init__(self, name: str | None, entries: tuple[str, ...]) -> None:
+        listed = ", ".join(entries) if entries else "none"
+        if name is None:
+            reason = "the module declares no .entry function; submit PTX with a kernel"
+        else:
+            reason = f"no .entry named {name!r} in the module; choose one of: {listed}"
+        super().__init__("kernel", reason)
+        self.name = name
+        self.entries = entries
+
+
+class AmbiguousKernel(ModelInputError):
+    """No entry name given but the module has several ``.entry`` functions."""
+
+    def __init__(self, entries: tuple[str, ...]) -> None:
+        super().__init__(
+            "kernel",
+            "the module has several .entry functions; name one of: " + ", ".join(entries),
+        )
+        self.entries = entries

@@ -1,0 +1,236 @@
+"""GeMM-WS event simulator (warp-specialization-gemm-model.txt, §2).
+
+One CTA computes one output tile in ``S = ceil(K / TK)`` stages. Per stage ``i`` (1-based) the
+model has three events: the DMA warp starts loading tile a_i (``Sa(i)``, eq. 1), then tile b_i
+(``Sb(i)``, eq. 2), and the MATH warp starts multiplying (``Sm(i)``, eq. 3). The shared-memory
+circular buffer holds ``buffer_depth`` stages of tiles, so the load of stage i also waits until
+MATH has released stage ``i - buffer_depth``.
+
+Time is integer nanoseconds throughout. The paper's solver works over integers (§3.2); doing the
+same here keeps the simulator and the Z3 solver bit-for-bit comparable, and it is what makes the
+symmetric Table 1 configurations (e.g. 128x64 vs 64x128) tie exactly instead of differing by a
+floating-point rounding error (docs/model-notes.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from fractions import Fraction
+
+NS_PER_US = 1000
+
+
+class WaveTimeModel(StrEnum):
+    """How a wave's duration is read off the last stage (docs/model-notes.md, "wave time")."""
+
+    #: §2.2 as printed: wave time = Sm(S) + T_EPILOGUE (Sm(S) is when the last MATH *starts*).
+    PAPER = "paper"
+    #: wave time = Sm(S) + T_MATH + T_EPILOGUE: the last MATH must finish before the epilogue.
+    INCLUDE_LAST_MATH = "include-last-math"
+
+
+@dataclass(frozen=True, slots=True)
+class GemmWsMachine:
+    """Machine figures of the GeMM-WS model (§2.2, measured for the A6000 in §4.2).
+
+    Times in microseconds; load throughput in matrix elements per microsecond; compute
+    throughput in multiply-accumulates per microsecond.
+    """
+
+    sm_count: int
+    t_init_us: float
+    t_epilogue_us: float
+    load_startup_latency_us: float
+    compute_startup_latency_us: float
+    load_throughput_elements_per_us: float
+    compute_throughput_macs_per_us: float
+    shared_memory_per_block_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.sm_count < 1:
+            raise ValueError("sm_count must be at least 1")
+        for name in ("load_throughput_elements_per_us", "compute_throughput_macs_per_us"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive finite number, got {value}")
+        for name in (
+            "t_init_us",
+            "t_epilogue_us",
+            "load_startup_latency_us",
+            "compute_startup_latency_us",
+        ):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a non-negative finite number, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class Tiling:
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    buffer_depth: int
+
+    def __post_init__(self) -> None:
+        for name in ("tile_m", "tile_n", "tile_k", "buffer_depth"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+    def shared_memory_bytes(self, element_bytes: int) -> int:
+        """Bytes of the circular buffer: buffer_depth stages of one A and one B tile each."""
+        tile_elements = self.tile_m * self.tile_k + self.tile_k * self.tile_n
+        return self.buffer_depth * tile_elements * element_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GemmShape:
+    m: int
+    n: int
+    k: int
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+
+def us_to_ns(value_us: float | Fraction) -> int:
+    """Round a duration to the nearest nanosecond, halves up (deterministic, platform-free)."""
+    scaled = Fraction(value_us) * NS_PER_US
+    return math.floor(scaled + Fraction(1, 2))
+
+
+def ns_to_us(value_ns: int) -> float:
+    return value_ns / NS_PER_US
+
+
+@dataclass(frozen=True, slots=True)
+class StageDurations:
+    """Per-stage durations in integer nanoseconds (§2.2)."""
+
+    t_load_a_ns: int
+    t_load_b_ns: int
+    t_math_ns: int
+
+    @property
+    def t_load_ns(self) -> int:
+        """One stage's DMA work: A then B are loaded back to back by the DMA warp."""
+        return self.t_load_a_ns + self.t_load_b_ns
+
+
+def stage_durations(tiling: Tiling, machine: GemmWsMachine) -> StageDurations:
+    """T_LOAD-A, T_LOAD-B and T_MATH: linear in the work, offset by a startup latency (§2.2)."""
+    load = Fraction(machine.load_throughput_elements_per_us)
+    compute = Fraction(machine.compute_throughput_macs_per_us)
+    load_startup = Fraction(machine.load_startup_latency_us)
+    return StageDurations(
+        t_load_a_ns=us_to_ns(Fraction(tiling.tile_m * tiling.tile_k) / load + load_startup),
+        t_load_b_ns=us_to_ns(Fraction(tiling.tile_k * tiling.tile_n) / load + load_startup),
+        t_math_ns=us_to_ns(
+            Fraction(tiling.tile_m * tiling.tile_n * tiling.tile_k) / compute
+            + Fraction(machine.compute_startup_latency_us)
+        ),
+    )
+
+
+def wave_count(shape: GemmShape, tiling: Tiling, sm_count: int) -> int:
+    """W = ceil(ceil(M/TM) * ceil(N/TN) / SMs) (§2.1.1)."""
+    output_tiles = math.ceil(shape.m / tiling.tile_m) * math.ceil(shape.n / tiling.tile_n)
+    return math.ceil(output_tiles / sm_count)
+
+
+def stage_count(shape: GemmShape, tiling: Tiling) -> int:
+    """S = ceil(K/TK) (§2.1.2)."""
+    return math.ceil(shape.k / tiling.tile_k)
+
+
+@dataclass(frozen=True, slots=True)
+class StageEvents:
+    """Event times of one stage of one wave, nanoseconds from the wave's start."""
+
+    stage: int
+    load_a_start_ns: int
+    load_b_start_ns: int
+    math_start_ns: int
+    math_wait_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    shape: GemmShape
+    tiling: Tiling
+    durations: StageDurations
+    waves: int
+    stages: int
+    wave_time_ns: int
+    overall_time_ns: int
+    #: W x sum of per-stage MATH waits (§3.2, second objective)
+    total_math_wait_ns: int
+    events: tuple[StageEvents, ...]
+
+    @property
+    def load_bound(self) -> bool:
+        """True when one stage's DMA work outlasts one stage's MATH work."""
+        return self.durations.t_load_ns > self.durations.t_math_ns
+
+
+def simulate(
+    shape: GemmShape,
+    tiling: Tiling,
+    machine: GemmWsMachine,
+    wave_model: WaveTimeModel = WaveTimeModel.PAPER,
+) -> Simulation:
+    """Run the §2.2 recurrences stage by stage for one wave; all waves are identical (§2.1.1)."""
+    durations = stage_durations(tiling, machine)
+    t_a, t_b, t_math = durations.t_load_a_ns, durations.t_load_b_ns, durations.t_math_ns
+    stages = stage_count(shape, tiling)
+    depth = tiling.buffer_depth
+    load_a: list[int] = [0] * (stages + 1)
+    load_b: list[int] = [0] * (stages + 1)
+    math_start: list[int] = [0] * (stages + 1)
+    events: list[StageEvents] = []
+    for i in range(1, stages + 1):
+        # A buffer slot is free at time 0 until stage i reuses the slot of stage i - depth; the
+        # paper leaves Sm(j) for j <= 0 undefined (docs/model-notes.md).
+        slot_free = math_start[i - depth] + t_math if i > depth else 0
+        # eq. (1): a_i waits for the DMA warp to finish b_{i-1} and for a free buffer slot.
+        load_a[i] = 0 if i == 1 else max(load_b[i - 1] + t_b, slot_free)
+        # eq. (2): b_i follows a_i on the same DMA warp, and also needs the free slot.
+        load_b[i] = max(load_a[i] + t_a, slot_free)
+        # eq. (3): MATH starts when the previous MATH is done and b_i has arrived.
+        previous_math_done = math_start[i - 1] + t_math if i > 1 else 0
+        math_start[i] = max(previous_math_done, load_b[i] + t_b)
+        # §3.2 Wait(i): Sb(1) + T_LOAD-B for i = 1, else Sm(i) - (Sm(i-1) + T_MATH).
+        wait = load_b[1] + t_b if i == 1 else math_start[i] - previous_math_done
+        events.append(StageEvents(i, load_a[i], load_b[i], math_start[i], wait))
+    waves = wave_count(shape, tiling, machine.sm_count)
+    wave_time = wave_time_ns(math_start[stages], durations, machine, wave_model)
+    return Simulation(
+        shape=shape,
+        tiling=tiling,
+        durations=durations,
+        waves=waves,
+        stages=stages,
+        wave_time_ns=wave_time,
+        overall_time_ns=overall_time_ns(wave_time, waves, machine),
+        total_math_wait_ns=waves * sum(e.math_wait_ns for e in events),
+        events=tuple(events),
+    )
+
+
+def wave_time_ns(
+    last_math_start_ns: int,
+    durations: StageDurations,
+    machine: GemmWsMachine,
+    wave_model: WaveTimeModel,
+) -> int:
+    """Wave execution time = Sm(S) + T_EPILOGUE (§2.2), optionally + the last T_MATH."""
+    tail = durations.t_math_ns if wave_model is WaveTimeModel.INCLUDE_LAST_MATH else 0
+    return last_math_start_ns + tail + us_to_ns(machine.t_epilogue_us)
+
+
+def overall_time_ns(wave_time: int, waves: int, machine: GemmWsMachine) -> int:
+    """Overall execution time = wave time x W + T_INIT (§2.1.1)."""
+    return wave_time * waves + us_to_ns(machine.t_init_us)

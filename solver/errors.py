@@ -1,0 +1,35 @@
+"""Domain errors of the tiling optimizer (mapped to HTTP once, in ``app/errors.py``).
+
+Hierarchy::
+
+    ValueError
+    ├── InvalidSearchSpace        a dimension's list/range is empty or malformed (field named)
+    └── InfeasibleSearchSpace     every candidate breaks a hardware constraint
+    RuntimeError
+    └── SolverTimeout             the time limit expired before any configuration was found
+"""
+
+from __future__ import annotations
+
+
+class InvalidSearchSpace(ValueError):
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class InfeasibleSearchSpace(ValueError):
+    def __init__(self, reason: str, rejected: dict[str, int]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.rejected = rejected
+
+
+class SolverTimeout(RuntimeError):
+    def __init__(self, time_limit_s: float) -> None:
+        super().__init__(
+            f"no configuration was found within the time limit of {time_limit_s} s; "
+            "raise time_limit_s or shrink the search space"
+        )
+        self.time_limit_s = time_limit_s

@@ -1,0 +1,96 @@
+"""Lexicographic minimisation by bound tightening on an incremental Z3 solver.
+
+Each objective is tightened until the solver answers ``unsat`` for "strictly better", which
+is the proof that the value is optimal given the higher-priority objectives; it is then fixed
+and the next objective is tightened. A check cut short by the deadline ends the search with the
+best model so far and ``proven = False``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import z3
+
+
+@dataclass(frozen=True)
+class Objective:
+    term: z3.ArithRef
+    minimize: bool
+    #: a value worth trying first (e.g. a proven bound); probing it saves tightening steps
+    probe: int | None = None
+
+
+@dataclass(frozen=True)
+class LexResult:
+    model: z3.ModelRef | None
+    proven: bool
+    checks: int
+
+
+def _remaining_ms(deadline: float) -> int:
+    return int((deadline - time.perf_counter()) * 1000)
+
+
+def lexicographic_optimum(
+    solver: z3.Solver, objectives: Sequence[Objective], deadline: float
+) -> LexResult:
+    """Optimum of ``objectives`` in order; leaves ``solver``'s assertions as it found them."""
+    checks = 0
+
+    def check() -> z3.CheckSatResult:
+        nonlocal checks
+        remaining = _remaining_ms(deadline)
+        if remaining <= 0:
+            return z3.unknown
+        solver.set(timeout=remaining)
+        checks += 1
+        return solver.check()
+
+    solver.push()
+    try:
+        first = check()
+        if first == z3.unsat:
+            return LexResult(None, True, checks)
+        if first != z3.sat:
+            return LexResult(None, False, checks)
+        model = solver.model()
+        for objective in objectives:
+            best = model.eval(objective.term, model_completion=True)
+            if objective.probe is not None and _better(objective, objective.probe, best):
+                solver.push()
+                solver.add(
+                    objective.term <= objective.probe
+                    if objective.minimize
+                    else objective.term >= objective.probe
+                )
+                outcome = check()
+                if outcome == z3.sat:
+                    model = solver.model()
+                    best = model.eval(objective.term, model_completion=True)
+                solver.pop()
+                if outcome not in (z3.sat, z3.unsat):
+                    return LexResult(model, False, checks)
+            while True:
+                solver.push()
+                solver.add(objective.term < best if objective.minimize else objective.term > best)
+                outcome = check()
+                if outcome == z3.sat:
+                    model = solver.model()
+                    best = model.eval(objective.term, model_completion=True)
+                solver.pop()
+                if outcome == z3.unsat:
+                    break
+                if outcome != z3.sat:
+                    return LexResult(model, False, checks)
+            solver.add(objective.term == best)
+        return LexResult(model, True, checks)
+    finally:
+        solver.pop()
+
+
+def _better(objective: Objective, value: int, than: z3.ExprRef) -> bool:
+    current = int(str(than))
+    return value < current if objective.minimize else value > current

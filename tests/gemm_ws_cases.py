@@ -1,0 +1,72 @@
+"""Shared test data for the GeMM-WS model: the paper's A6000 machine and Table 1."""
+
+from __future__ import annotations
+
+import itertools
+
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, Tiling, WaveTimeModel, simulate
+from solver.search_space import SearchSpace, shared_memory_fits
+
+#: §4.2 figures, typed in from the paper (not read from the profile under test).
+A6000 = GemmWsMachine(
+    sm_count=84,
+    t_init_us=1.680,
+    t_epilogue_us=1.543,
+    load_startup_latency_us=0.770,
+    compute_startup_latency_us=0.0,
+    load_throughput_elements_per_us=152.96,
+    compute_throughput_macs_per_us=24610.0,
+    shared_memory_per_block_bytes=101376,
+)
+
+#: Table 1: problem (M, N, K) -> optimal tiling (TM, TN, TK).
+TABLE_1 = [
+    ((1024, 1024, 1024), (128, 128, 128)),
+    ((1024, 512, 1024), (128, 64, 128)),
+    ((1024, 1024, 512), (128, 128, 128)),
+    ((1024, 512, 512), (128, 64, 128)),
+    ((512, 512, 512), (64, 64, 128)),
+]
+
+TABLE_1_SPACE = SearchSpace(
+    tile_m=(32, 64, 128),
+    tile_n=(32, 64, 128),
+    tile_k=(32, 64, 128),
+    buffer_depth=tuple(range(2, 9)),
+    enforce_shared_memory=False,
+)
+
+#: §3.3's three machine regimes: DMA much faster than MATH, on par, much slower.
+LOAD_FAST = GemmWsMachine(84, 1.68, 1.543, 0.77, 0.0, 1_000_000.0, 2_000.0, 101376)
+ON_PAR = A6000
+LOAD_SLOW = GemmWsMachine(84, 1.68, 1.543, 0.77, 0.0, 20.0, 1_000_000.0, 101376)
+
+
+def brute_force_ranking(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    space: SearchSpace,
+    element_bytes: int = 2,
+    wave_model: WaveTimeModel = WaveTimeModel.PAPER,
+) -> list[Simulation]:
+    """Every feasible candidate simulated stage by stage, sorted by the solver's objectives:
+    overall time, total MATH wait, larger TM, larger TN, larger TK, smaller buffer depth."""
+    limit = machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
+    sims = [
+        simulate(shape, Tiling(tm, tn, tk, d), machine, wave_model)
+        for tm, tn, tk, d in itertools.product(
+            space.tile_m, space.tile_n, space.tile_k, space.buffer_depth
+        )
+        if shared_memory_fits(Tiling(tm, tn, tk, d), element_bytes, limit)
+    ]
+    sims.sort(
+        key=lambda s: (
+            s.overall_time_ns,
+            s.total_math_wait_ns,
+            -s.tiling.tile_m,
+            -s.tiling.tile_n,
+            -s.tiling.tile_k,
+            s.tiling.buffer_depth,
+        )
+    )
+    return sims

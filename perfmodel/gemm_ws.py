@@ -15,6 +15,7 @@ floating-point rounding error (docs/model-notes.md).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
@@ -120,19 +121,56 @@ class StageDurations:
         return self.t_load_a_ns + self.t_load_b_ns
 
 
+class DurationTable:
+    """Integer-nanosecond durations of §2.2 for one machine, without repeated float math.
+
+    ``T = work / throughput + startup`` is evaluated exactly on the rationals the machine's
+    floats denote and rounded half up, using integers only (the solver evaluates it for every
+    tile pair and triple of a search space).
+    """
+
+    def __init__(self, machine: GemmWsMachine) -> None:
+        self._load = _affine_ns(
+            machine.load_throughput_elements_per_us, machine.load_startup_latency_us
+        )
+        self._math = _affine_ns(
+            machine.compute_throughput_macs_per_us, machine.compute_startup_latency_us
+        )
+
+    def load_ns(self, elements: int) -> int:
+        """T_LOAD for a tile of ``elements`` matrix elements."""
+        return self._load(elements)
+
+    def math_ns(self, macs: int) -> int:
+        """T_MATH for ``macs`` multiply-accumulates."""
+        return self._math(macs)
+
+    def stage(self, tiling: Tiling) -> StageDurations:
+        return StageDurations(
+            t_load_a_ns=self.load_ns(tiling.tile_m * tiling.tile_k),
+            t_load_b_ns=self.load_ns(tiling.tile_k * tiling.tile_n),
+            t_math_ns=self.math_ns(tiling.tile_m * tiling.tile_n * tiling.tile_k),
+        )
+
+
+def _affine_ns(throughput_per_us: float, startup_us: float) -> Callable[[int], int]:
+    """work -> round_half_up(1000 * (work / throughput + startup)) in integer arithmetic."""
+    thr, start = Fraction(throughput_per_us), Fraction(startup_us)
+    p, q = thr.numerator, thr.denominator
+    a, b = start.numerator, start.denominator
+    denominator = 2 * p * b
+    offset = 2 * NS_PER_US * a * p + p * b
+
+    def duration(work: int) -> int:
+        # 1000 * (work * q / p + a / b) = 1000 * (work * q * b + a * p) / (p * b)
+        return (2 * NS_PER_US * work * q * b + offset) // denominator
+
+    return duration
+
+
 def stage_durations(tiling: Tiling, machine: GemmWsMachine) -> StageDurations:
     """T_LOAD-A, T_LOAD-B and T_MATH: linear in the work, offset by a startup latency (§2.2)."""
-    load = Fraction(machine.load_throughput_elements_per_us)
-    compute = Fraction(machine.compute_throughput_macs_per_us)
-    load_startup = Fraction(machine.load_startup_latency_us)
-    return StageDurations(
-        t_load_a_ns=us_to_ns(Fraction(tiling.tile_m * tiling.tile_k) / load + load_startup),
-        t_load_b_ns=us_to_ns(Fraction(tiling.tile_k * tiling.tile_n) / load + load_startup),
-        t_math_ns=us_to_ns(
-            Fraction(tiling.tile_m * tiling.tile_n * tiling.tile_k) / compute
-            + Fraction(machine.compute_startup_latency_us)
-        ),
-    )
+    return DurationTable(machine).stage(tiling)
 
 
 def wave_count(shape: GemmShape, tiling: Tiling, sm_count: int) -> int:

@@ -13,9 +13,11 @@ Two things make this encoding fast where the paper's takes 0.2-0.6 s (Table 1):
   is constant once the buffer no longer binds), so
   ``Sm(S) = Sm(w) + (S - w) (Sm(w) - Sm(w-1))``. docs/model-notes.md gives the argument; the
   test suite checks the solver against the stage-by-stage simulator on every problem.
-* Valid inequalities ("cuts") implied by eq. (1)-(3), evaluated per tile triple, bound the
-  objectives from below so the solver can discard most triples without array reasoning. They
-  are sound for every solution of the recurrences whether or not they are tight.
+* Valid inequalities ("cuts", solver/bounds.py) implied by eq. (1)-(3), evaluated per tile
+  triple, bound the objectives from below so the solver can discard most triples without array
+  reasoning; the optimizer also leaves out of the encoding every triple whose bound already
+  exceeds the time of ``top_k`` simulated configurations (a branch-and-bound presolve). Both
+  are sound for every solution of the recurrences whether or not the bounds are tight.
 
 The constraints are emitted as SMT-LIB 2 text and parsed by Z3 in one call: building thousands
 of implications through the Python API costs more than solving them.
@@ -23,21 +25,13 @@ of implications through the Python API costs more than solving them.
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import z3
 
-from perfmodel.gemm_ws import (
-    GemmShape,
-    GemmWsMachine,
-    Tiling,
-    WaveTimeModel,
-    stage_count,
-    stage_durations,
-    us_to_ns,
-    wave_count,
-)
+from perfmodel.gemm_ws import GemmWsMachine, Tiling, WaveTimeModel, us_to_ns
+from solver.bounds import TripleBound
 from solver.search_space import SearchSpace
 
 
@@ -88,12 +82,15 @@ def _max(a: str, b: str) -> str:
 
 
 def encode(
-    shape: GemmShape,
-    machine: GemmWsMachine,
+    triples: Sequence[TripleBound],
     space: SearchSpace,
-    element_bytes: int,
+    machine: GemmWsMachine,
     wave_model: WaveTimeModel,
 ) -> Encoding:
+    """Encode the candidates whose tile triple is in ``triples`` (all, or the survivors of a
+    bound-based presolve) with every buffer depth of ``space`` that fits."""
+    if not triples:
+        raise ValueError("encode needs at least one tile triple")
     out: list[str] = [
         "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
         "(declare-const buffer_depth Int)",
@@ -105,60 +102,34 @@ def encode(
         "(declare-const Sm (Array Int Int))",
     ]
     a = out.append
-    a(f"(assert {_one_of('tile_m', space.tile_m)})")
-    a(f"(assert {_one_of('tile_n', space.tile_n)})")
-    a(f"(assert {_one_of('tile_k', space.tile_k)})")
     a(f"(assert {_one_of('buffer_depth', space.buffer_depth)})")
-
-    stage_counts = {tk: stage_count(shape, Tiling(1, 1, tk, 1)) for tk in space.tile_k}
     tail_math = wave_model is WaveTimeModel.INCLUDE_LAST_MATH
     t_epilogue = us_to_ns(machine.t_epilogue_us)
     t_init = us_to_ns(machine.t_init_us)
-    limit = machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
     deepest = space.buffer_depth[-1]
 
-    # §2.2: durations are linear in the tile work plus a startup latency and do not depend on
-    # the buffer depth, so they are tabulated per (TM, TK), (TK, TN) and (TM, TN, TK).
-    load_a: dict[tuple[int, int], int] = {}
-    load_b: dict[tuple[int, int], int] = {}
-    for tm, tk in itertools.product(space.tile_m, space.tile_k):
-        load_a[tm, tk] = stage_durations(Tiling(tm, 1, tk, 1), machine).t_load_a_ns
-        a(f"(assert (=> (and (= tile_m {tm}) (= tile_k {tk})) (= t_load_a {load_a[tm, tk]})))")
-    for tk, tn in itertools.product(space.tile_k, space.tile_n):
-        load_b[tk, tn] = stage_durations(Tiling(1, tn, tk, 1), machine).t_load_b_ns
-        a(f"(assert (=> (and (= tile_k {tk}) (= tile_n {tn})) (= t_load_b {load_b[tk, tn]})))")
-    # §2.1.1: W = ceil(ceil(M/TM) * ceil(N/TN) / SMs), tabulated per (TM, TN).
-    waves: dict[tuple[int, int], int] = {}
-    for tm, tn in itertools.product(space.tile_m, space.tile_n):
-        waves[tm, tn] = wave_count(shape, Tiling(tm, tn, 1, 1), machine.sm_count)
-        a(f"(assert (=> (and (= tile_m {tm}) (= tile_n {tn})) (= waves {waves[tm, tn]})))")
-
-    overall_floor: int | None = None
-    for tm, tn, tk in itertools.product(space.tile_m, space.tile_n, space.tile_k):
-        t_math = stage_durations(Tiling(tm, tn, tk, 1), machine).t_math_ns
-        triple = f"(and (= tile_m {tm}) (= tile_n {tn}) (= tile_k {tk}))"
-        facts = [f"(= t_math {t_math})"]
+    # The tile triple is one of the encoded ones; each fixes its §2.2 durations, its wave
+    # count W (§2.1.1), its shared-memory depth limit and the cuts of solver/bounds.py.
+    choices = []
+    for t in triples:
+        triple = f"(and (= tile_m {t.tile_m}) (= tile_n {t.tile_n}) (= tile_k {t.tile_k}))"
+        choices.append(triple)
+        facts = [
+            f"(= t_load_a {t.t_load_a_ns})",
+            f"(= t_load_b {t.t_load_b_ns})",
+            f"(= t_math {t.t_math_ns})",
+            f"(= waves {t.waves})",
+            f"(>= last_math_start {t.last_math_start_floor_ns})",
+            f"(>= overall_time {t.overall_time_floor_ns})",
+            f"(>= total_math_wait {t.total_math_wait_floor_ns})",
+        ]
         # Shared-memory capacity per CTA (not in the paper; a real kernel cannot exceed it).
-        if limit is not None:
-            max_depth = limit // ((tm * tk + tk * tn) * element_bytes)
-            if max_depth < deepest:
-                facts.append(f"(<= buffer_depth {max_depth})")
-        # Cuts. eq. (3) chains Sm(i) >= Sm(i-1) + T_MATH, and Sm(1) >= Sb(1) + T_LOAD-B >=
-        # T_LOAD-A + T_LOAD-B = L, so Sm(S) >= L + (S-1) T_MATH. eq. (1)-(2) chain the DMA warp
-        # (Sa(i) >= Sb(i-1) + T_LOAD-B, Sb(i) >= Sa(i) + T_LOAD-A), so Sm(S) >= S L.
-        stages = stage_counts[tk]
-        load = load_a[tm, tk] + load_b[tk, tn]
-        floor_last_math = max(load + (stages - 1) * t_math, stages * load)
-        w = waves[tm, tn]
-        tail = t_math if tail_math else 0
-        facts.append(f"(>= last_math_start {floor_last_math})")
-        floor_overall = w * (floor_last_math + tail + t_epilogue) + t_init
-        if overall_floor is None or floor_overall < overall_floor:
-            overall_floor = floor_overall
-        facts.append(f"(>= overall_time {floor_overall})")
-        facts.append(f"(>= total_math_wait {w * (floor_last_math - (stages - 1) * t_math)})")
+        if t.max_buffer_depth is not None and t.max_buffer_depth < deepest:
+            facts.append(f"(<= buffer_depth {t.max_buffer_depth})")
         a(f"(assert (=> {triple} (and {' '.join(facts)})))")
+    a(f"(assert (or {' '.join(choices)}))")
 
+    stage_counts = {t.tile_k: t.stages for t in triples}
     window = max(2, min(max(stage_counts.values()), deepest + 1))
     # Sm(j) = -T_MATH for j <= 0: Sm(j) + T_MATH = 0, the slot is free from the start.
     for j in range(1 - deepest, 1):
@@ -176,7 +147,7 @@ def encode(
 
     # Sm(S): read inside the window, else extrapolate the periodic increment.
     period = f"(- (select Sm {window}) (select Sm {window - 1}))"
-    for tk, stages in stage_counts.items():
+    for tk, stages in sorted(stage_counts.items()):
         if stages <= window:
             value = f"(select Sm {stages})"
         else:
@@ -188,7 +159,7 @@ def encode(
             f"(- last_math_start (* {stages - 1} t_math)))))"
         )
     wave_time = f"(+ last_math_start {'t_math ' if tail_math else ''}{t_epilogue})"
-    for w in sorted(set(waves.values())):
+    for w in sorted({t.waves for t in triples}):
         # Overall time = wave time x W + T_INIT and W x sum Wait (§3.2); W is a constant in
         # each branch, which keeps both objectives linear.
         a(f"(assert (=> (= waves {w}) (= overall_time (+ (* {w} {wave_time}) {t_init}))))")
@@ -206,5 +177,5 @@ def encode(
         total_math_wait_ns=z3.Int("total_math_wait"),
         constraints=constraints,
         smtlib=text,
-        overall_time_floor_ns=overall_floor if overall_floor is not None else 0,
+        overall_time_floor_ns=min(t.overall_time_floor_ns for t in triples),
     )

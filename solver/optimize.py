@@ -14,12 +14,20 @@ from typing import TypeVar
 
 import z3
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel, simulate
+from perfmodel.gemm_ws import (
+    GemmShape,
+    GemmWsMachine,
+    Simulation,
+    Tiling,
+    WaveTimeModel,
+    simulate,
+)
+from solver.bounds import TripleBound, summarize, triple_bounds
 from solver.encoding import Encoding, encode
 from solver.errors import SolverTimeout
 from solver.factory import make_solver, z3_version
 from solver.lexicographic import Objective, lexicographic_optimum
-from solver.search_space import MAX_BUFFER_DEPTH, SearchSpace, SearchSummary, summarize
+from solver.search_space import MAX_BUFFER_DEPTH, SearchSpace, SearchSummary
 
 _T = TypeVar("_T", int, z3.ArithRef)
 
@@ -44,7 +52,9 @@ class SolverStatistics:
     elapsed_ms: float
     z3_version: str
     checks: int
-    encoding_constraints: int
+    #: tile triples given to Z3 after the bound-based presolve, and those it left out
+    encoded_tile_triples: int
+    pruned_tile_triples: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +119,12 @@ def optimize_tiling(
         raise ValueError("time_limit_s must be positive")
     started = time.perf_counter()
     deadline = started + time_limit_s
-    summary = summarize(
-        problem.space, problem.element_bytes, problem.machine.shared_memory_per_block_bytes
-    )
-    enc = encode(
+    bounds = triple_bounds(
         problem.shape, problem.machine, problem.space, problem.element_bytes, problem.wave_model
     )
+    summary = summarize(problem.space, bounds)
+    survivors = _presolve(problem, bounds, top_k)
+    enc = encode(survivors, problem.space, problem.machine, problem.wave_model)
     solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
     solver.add(enc.constraints)
     objectives = _objectives(enc, problem.space)
@@ -148,15 +158,42 @@ def optimize_tiling(
             elapsed_ms=elapsed_ms,
             z3_version=z3_version(),
             checks=checks,
-            encoding_constraints=len(enc.constraints),
+            encoded_tile_triples=len(survivors),
+            pruned_tile_triples=len(bounds) - len(survivors),
         ),
     )
 
 
-def _simulate(problem: TilingProblem, tiling: object) -> Simulation:
-    from perfmodel.gemm_ws import Tiling
+def _presolve(problem: TilingProblem, bounds: list[TripleBound], top_k: int) -> list[TripleBound]:
+    """Branch-and-bound presolve: drop triples that cannot reach the top ``top_k``.
 
-    assert isinstance(tiling, Tiling)
+    Simulating ``top_k`` feasible configurations (the triples with the smallest lower bounds,
+    at their smallest feasible depths) gives an upper bound U on the k-th best time; a triple
+    whose lower bound on the overall time exceeds U cannot hold any of the k best
+    configurations. Sound whatever the configurations chosen; choosing low bounds keeps U tight.
+    """
+    depths = problem.space.buffer_depth
+    feasible = [b for b in bounds if b.feasible_depths(depths)]
+    feasible.sort(key=lambda b: b.overall_time_floor_ns)
+    upper: int | None = None
+    sampled = 0
+    for bound in feasible:
+        for depth in bound.feasible_depths(depths):
+            tiling = Tiling(bound.tile_m, bound.tile_n, bound.tile_k, depth)
+            time_ns = _simulate(problem, tiling).overall_time_ns
+            upper = time_ns if upper is None else max(upper, time_ns)
+            sampled += 1
+            if sampled == top_k:
+                break
+        if sampled == top_k:
+            break
+    assert upper is not None  # summarize() refused spaces without a feasible candidate
+    if sampled < top_k:
+        return feasible
+    return [b for b in feasible if b.overall_time_floor_ns <= upper]
+
+
+def _simulate(problem: TilingProblem, tiling: Tiling) -> Simulation:
     return simulate(problem.shape, tiling, problem.machine, problem.wave_model)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from perfmodel.gemm_ws import Tiling
-from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace
+from solver.errors import InvalidSearchSpace
 
 DEFAULT_TILE_VALUES: tuple[int, ...] = (16, 32, 64, 128, 256)
 DEFAULT_BUFFER_DEPTHS: tuple[int, ...] = tuple(range(2, 9))
@@ -92,33 +92,3 @@ def shared_memory_fits(
     if shared_memory_per_block_bytes is None:
         return True
     return tiling.shared_memory_bytes(element_bytes) <= shared_memory_per_block_bytes
-
-
-def summarize(
-    space: SearchSpace, element_bytes: int, shared_memory_per_block_bytes: int | None
-) -> SearchSummary:
-    """Count the candidates rejected by each hardware constraint; refuse an empty result.
-
-    Counting is closed-form per (TM, TN, TK) triple: the buffer fits for every depth up to
-    floor(limit / stage bytes), so this stays cheap for large range spaces.
-    """
-    limit = shared_memory_per_block_bytes if space.enforce_shared_memory else None
-    rejected_shared = 0
-    if limit is not None:
-        for tm, tn, tk in itertools.product(space.tile_m, space.tile_n, space.tile_k):
-            stage_bytes = (tm * tk + tk * tn) * element_bytes
-            max_depth = limit // stage_bytes
-            rejected_shared += sum(1 for d in space.buffer_depth if d > max_depth)
-    summary = SearchSummary(
-        candidates_considered=space.size,
-        feasible=space.size - rejected_shared,
-        rejected={"shared_memory_per_block": rejected_shared},
-    )
-    if summary.feasible == 0:
-        raise InfeasibleSearchSpace(
-            f"all {space.size} candidates need more shared memory per CTA than the device's "
-            f"{limit} bytes; allow smaller tiles or buffer depths, or set "
-            "search_space.enforce_shared_memory to false",
-            summary.rejected,
-        )
-    return summary

@@ -1,0 +1,116 @@
+"""Per-tile-triple durations and lower bounds ("cuts") implied by eq. (1)-(3).
+
+For a triple (TM, TN, TK) with L = T_LOAD-A + T_LOAD-B, T = T_MATH and S stages:
+
+* eq. (3) chains ``Sm(i) >= Sm(i-1) + T`` and ``Sm(1) >= Sb(1) + T_LOAD-B >= L``, so
+  ``Sm(S) >= L + (S-1) T``;
+* eq. (1)-(2) chain the DMA warp (``Sa(i) >= Sb(i-1) + T_LOAD-B``, ``Sb(i) >= Sa(i) + T_LOAD-A``),
+  so ``Sm(S) >= Sb(S) + T_LOAD-B >= S L``.
+
+These hold for every solution of the recurrences at every buffer depth, so they are sound
+lower bounds on the overall time and the MATH wait whether or not they are tight.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from perfmodel.gemm_ws import (
+    DurationTable,
+    GemmShape,
+    GemmWsMachine,
+    Tiling,
+    WaveTimeModel,
+    stage_count,
+    us_to_ns,
+    wave_count,
+)
+from solver.errors import InfeasibleSearchSpace
+from solver.search_space import SearchSpace, SearchSummary
+
+
+@dataclass(frozen=True, slots=True)
+class TripleBound:
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    t_load_a_ns: int
+    t_load_b_ns: int
+    t_math_ns: int
+    waves: int
+    stages: int
+    #: deepest buffer that fits the shared-memory limit (None: no limit applies)
+    max_buffer_depth: int | None
+    last_math_start_floor_ns: int
+    overall_time_floor_ns: int
+    total_math_wait_floor_ns: int
+
+    def feasible_depths(self, depths: tuple[int, ...]) -> tuple[int, ...]:
+        limit = self.max_buffer_depth
+        return depths if limit is None else tuple(d for d in depths if d <= limit)
+
+
+def triple_bounds(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    space: SearchSpace,
+    element_bytes: int,
+    wave_model: WaveTimeModel,
+) -> list[TripleBound]:
+    table = DurationTable(machine)
+    limit = machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
+    t_epilogue = us_to_ns(machine.t_epilogue_us)
+    t_init = us_to_ns(machine.t_init_us)
+    stages_of = {tk: stage_count(shape, Tiling(1, 1, tk, 1)) for tk in space.tile_k}
+    bounds = []
+    for tm, tn, tk in itertools.product(space.tile_m, space.tile_n, space.tile_k):
+        t_a = table.load_ns(tm * tk)
+        t_b = table.load_ns(tk * tn)
+        t_math = table.math_ns(tm * tn * tk)
+        stages = stages_of[tk]
+        waves = wave_count(shape, Tiling(tm, tn, tk, 1), machine.sm_count)
+        load = t_a + t_b
+        last_math_floor = max(load + (stages - 1) * t_math, stages * load)
+        tail = t_math if wave_model is WaveTimeModel.INCLUDE_LAST_MATH else 0
+        bounds.append(
+            TripleBound(
+                tile_m=tm,
+                tile_n=tn,
+                tile_k=tk,
+                t_load_a_ns=t_a,
+                t_load_b_ns=t_b,
+                t_math_ns=t_math,
+                waves=waves,
+                stages=stages,
+                max_buffer_depth=(
+                    None
+                    if limit is None
+                    else limit // Tiling(tm, tn, tk, 1).shared_memory_bytes(element_bytes)
+                ),
+                last_math_start_floor_ns=last_math_floor,
+                overall_time_floor_ns=waves * (last_math_floor + tail + t_epilogue) + t_init,
+                total_math_wait_floor_ns=waves * (last_math_floor - (stages - 1) * t_math),
+            )
+        )
+    return bounds
+
+
+def summarize(space: SearchSpace, bounds: list[TripleBound]) -> SearchSummary:
+    """Count the candidates each hardware constraint rejects; refuse an empty result."""
+    rejected_shared = sum(
+        len(space.buffer_depth) - len(b.feasible_depths(space.buffer_depth)) for b in bounds
+    )
+    summary = SearchSummary(
+        candidates_considered=space.size,
+        feasible=space.size - rejected_shared,
+        rejected={"shared_memory_per_block": rejected_shared},
+    )
+    if summary.feasible == 0:
+        raise InfeasibleSearchSpace(
+            f"all {space.size} candidates need more shared memory per CTA than the device "
+            "allows; allow smaller tiles or buffer depths, or set "
+            "search_space.enforce_shared_memory to false",
+            summary.rejected,
+        )
+    return summary

@@ -1,0 +1,202 @@
+"""POST /optimize-tiling and the device routes over HTTP, against the paper and brute force."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from perfmodel.gemm_ws import GemmShape
+from tests.gemm_ws_cases import A6000, TABLE_1, TABLE_1_SPACE, brute_force_ranking
+
+TABLE_1_SEARCH = {
+    "tile_m": [32, 64, 128],
+    "tile_n": [32, 64, 128],
+    "tile_k": [32, 64, 128],
+    "buffer_depth": {"min": 2, "max": 8},
+    "enforce_shared_memory": False,
+}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    settings = Settings(workers=1, cache_path=None, cache_memory_items=0)
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def _post(client: TestClient, **body: Any) -> Any:
+    return client.post("/optimize-tiling", json=body)
+
+
+@pytest.mark.parametrize(("problem", "tiling"), TABLE_1, ids=[str(p) for p, _ in TABLE_1])
+def test_table_1_over_http(
+    client: TestClient, problem: tuple[int, int, int], tiling: tuple[int, int, int]
+) -> None:
+    m, n, k = problem
+    r = _post(client, m=m, n=n, k=k, device="rtx-a6000", search_space=TABLE_1_SEARCH)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "optimal"
+    best = body["best"]
+    assert (best["tile_m"], best["tile_n"], best["tile_k"]) == tiling
+    # The ranked shortlist is the brute-force order, times in microseconds.
+    expected = brute_force_ranking(GemmShape(m, n, k), A6000, TABLE_1_SPACE)[:5]
+    got = [(c["tile_m"], c["tile_n"], c["tile_k"], c["buffer_depth"]) for c in body["candidates"]]
+    assert got == [
+        (s.tiling.tile_m, s.tiling.tile_n, s.tiling.tile_k, s.tiling.buffer_depth) for s in expected
+    ]
+    assert [c["rank"] for c in body["candidates"]] == [1, 2, 3, 4, 5]
+    assert body["candidates"][0]["predicted_time_us"] == pytest.approx(
+        expected[0].overall_time_ns / 1000
+    )
+    assert body["search"]["candidates_considered"] == 27 * 7
+    assert body["search"]["rejected"] == {"shared_memory_per_block": 0}
+    assert body["solver"]["z3_version"]
+
+
+def test_best_reports_consistent_quantities(client: TestClient) -> None:
+    r = _post(client, m=1024, n=512, k=1024, device="rtx-a6000", include_timeline=True, top_k=2)
+    body = r.json()
+    best = body["best"]
+    assert best["stages"] == 1024 // best["tile_k"] == len(body["timeline"])
+    assert best["waves"] == -(-(1024 // best["tile_m"]) * (512 // best["tile_n"]) // 84)
+    assert best["shared_memory_bytes"] <= 101376  # enforced by default
+    assert best["bound"] == (
+        "load" if best["t_load_a_us"] + best["t_load_b_us"] > best["t_math_us"] else "math"
+    )
+    timeline = body["timeline"]
+    assert sum(s["math_wait_us"] for s in timeline) * best["waves"] == pytest.approx(
+        best["math_wait_us"]
+    )
+    assert timeline[0]["load_a_start_us"] == 0
+
+
+def test_shared_memory_limit_counts_rejections(client: TestClient) -> None:
+    body = _post(client, m=4096, n=4096, k=4096, device="rtx-a6000", dtype="fp32").json()
+    fp16 = _post(client, m=4096, n=4096, k=4096, device="rtx-a6000", dtype="fp16").json()
+    assert body["search"]["candidates_considered"] == 5 * 5 * 5 * 7
+    # fp32 tiles take twice the bytes, so at least as many candidates are rejected.
+    assert (
+        body["search"]["rejected"]["shared_memory_per_block"]
+        >= fp16["search"]["rejected"]["shared_memory_per_block"]
+        > 0
+    )
+    assert body["best"]["shared_memory_bytes"] <= 101376
+
+
+def test_inline_device_params_equal_the_profile(client: TestClient) -> None:
+    params = {
+        "sm_count": 84,
+        "t_init_us": 1.68,
+        "t_epilogue_us": 1.543,
+        "load_startup_latency_us": 0.77,
+        "compute_startup_latency_us": 0.0,
+        "load_throughput_elements_per_us": 152.96,
+        "compute_throughput_macs_per_us": 24610,
+        "shared_memory_per_block_bytes": 101376,
+    }
+    inline = _post(client, m=2048, n=1024, k=512, device_params=params).json()
+    profile = _post(client, m=2048, n=1024, k=512, device="rtx-a6000").json()
+    assert inline["device"] == "inline"
+    assert inline["best"] == profile["best"]
+
+
+BAD_REQUESTS = [
+    # (body, status, field named in errors[])
+    ({"m": 0, "n": 64, "k": 64, "device": "rtx-a6000"}, 422, "m"),  # non-positive size
+    ({"m": 64, "n": -5, "k": 64, "device": "rtx-a6000"}, 422, "n"),
+    ({"m": 64, "n": 64, "k": 10**12, "device": "rtx-a6000"}, 422, "k"),  # absurd size
+    ({"m": 64, "n": 64, "k": 64, "device": "no-such-gpu"}, 422, "device"),  # unknown device
+    ({"m": 64, "n": 64, "k": 64}, 422, "device"),  # neither device nor params
+    ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "dtype": "int4"}, 422, "dtype"),
+    (
+        {"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "search_space": {"tile_m": []}},
+        422,
+        "search_space.tile_m",
+    ),  # empty search space
+    (
+        {
+            "m": 64,
+            "n": 64,
+            "k": 64,
+            "device": "rtx-a6000",
+            "search_space": {"tile_m": {"min": 100, "max": 110, "multiple_of": 64}},
+        },
+        422,
+        "search_space.tile_m",
+    ),  # range holding no value
+    (
+        {"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "search_space": {"tile_m": [4096]}},
+        422,
+        "search_space",
+    ),  # infeasible: nothing fits shared memory
+    ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "top_k": 0}, 422, "top_k"),
+    ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "time_limit_s": -1}, 422, "time_limit_s"),
+    ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "time_limit_s": 1e9}, 422, "time_limit_s"),
+    ({"m": "x", "n": 64, "k": 64, "device": "rtx-a6000"}, 422, "m"),
+    ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "bogus": 1}, 422, "bogus"),
+    (
+        {
+            "m": 64,
+            "n": 64,
+            "k": 64,
+            "device_params": {
+                "sm_count": 0,
+                "t_init_us": 1,
+                "t_epilogue_us": 1,
+                "load_startup_latency_us": 1,
+                "load_throughput_elements_per_us": 1,
+                "compute_throughput_macs_per_us": 1,
+            },
+        },
+        422,
+        "device_params.sm_count",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "field"), BAD_REQUESTS)
+def test_bad_input_names_the_field(
+    client: TestClient, body: dict[str, Any], status: int, field: str
+) -> None:
+    r = client.post("/optimize-tiling", json=body)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    problem = r.json()
+    assert problem["status"] == status
+    assert field in [e["field"] for e in problem["errors"]], problem
+
+
+def test_malformed_json_is_a_4xx_naming_the_body(client: TestClient) -> None:
+    r = client.post(
+        "/optimize-tiling", content=b'{"m": 64,', headers={"content-type": "application/json"}
+    )
+    assert 400 <= r.status_code < 500
+    assert r.json()["errors"][0]["field"] == "body"
+
+
+def test_device_routes(client: TestClient) -> None:
+    listing = client.get("/devices").json()["devices"]
+    a6000 = next(d for d in listing if d["id"] == "rtx-a6000")
+    assert a6000["sm_count"] == 84 and "gemm-ws" in a6000["models"]
+    detail = client.get("/devices/rtx-a6000").json()
+    assert detail["gemm_ws"]["t_init_us"]["value"] == 1.68
+    assert "§4.2" in detail["gemm_ws"]["t_init_us"]["source"]
+    missing = client.get("/devices/no-such-gpu")
+    assert missing.status_code == 404
+    assert missing.json()["errors"][0]["field"] == "device"
+
+
+def test_profile_without_gemm_ws_figures_is_422_naming_them(client: TestClient) -> None:
+    devices = client.get("/devices").json()["devices"]
+    other = [d["id"] for d in devices if "gemm-ws" not in d["models"]]
+    if not other:
+        pytest.skip("every packaged profile carries GeMM-WS figures")
+    r = _post(client, m=64, n=64, k=64, device=other[0])
+    assert r.status_code == 422
+    assert "gemm_ws" in r.json()["detail"]

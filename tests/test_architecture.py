@@ -1,0 +1,45 @@
+"""Data flows one way: the model and solver packages know nothing of HTTP."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import perfmodel.errors
+import solver.errors
+from app.errors import HANDLERS
+from device_profiles import ModelNotServed, ProfileError, UnknownDevice
+
+
+def test_core_packages_do_not_import_fastapi_or_pydantic_requests() -> None:
+    code = (
+        "import sys, solver, perfmodel, perfmodel.gemm_ws, solver.optimize;"
+        "bad = [m for m in ('fastapi', 'starlette', 'app') if m in sys.modules];"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def _domain_errors() -> list[type[BaseException]]:
+    classes: list[type[BaseException]] = [UnknownDevice, ModelNotServed]
+    for module in (solver.errors, perfmodel.errors):
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if issubclass(obj, Exception) and obj.__module__ == module.__name__:
+                classes.append(obj)
+    return classes
+
+
+def test_every_domain_error_has_an_http_mapping() -> None:
+    unmapped = [
+        cls.__name__
+        for cls in _domain_errors()
+        if not any(issubclass(cls, handled) for handled in HANDLERS)
+    ]
+    assert unmapped == []
+
+
+def test_profile_errors_are_startup_errors_not_request_errors() -> None:
+    # A broken profile file must stop the service at start-up, so it is not mapped to HTTP.
+    assert ProfileError not in HANDLERS

@@ -10,7 +10,10 @@ from collections.abc import Callable
 
 
 def command_line() -> str:
-    return "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    """The command that reproduces this run, as typed from the repository root."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    head = f"python -m {spec.name}" if spec is not None else f"python {sys.argv[0]}"
+    return " ".join([head, *(shlex.quote(a) for a in sys.argv[1:])])
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:

@@ -9,10 +9,12 @@ best model so far and ``proven = False``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import z3
+
+_MAX_TIMEOUT_MS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -30,19 +32,22 @@ class LexResult:
     checks: int
 
 
-def _remaining_ms(deadline: float) -> int:
-    return int((deadline - time.perf_counter()) * 1000)
-
-
 def lexicographic_optimum(
-    solver: z3.Solver, objectives: Sequence[Objective], deadline: float
+    solver: z3.Solver,
+    objectives: Sequence[Objective],
+    deadline: float,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> LexResult:
-    """Optimum of ``objectives`` in order; leaves ``solver``'s assertions as it found them."""
+    """Optimum of ``objectives`` in order; leaves ``solver``'s assertions as it found them.
+
+    ``deadline`` is a ``clock()`` reading; each check gets the time remaining until it.
+    """
     checks = 0
 
     def check() -> z3.CheckSatResult:
         nonlocal checks
-        remaining = _remaining_ms(deadline)
+        # Z3 takes the timeout as an unsigned 32-bit count of milliseconds.
+        remaining = int(min((deadline - clock()) * 1000, _MAX_TIMEOUT_MS))
         if remaining <= 0:
             return z3.unknown
         solver.set(timeout=remaining)

@@ -20,8 +20,11 @@ from perfmodel.gemm_ws import GemmShape
 from solver import TilingProblem, optimize_tiling
 from tests.gemm_ws_cases import LOAD_FAST, LOAD_SLOW, ON_PAR, TABLE_1_SPACE, brute_force_ranking
 
-REGIMES = {"load much faster than MATH": LOAD_FAST, "on par (A6000)": ON_PAR,
-           "load much slower than MATH": LOAD_SLOW}
+REGIMES = {
+    "load much faster than MATH": LOAD_FAST,
+    "on par (A6000)": ON_PAR,
+    "load much slower than MATH": LOAD_SLOW,
+}
 
 
 def main() -> None:
@@ -32,8 +35,10 @@ def main() -> None:
     rng = random.Random(args.seed)
     grid = range(32, 1025, 32)
     print(f"command: {command_line()}\n")
-    print("| regime | problems | agree | disagree | not proven | solver median ms "
-          "| brute force median ms |")
+    print(
+        "| regime | problems | agree | disagree | not proven | solver median ms "
+        "| brute force median ms |"
+    )
     print("|---|---|---|---|---|---|---|")
     total = agree_total = 0
     for name, machine in REGIMES.items():
@@ -50,7 +55,10 @@ def main() -> None:
             brute_ms.append((time.perf_counter() - started) * 1e3)
             got = result.best
             same = (got.tiling, got.overall_time_ns, got.total_math_wait_ns) == (
-                expected.tiling, expected.overall_time_ns, expected.total_math_wait_ns)
+                expected.tiling,
+                expected.overall_time_ns,
+                expected.total_math_wait_ns,
+            )
             unproven += result.status != "optimal"
             agree += same
             disagree += not same
@@ -58,8 +66,10 @@ def main() -> None:
                 print(f"  DISAGREE {shape}: solver {got.tiling} vs brute force {expected.tiling}")
         total += args.problems_per_regime
         agree_total += agree
-        print(f"| {name} | {args.problems_per_regime} | {agree} | {disagree} | {unproven} "
-              f"| {statistics.median(solve_ms):.1f} | {statistics.median(brute_ms):.1f} |")
+        print(
+            f"| {name} | {args.problems_per_regime} | {agree} | {disagree} | {unproven} "
+            f"| {statistics.median(solve_ms):.1f} | {statistics.median(brute_ms):.1f} |"
+        )
     print(f"\nagreement: {agree_total}/{total}")
 
 

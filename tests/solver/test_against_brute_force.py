@@ -8,7 +8,13 @@ import pytest
 
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, WaveTimeModel
 from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, optimize_tiling
-from tests.gemm_ws_cases import LOAD_FAST, LOAD_SLOW, ON_PAR, brute_force_ranking
+from tests.gemm_ws_cases import (
+    LOAD_FAST,
+    LOAD_SLOW,
+    ON_PAR,
+    TABLE_1_SPACE,
+    brute_force_ranking,
+)
 
 REGIMES = {"load-fast": LOAD_FAST, "on-par": ON_PAR, "load-slow": LOAD_SLOW}
 PROBLEMS_PER_REGIME = 110
@@ -23,13 +29,8 @@ def _problems(seed: int) -> list[GemmShape]:
     ]
 
 
-SPACE = SearchSpace(
-    tile_m=(32, 64, 128),
-    tile_n=(32, 64, 128),
-    tile_k=(32, 64, 128),
-    buffer_depth=tuple(range(2, 9)),
-    enforce_shared_memory=False,
-)
+# §3.3 / Table 1's space: tiles {32, 64, 128}, depth 2..8, no capacity limit.
+SPACE = TABLE_1_SPACE
 
 
 @pytest.mark.parametrize("regime", sorted(REGIMES))

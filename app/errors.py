@@ -15,8 +15,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.pool import (
+    PoolClosed,
+    PoolSaturated,
+    WorkerCrashed,
+    WorkerMemoryExceeded,
+    WorkerTimeout,
+)
+from app.routes.predict import PTXTooLarge
+from app.service import RequestFieldError
 from device_profiles import ModelNotServed, UnknownDevice
-from perfmodel.errors import ModelInputError
+from perfmodel.errors import ModelInputError, PTXSyntaxError
 from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace, SolverTimeout
 
 PROBLEM_JSON = "application/problem+json"
@@ -92,7 +101,9 @@ async def _model_not_served_handler(request: Request, exc: Exception) -> JSONRes
 
 async def _invalid_space_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, InvalidSearchSpace)
-    return field_error(422, "Invalid search space", f"search_space.{exc.field}", exc.reason)
+    # exc.field is relative to search_space ("tile_m"), or "search_space" for the whole space
+    field = exc.field if exc.field == "search_space" else f"search_space.{exc.field}"
+    return field_error(422, "Invalid search space", field, exc.reason)
 
 
 async def _infeasible_space_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -115,6 +126,21 @@ async def _model_input_handler(request: Request, exc: Exception) -> JSONResponse
     return field_error(422, "Invalid model input", exc.field, exc.reason)
 
 
+async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PTXSyntaxError)
+    return problem_response(
+        422,
+        "Invalid PTX",
+        exc.reason,
+        [{"field": "ptx", "reason": exc.message, "line": exc.line, "column": exc.column}],
+    )
+
+
+async def _ptx_too_large_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PTXTooLarge)
+    return field_error(413, "Content too large", "ptx", str(exc))
+
+
 async def _pool_saturated_handler(request: Request, exc: Exception) -> JSONResponse:
     # 503 + Retry-After: back-pressure, the client should retry (issue 4, item 2)
     assert isinstance(exc, PoolSaturated)
@@ -130,7 +156,10 @@ async def _pool_saturated_handler(request: Request, exc: Exception) -> JSONRespo
 async def _pool_closed_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PoolClosed)
     return problem_response(
-        503, "Service unavailable", str(exc), [{"field": "body", "reason": str(exc)}],
+        503,
+        "Service unavailable",
+        str(exc),
+        [{"field": "body", "reason": str(exc)}],
         headers={"Retry-After": "1"},
     )
 
@@ -175,12 +204,23 @@ HANDLERS: dict[type[Exception], Handler] = {
     InfeasibleSearchSpace: _infeasible_space_handler,
     SolverTimeout: _solver_timeout_handler,
     ModelInputError: _model_input_handler,
+    PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
+    PTXTooLarge: _ptx_too_large_handler,
+    # service limits (app/pool.py, app/service.py)
+    PoolSaturated: _pool_saturated_handler,
+    PoolClosed: _pool_closed_handler,
+    WorkerTimeout: _worker_timeout_handler,
+    WorkerMemoryExceeded: _worker_memory_handler,
+    WorkerCrashed: _worker_crashed_handler,
+    RequestFieldError: _request_field_handler,
 }
 
 
 def field_error(status: int, title: str, field: str, reason: str) -> JSONResponse:
     """A problem response naming one offending field."""
-    return problem_response(status, title, f"{field}: {reason}", [{"field": field, "reason": reason}])
+    return problem_response(
+        status, title, f"{field}: {reason}", [{"field": field, "reason": reason}]
+    )
 
 
 def install(app: FastAPI) -> None:

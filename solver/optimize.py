@@ -147,7 +147,7 @@ def optimize_tiling(
             break
     if not ranked:
         raise SolverTimeout(time_limit_s)
-    ranked.sort(key=_rank_key)
+    # Already in rank order: each solve is the optimum of what earlier ranks left.
     elapsed_ms = (time.perf_counter() - started) * 1000
     return TilingResult(
         status=status,
@@ -195,16 +195,3 @@ def _presolve(problem: TilingProblem, bounds: list[TripleBound], top_k: int) -> 
 
 def _simulate(problem: TilingProblem, tiling: Tiling) -> Simulation:
     return simulate(problem.shape, tiling, problem.machine, problem.wave_model)
-
-
-def _rank_key(sim: Simulation) -> tuple[int, int, int, int, int, int]:
-    """The same lexicographic order the solver optimizes, for an explicit final ordering."""
-    t = sim.tiling
-    return (
-        sim.overall_time_ns,
-        sim.total_math_wait_ns,
-        -t.tile_m,
-        -t.tile_n,
-        -t.tile_k,
-        t.buffer_depth,
-    )

@@ -17,6 +17,9 @@ from solver.errors import InvalidSearchSpace
 DEFAULT_TILE_VALUES: tuple[int, ...] = (16, 32, 64, 128, 256)
 DEFAULT_BUFFER_DEPTHS: tuple[int, ...] = tuple(range(2, 9))
 MAX_VALUES_PER_DIMENSION = 4096
+#: the presolve evaluates every (TM, TN, TK) triple in Python: ~5 us each, so this bounds it
+#: to well under a second whatever the request's time limit
+MAX_TILE_TRIPLES = 110_592  # e.g. 48 values per tile dimension
 MAX_TILE = 65536
 MAX_BUFFER_DEPTH = 64
 
@@ -65,6 +68,13 @@ class SearchSpace:
         object.__setattr__(
             self, "buffer_depth", _checked("buffer_depth", self.buffer_depth, MAX_BUFFER_DEPTH)
         )
+        triples = len(self.tile_m) * len(self.tile_n) * len(self.tile_k)
+        if triples > MAX_TILE_TRIPLES:
+            raise InvalidSearchSpace(
+                "search_space",
+                f"{triples} (tile_m, tile_n, tile_k) combinations exceed the limit of "
+                f"{MAX_TILE_TRIPLES}; use coarser ranges (a larger multiple_of)",
+            )
 
     @property
     def size(self) -> int:

@@ -200,3 +200,18 @@ def test_profile_without_gemm_ws_figures_is_422_naming_them(client: TestClient) 
     r = _post(client, m=64, n=64, k=64, device=other[0])
     assert r.status_code == 422
     assert "gemm_ws" in r.json()["detail"]
+
+
+def test_oversized_search_space_is_refused_before_solving(client: TestClient) -> None:
+    every_tile = {"min": 1, "max": 64}  # 64^3 = 262,144 tile combinations
+    r = _post(
+        client,
+        m=64,
+        n=64,
+        k=64,
+        device="rtx-a6000",
+        search_space={"tile_m": every_tile, "tile_n": every_tile, "tile_k": every_tile},
+    )
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "search_space"
+    assert "combinations" in r.json()["errors"][0]["reason"]

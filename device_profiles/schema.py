@@ -38,6 +38,13 @@ class NonNegativeFigure(Figure):
     value: float = Field(ge=0)
 
 
+class SwitchFigure(Figure):
+    """A cited yes/no reading of a paper's tables (e.g. how a device's worked examples apply
+    a rule the text leaves open)."""
+
+    value: bool
+
+
 class HardwareLimits(_Strict):
     """Per-SM / per-CTA hardware limits from public documentation."""
 
@@ -66,6 +73,120 @@ class GemmWsSection(_Strict):
     compute_throughput_macs_per_us: PositiveFigure
 
 
+ManyBspUnit = Literal["SPs", "DPU", "SFU", "LDST"]
+
+
+class InstructionClassFigures(_Strict):
+    """One row of Tables 1-5..1-7 (many-bsp-supplementary.txt): the functional unit, n_fu^i
+    (units available to one warp scheduler), T_i (results per cycle per warp scheduler) and the
+    latency: computational, or communication for global memory. ``source`` cites the row."""
+
+    fu: ManyBspUnit
+    units_per_ws: float = Field(gt=0, description="n_fu^i, units per warp scheduler")
+    throughput_per_ws: float = Field(gt=0, description="T_i, results per cycle per scheduler")
+    latency_cycles: float = Field(ge=0, description="comp latency, or comm latency (cycles)")
+    source: str = Field(min_length=3)
+    note: str | None = None
+
+
+class BarrierOverheadPoint(_Strict):
+    """bar.sync overhead measured at one block size (Tables 1-5..1-7, first rows)."""
+
+    threads_per_block: int = Field(gt=0)
+    overhead_cycles: float = Field(ge=0)
+    source: str = Field(min_length=3)
+
+
+#: instruction classes every Many-BSP profile must carry (the classifier falls back to them)
+REQUIRED_MANY_BSP_CLASSES: tuple[str, ...] = (
+    "alu",
+    "ld_global",
+    "st_global",
+    "ld_shared",
+    "st_shared",
+)
+
+#: scalar figures of the Many-BSP model (Table 1-8) a profile must carry to serve it
+REQUIRED_MANY_BSP_FIGURES: tuple[str, ...] = (
+    "warp_size",
+    "n_ws",
+    "n_du",
+    "issue_cycle",
+    "mem_lat_cycles",
+    "warp_launch_overhead_cycles",
+    "block_launch_overhead_cycles",
+    "max_threads_per_sm",
+    "registers_per_sm",
+    "shared_memory_per_sm_bytes",
+    "mu",
+)
+
+
+class ManyBspSection(_Strict):
+    """Figures of the Many-BSP model (many-bsp-supplementary.txt Tables 1-1..1-8 and the
+    parameter blocks of §2-§7). Every figure is optional so that a partial profile can say
+    exactly which ones it lacks (:meth:`DeviceProfile.missing_many_bsp_figures`).
+
+    Units: cycles (``_cycles``), bytes (``_bytes``); ``mu`` is dimensionless.
+    """
+
+    warp_size: PositiveFigure | None = None
+    n_ws: PositiveFigure | None = Field(None, description="warp schedulers per SM")
+    n_du: PositiveFigure | None = Field(None, description="dispatch units per SM")
+    issue_cycle: PositiveFigure | None = Field(None, description="cycles to issue one warp")
+    g0_cycles: NonNegativeFigure | None = None
+    g1_cycles: NonNegativeFigure | None = None
+    g2_cycles: NonNegativeFigure | None = None
+    mem_lat_cycles: PositiveFigure | None = Field(None, description="mem_lat = G_2 (eq. 26)")
+    l1_hit_latency_cycles: PositiveFigure | None = None
+    warp_launch_overhead_cycles: NonNegativeFigure | None = None
+    block_launch_overhead_cycles: NonNegativeFigure | None = None
+    max_threads_per_sm: PositiveFigure | None = None
+    registers_per_sm: PositiveFigure | None = Field(None, description="n_reg")
+    shared_memory_per_sm_bytes: PositiveFigure | None = Field(None, description="shmem_size")
+    segment_bytes: PositiveFigure | None = Field(None, description="global memory segment")
+    mu: PositiveFigure | None = Field(None, description="mu of eq. (24)-(25)")
+    latency_exposed_after_eq8_stall: SwitchFigure | None = Field(
+        None,
+        description="whether the instruction after an eq. (8) stall shows its latency "
+        "(default true); read off the device's BLOCK tables",
+    )
+    bar_sync_overhead: list[BarrierOverheadPoint] = Field(default_factory=list)
+    instruction_classes: dict[str, InstructionClassFigures] = Field(default_factory=dict)
+
+    def missing_figures(self) -> list[str]:
+        missing = [f"many_bsp.{n}" for n in REQUIRED_MANY_BSP_FIGURES if getattr(self, n) is None]
+        if not self.bar_sync_overhead:
+            missing.append("many_bsp.bar_sync_overhead")
+        missing += [
+            f"many_bsp.instruction_classes.{c}"
+            for c in REQUIRED_MANY_BSP_CLASSES
+            if c not in self.instruction_classes
+        ]
+        return missing
+
+
+class SyncLatencyPoint(_Strict):
+    threads_per_block: int = Field(gt=0)
+    latency_cycles: float = Field(ge=0)
+    throughput_block_syncs_per_us: float | None = Field(None, ge=0)
+    source: str = Field(min_length=3)
+
+
+class GridSyncPoint(_Strict):
+    blocks_per_sm: int = Field(gt=0)
+    threads_per_block: int = Field(gt=0)
+    latency_us: float = Field(ge=0)
+    source: str = Field(min_length=3)
+
+
+class SynchronizationSection(_Strict):
+    """Measured synchronization costs (gpu-synchronization-study.txt Table 5, Fig. 8)."""
+
+    block_sync: list[SyncLatencyPoint] = Field(default_factory=list)
+    grid_sync: list[GridSyncPoint] = Field(default_factory=list)
+
+
 class DeviceProfile(_Strict):
     schema_version: Literal[1]
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
@@ -75,10 +196,20 @@ class DeviceProfile(_Strict):
     description: str | None = None
     hardware: HardwareLimits
     gemm_ws: GemmWsSection | None = None
+    many_bsp: ManyBspSection | None = None
+    synchronization: SynchronizationSection | None = None
+
+    def missing_many_bsp_figures(self) -> list[str]:
+        """Dotted names of the figures the Many-BSP model needs and this profile lacks."""
+        if self.many_bsp is None:
+            return ["many_bsp"]
+        return self.many_bsp.missing_figures()
 
     def models_served(self) -> list[str]:
         """Names of the performance models whose figures this profile carries."""
         served = []
         if self.gemm_ws is not None:
             served.append("gemm-ws")
+        if self.many_bsp is not None and not self.missing_many_bsp_figures():
+            served.append("many-bsp")
         return served

@@ -1,0 +1,127 @@
+"""Request and response models of POST /predict-kernel (Many-BSP, issue 3)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from device_profiles import DeviceProfile
+
+PositiveInt = Annotated[int, Field(gt=0)]
+Dim3 = Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LaunchConfig(_Model):
+    grid: Dim3 = Field(description="blocks per grid [x, y, z]; n_b is their product")
+    block: Dim3 = Field(description="threads per block [x, y, z]; n_t is their product")
+
+
+class Resources(_Model):
+    registers_per_thread: int | None = Field(
+        None,
+        ge=0,
+        le=1024,
+        description="registers per thread; default: `ptxas -v` when ptxas is on the server's "
+        "PATH, otherwise required",
+    )
+    shared_bytes_per_block: int | None = Field(
+        None, ge=0, description="shared memory per block in bytes; default: the kernel's .shared"
+    )
+
+
+class PredictKernelRequest(_Model):
+    ptx: str = Field(min_length=1, description="PTX module text")
+    kernel: str | None = Field(None, description="entry name; required when several .entry")
+    device: str | None = Field(None, description="device profile id (GET /devices)")
+    device_params: DeviceProfile | None = Field(
+        None, description="an inline device profile with a complete many_bsp section"
+    )
+    launch: LaunchConfig
+    resources: Resources = Field(
+        default_factory=lambda: Resources(registers_per_thread=None, shared_bytes_per_block=None)
+    )
+    loop_trip_counts: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict, description="iterations per loop, keyed by the header's label"
+    )
+    memory_transactions: dict[int, Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default_factory=dict,
+        description="n_ma overrides keyed by the 1-based line of the instruction in `ptx`",
+    )
+    clock_mhz: float | None = Field(None, gt=0, description="clock for predicted_time_us (MHz)")
+
+
+class FuCycles(BaseModel):
+    SPs: float
+    DPU: float
+    SFU: float
+    LDST: float
+
+
+class InstructionOut(BaseModel):
+    line: int = Field(description="1-based line in the submitted ptx")
+    opcode: str
+    instruction_class: str = Field(description="row of Tables 1-5..1-7 used to cost it")
+    fu: str = Field(description="functional unit: SPs, DPU, SFU, LDST or MI (bar.sync)")
+    latency_cycles: float
+    throughput_per_ws: float = Field(description="T_i, results per cycle per warp scheduler")
+    u: int | None = Field(description="line of the first instruction reading its result")
+    d: int = Field(description="1 when that reader is the next instruction")
+    n_ma: int = Field(description="memory transactions per warp")
+    n_ma_inferred: bool = Field(description="true when n_ma came from the %tid.x stride")
+    issue_cycles: float
+    fu_cycles: FuCycles
+    comm_cycles: float
+    ovh_cycles: float
+    sync_cycles: float
+
+
+class SuperstepModel(BaseModel):
+    start_line: int
+    end_line: int
+    comp_cycles: float
+    comm_cycles: float
+    ovh_cycles: float
+    iterations: int
+
+
+class PredictKernelResponse(BaseModel):
+    kernel: str
+    device: str
+    n_b: int = Field(description="blocks in the grid")
+    n_t: int = Field(description="threads per block")
+    registers_per_thread: int
+    registers_source: str = Field(description="'request' or 'ptxas -v (sm_XX)'")
+    shared_bytes_per_block: int
+    predicted_cycles: float = Field(description="kernel_exec_cycle, eq. (24)/(25), cycles")
+    predicted_time_us: float | None = Field(description="predicted_cycles / clock (us)")
+    clock_mhz: float | None
+    equation: str = Field(description="'24' (rho >= tau) or '25'")
+    w: int = Field(description="warps per warp scheduler, eq. (6)")
+    parallel_comp: float = Field(description="eq. (10), cycles")
+    block_bar_ovh: float = Field(description="eq. (11), cycles")
+    block_comm: float = Field(description="eq. (12), cycles")
+    block_comm_delta: float = Field(description="block_comm without the last access, cycles")
+    COMP: float = Field(description="eq. (5), cycles")
+    warps_need: float = Field(description="eq. (15), warps")
+    overlapped: float = Field(description="eq. (16), cycles")
+    nonoverlapped: float = Field(description="eq. (17), cycles")
+    block_exec_cycle: float = Field(description="eq. (4), cycles")
+    comp: float = Field(description="eq. (19), cycles")
+    novlp: float = Field(description="eq. (20), cycles")
+    rho: int = Field(description="eq. (21), resident blocks per SM")
+    K: float = Field(description="eq. (22), rounds of resident blocks")
+    tau: int = Field(description="eq. (23)")
+    mu: float = Field(description="mu of eq. (24)-(25)")
+    l: int = Field(description="executed instructions per thread")  # noqa: E741 - paper name
+    l_c: int
+    l_m: int
+    l_b: int
+    level1_supersteps: list[SuperstepModel]
+    level2_supersteps: list[SuperstepModel]
+    instructions: list[InstructionOut]
+    warnings: list[str]

@@ -1,0 +1,197 @@
+"""Which row of Tables 1-5..1-7 (many-bsp-supplementary.txt) costs a PTX instruction.
+
+Each instruction maps to an *instruction class* (a key of the device profile's
+``many_bsp.instruction_classes``) and an :class:`InstructionKind`. The classes are the rows of
+the latency tables: ``alu`` (add/and/mad.lo/mov/mul/sub/ld.param...), ``alu_half_rate``
+(neg/setp/selp/shl/shr: half throughput on Maxwell/Pascal, Table 1-6), ``branch``,
+``branch_uniform``, ``fma_f32``, ``special_register`` (mov of %tid/%ctaid), ``cvt_to_64bit``,
+``cvt_from_64bit``, ``cvta``, ``dp_arith``, ``dp_fma``, ``sfu_div``, ``sfu_rcp``, ``sfu_sqrt``,
+``ld_global``, ``st_global``, ``ld_shared``, ``st_shared``.
+
+Documented fallback (reported as a warning, never an error): an opcode the tables have no row
+for is costed as the nearest row of the same unit of Tables 1-2..1-4 (SFU functions as
+``sfu_rcp``, other double-precision work as ``dp_fma``, tensor-core and other arithmetic as
+``fma_f32``, integer/bit manipulation as ``alu_half_rate``, anything else as ``alu``); a class
+the device profile lacks falls back to ``alu`` (or ``ld_global``/``ld_shared`` for memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.manybsp.types import InstructionKind
+from perfmodel.ptx import Instruction
+
+_ALU = frozenset(
+    {"add", "sub", "and", "or", "xor", "not", "mul", "mad", "mov", "min", "max", "abs", "cnot"}
+)
+_ALU_HALF = frozenset({"neg", "setp", "selp", "shl", "shr", "set", "slct"})
+_BIT_FALLBACK = frozenset(
+    {
+        "popc",
+        "clz",
+        "brev",
+        "bfe",
+        "bfi",
+        "bfind",
+        "prmt",
+        "sad",
+        "lop3",
+        "shf",
+        "fns",
+        "dp4a",
+        "dp2a",
+        "mul24",
+        "mad24",
+        "copysign",
+        "testp",
+        "bmsk",
+        "szext",
+        "addc",
+        "subc",
+        "madc",
+    }
+)
+_SFU_FALLBACK = frozenset({"ex2", "lg2", "sin", "cos", "tanh", "rsqrt"})
+_TENSOR = frozenset({"mma", "wmma", "wgmma"})
+_NO_COST = frozenset({"ret", "exit", "trap", "pmevent", "nanosleep", "fence", "membar"})
+_SPECIAL_IDS = ("%tid", "%ctaid")
+_MEMORY_OPS = frozenset(
+    {
+        "ld",
+        "st",
+        "ldu",
+        "atom",
+        "red",
+        "cp",
+        "prefetch",
+        "prefetchu",
+        "tex",
+        "tld4",
+        "suld",
+        "sust",
+        "ldmatrix",
+        "stmatrix",
+        "cp.async",
+        "multimem",
+    }
+)
+_BARRIER_OPS = frozenset({"bar", "barrier"})
+
+
+@dataclass(frozen=True)
+class Classified:
+    class_key: str
+    kind: InstructionKind
+    fallback_reason: str | None = None  # why the documented fallback applied, if it did
+
+
+def _types(ins: Instruction) -> list[str]:
+    return [m for m in ins.modifiers if m[:1] in "fubs" and m[1:].isdigit() or m == "pred"]
+
+
+def classify(ins: Instruction) -> Classified | None:
+    """The instruction's class and kind; ``None`` for instructions the model does not cost
+    (``ret``/``exit``, fences: the paper's tables list no cost for them)."""
+    op = ins.opcode
+    types = _types(ins)
+    if op in _NO_COST:
+        return None
+    if op in _BARRIER_OPS:
+        if "sync" in ins.modifiers or "red" in ins.modifiers or not ins.modifiers:
+            return Classified("bar_sync", InstructionKind.BARRIER)
+        return Classified(
+            "bar_sync", InstructionKind.BARRIER, f"{ins.full_opcode}: costed as bar.sync"
+        )
+    if op in ("bra", "brx"):
+        if ins.guard is None or "uni" in ins.modifiers:
+            return Classified("branch_uniform", InstructionKind.UNIFORM_BRANCH)
+        return Classified("branch", InstructionKind.BRANCH)
+    if op == "call":
+        return Classified(
+            "branch_uniform",
+            InstructionKind.UNIFORM_BRANCH,
+            "call: the callee's body is not analysed; costed as one uniform branch",
+        )
+    space = ins.state_space
+    if op in _MEMORY_OPS and space is not None:
+        return _memory(ins, space)
+    if op == "cvta":
+        return Classified("cvta", InstructionKind.COMPUTE)
+    if op == "cvt":
+        # Table 1-2: conversions from and to 64-bit types run at the DPU rate; the dest type
+        # is the first type modifier, the source the second.
+        if len(types) >= 2 and types[0].endswith("64"):
+            return Classified("cvt_to_64bit", InstructionKind.COMPUTE)
+        if len(types) >= 2 and types[1].endswith("64"):
+            return Classified("cvt_from_64bit", InstructionKind.COMPUTE)
+        return Classified("alu", InstructionKind.COMPUTE)
+    if op == "mov" and any(r.startswith(_SPECIAL_IDS) for o in ins.operands for r in o.registers):
+        return Classified("special_register", InstructionKind.COMPUTE)
+    is_f64 = "f64" in types
+    if is_f64:
+        if op in ("fma", "mad"):
+            return Classified("dp_fma", InstructionKind.COMPUTE)
+        if op in ("add", "sub", "mul", "mov", "neg", "abs", "min", "max", "setp", "selp"):
+            return Classified("dp_arith", InstructionKind.COMPUTE)
+        return Classified(
+            "dp_fma", InstructionKind.COMPUTE, f"{ins.full_opcode}: no figure; costed as fma.f64"
+        )
+    if op in ("fma", "mad") and ("f32" in types or "f16" in types or "f16x2" in ins.modifiers):
+        return Classified("fma_f32", InstructionKind.COMPUTE)
+    if op == "div" and "f32" in types:
+        return Classified("sfu_div", InstructionKind.COMPUTE)
+    if op == "rcp":
+        return Classified("sfu_rcp", InstructionKind.COMPUTE)
+    if op == "sqrt":
+        return Classified("sfu_sqrt", InstructionKind.COMPUTE)
+    if op in _SFU_FALLBACK:
+        return Classified(
+            "sfu_rcp", InstructionKind.COMPUTE, f"{ins.full_opcode}: no figure; costed as rcp.f32"
+        )
+    if op in _ALU_HALF:
+        return Classified("alu_half_rate", InstructionKind.COMPUTE)
+    if op in _ALU:
+        if op == "mul" and "hi" in ins.modifiers:
+            return Classified("alu_half_rate", InstructionKind.COMPUTE)
+        return Classified("alu", InstructionKind.COMPUTE)
+    if op in ("ld",) and space == "param":
+        return Classified("alu", InstructionKind.COMPUTE)
+    if op in _TENSOR:
+        return Classified(
+            "fma_f32", InstructionKind.COMPUTE, f"{ins.full_opcode}: no figure; costed as fma.f32"
+        )
+    if op in _BIT_FALLBACK or op in ("div", "rem"):
+        return Classified(
+            "alu_half_rate",
+            InstructionKind.COMPUTE,
+            f"{ins.full_opcode}: no figure; costed as an integer shift (half-rate SP row)",
+        )
+    return Classified(
+        "alu", InstructionKind.COMPUTE, f"{ins.full_opcode}: no figure; costed as add"
+    )
+
+
+def _memory(ins: Instruction, space: str) -> Classified:
+    op = ins.opcode
+    store = op in ("st", "sust", "stmatrix") or (op == "red")
+    if space == "param":
+        return Classified("alu", InstructionKind.COMPUTE)  # Table 1-5: ld.param on SPs
+    if space == "shared" or op in ("ldmatrix", "stmatrix"):
+        reason = None if op in ("ld", "st") else f"{ins.full_opcode}: costed as ld/st.shared"
+        return Classified(
+            "st_shared" if store else "ld_shared", InstructionKind.SHARED_MEMORY, reason
+        )
+    if space == "const":
+        return Classified(
+            "ld_shared",
+            InstructionKind.SHARED_MEMORY,
+            f"{ins.full_opcode}: constant cache access costed as ld.shared",
+        )
+    # global, local, generic, texture, async copies: off-chip communication (comm).
+    reason = None
+    if op not in ("ld", "st", "ldu") or space not in ("global", "local"):
+        reason = f"{ins.full_opcode}: costed as {'st' if store else 'ld'}.global"
+    if space in ("local",) and op in ("ld", "st"):
+        reason = None
+    return Classified("st_global" if store else "ld_global", InstructionKind.GLOBAL_MEMORY, reason)

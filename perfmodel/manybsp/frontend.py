@@ -1,0 +1,358 @@
+"""From a parsed PTX function to the model's per-instruction table (Table N-1) and level-1
+spans: instruction classes, u/d dependencies, n_ma, loop iterations.
+
+Level-1 supersteps (Step 4; Tables 2-3..7-3) are the straight-line stretches between loop
+boundaries: code before a loop, the loop body, code after it. Within a loop, a conditional
+branch that leaves the loop before the latch splits the body: what follows it runs on every
+iteration but the last (Hotspot: 97~170 twice, 171~182 once). A bounds-check guard that jumps
+to a return before any memory access, barrier or loop is its own level-1 superstep (KNN:
+1~14, 15~28).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from perfmodel.errors import ModelInputError
+from perfmodel.manybsp.classify import Classified, classify
+from perfmodel.manybsp.types import (
+    FunctionalUnit,
+    InstructionCost,
+    InstructionKind,
+    Level1Span,
+)
+from perfmodel.ptx import (
+    Function,
+    Instruction,
+    Loop,
+    build_cfg,
+    find_loops,
+    tid_x_stride_bytes,
+)
+
+
+@dataclass(frozen=True)
+class ClassFigures:
+    """A device's row of Tables 1-5..1-7 for one instruction class."""
+
+    fu: FunctionalUnit
+    units_per_ws: int
+    throughput_per_ws: float
+    latency_cycles: float
+
+
+@dataclass(frozen=True)
+class FrontEndResult:
+    costs: tuple[InstructionCost, ...]
+    spans: tuple[Level1Span, ...]
+    class_keys: tuple[str, ...]
+    n_ma_inferred: tuple[bool, ...]  # True where n_ma came from the stride, not an override
+    warnings: tuple[str, ...]
+
+
+_FALLBACK_CLASS = {
+    InstructionKind.GLOBAL_MEMORY: "ld_global",
+    InstructionKind.SHARED_MEMORY: "ld_shared",
+}
+
+
+def _access_bytes(ins: Instruction) -> int:
+    width = 4
+    for m in ins.modifiers:
+        if m[:1] in "fubs" and m[1:].isdigit():
+            width = max(1, int(m[1:]) // 8)
+    for m in ins.modifiers:
+        if m in ("v2", "v4", "v8"):
+            width *= int(m[1:])
+    return width
+
+
+def _global_transactions(stride: int, width: int, segment: int, warp: int) -> int:
+    """Segments one warp's access touches: consecutive threads ``stride`` bytes apart."""
+    if stride == 0:
+        return max(1, math.ceil(width / segment))
+    span = (warp - 1) * abs(stride) + width
+    return max(1, min(warp, math.ceil(span / segment)))
+
+
+def _shared_transactions(stride: int) -> int:
+    """Bank-conflict degree of 32 four-byte banks for a word stride (1 = conflict free)."""
+    if stride == 0 or stride % 4:
+        return 1
+    return math.gcd(abs(stride) // 4, 32)
+
+
+def build_table(
+    fn: Function,
+    figures: Mapping[str, ClassFigures],
+    *,
+    mem_lat_cycles: float,
+    l1_hit_latency_cycles: float | None,
+    barrier_overhead_cycles: float,
+    loop_trip_counts: Mapping[str, int],
+    memory_transactions: Mapping[int, int],
+    segment_bytes: int,
+    warp_size: int,
+) -> FrontEndResult:
+    warnings: list[str] = []
+    instrs = fn.instructions
+    kept: list[int] = []
+    classes: list[Classified] = []
+    for idx, ins in enumerate(instrs):
+        c = classify(ins)
+        if c is None:
+            continue
+        if c.fallback_reason:
+            warnings.append(f"line {ins.line}: {c.fallback_reason}")
+        kept.append(idx)
+        classes.append(c)
+    if not kept:
+        raise ModelInputError("ptx", f"kernel {fn.name!r} has no instructions to model")
+
+    memory_lines = {
+        instrs[i].line
+        for i, c in zip(kept, classes, strict=True)
+        if c.kind in (InstructionKind.GLOBAL_MEMORY, InstructionKind.SHARED_MEMORY)
+    }
+    for line, n in memory_transactions.items():
+        if line not in memory_lines:
+            raise ModelInputError(
+                f"memory_transactions.{line}",
+                f"line {line} holds no memory instruction of kernel {fn.name!r}; "
+                "key the override by the line of a ld/st/atom instruction",
+            )
+        if n < 1:
+            raise ModelInputError(f"memory_transactions.{line}", "n_ma must be >= 1")
+
+    spans_orig, iterations = _level1(fn, loop_trip_counts, warnings)
+    pos_of = {orig: k for k, orig in enumerate(kept)}
+
+    # u: first later instruction (program order) reading a register this one writes.
+    uses_at: dict[str, list[int]] = {}
+    for k, orig in enumerate(kept):
+        for r in instrs[orig].uses:
+            uses_at.setdefault(r, []).append(k)
+
+    costs: list[InstructionCost] = []
+    keys: list[str] = []
+    inferred: list[bool] = []
+    last_global: dict[tuple[str, ...], tuple[int, int]] = {}  # base regs -> (block id, offset)
+    block_id = 0
+    for k, (orig, c) in enumerate(zip(kept, classes, strict=True)):
+        ins = instrs[orig]
+        if ins.labels or (k and instrs[kept[k - 1]].is_branch):
+            block_id += 1
+        key = c.class_key
+        kind = c.kind
+        if key not in figures and kind is not InstructionKind.BARRIER:
+            fallback = _FALLBACK_CLASS.get(kind, "alu")
+            if key.startswith("st_"):
+                fallback = key  # required classes: always present
+            warnings.append(
+                f"line {ins.line}: the device profile has no {key!r} figures; costed as {fallback}"
+            )
+            key = fallback
+        consumer = None
+        for r in ins.defs:
+            lst = uses_at.get(r, [])
+            j = bisect.bisect_right(lst, k)
+            if j < len(lst) and (consumer is None or lst[j] < consumer):
+                consumer = lst[j]
+        n_ma = 1
+        was_inferred = False
+        latency: float
+        if kind is InstructionKind.BARRIER:
+            fig = figures.get("alu")
+            assert fig is not None  # required class, checked when the device is built
+            costs.append(
+                InstructionCost(
+                    line=ins.line,
+                    opcode=ins.full_opcode,
+                    fu=FunctionalUnit.MI,
+                    kind=kind,
+                    units_per_ws=fig.units_per_ws,
+                    throughput_per_ws=fig.throughput_per_ws,
+                    latency_cycles=0.0,
+                    consumer=consumer,
+                    barrier_overhead_cycles=barrier_overhead_cycles,
+                )
+            )
+            keys.append("bar_sync")
+            inferred.append(False)
+            continue
+        fig = figures[key]
+        latency = fig.latency_cycles
+        if kind in (InstructionKind.GLOBAL_MEMORY, InstructionKind.SHARED_MEMORY):
+            if ins.line in memory_transactions:
+                n_ma = memory_transactions[ins.line]
+            else:
+                stride = tid_x_stride_bytes(fn, orig)
+                was_inferred = True
+                if stride is None:
+                    warnings.append(
+                        f"line {ins.line}: cannot relate the address of {ins.full_opcode} to "
+                        "%tid.x; assuming 1 memory transaction per warp (override it in "
+                        "memory_transactions)"
+                    )
+                elif kind is InstructionKind.GLOBAL_MEMORY:
+                    n_ma = _global_transactions(
+                        stride, _access_bytes(ins), segment_bytes, warp_size
+                    )
+                else:
+                    n_ma = _shared_transactions(stride)
+            if kind is InstructionKind.GLOBAL_MEMORY:
+                latency = mem_lat_cycles
+                hit = _l1_hit(ins, block_id, last_global, segment_bytes)
+                if hit and l1_hit_latency_cycles is not None and key == "ld_global":
+                    # Table 3-1 row 23: a load of the line an earlier load of this block
+                    # fetched hits L1 and costs a computational latency, no comm.
+                    kind = InstructionKind.SHARED_MEMORY
+                    latency = l1_hit_latency_cycles
+        costs.append(
+            InstructionCost(
+                line=ins.line,
+                opcode=ins.full_opcode,
+                fu=fig.fu,
+                kind=kind,
+                units_per_ws=fig.units_per_ws,
+                throughput_per_ws=fig.throughput_per_ws,
+                latency_cycles=latency,
+                consumer=consumer,
+                n_ma=n_ma,
+            )
+        )
+        keys.append(key)
+        inferred.append(was_inferred)
+
+    spans: list[Level1Span] = []
+    for s_orig, e_orig in spans_orig:
+        ks = [pos_of[i] for i in range(s_orig, e_orig + 1) if i in pos_of]
+        if not ks:
+            continue
+        spans.append(Level1Span(start=ks[0], end=ks[-1], iterations=iterations[s_orig]))
+    return FrontEndResult(
+        costs=tuple(costs),
+        spans=tuple(spans),
+        class_keys=tuple(keys),
+        n_ma_inferred=tuple(inferred),
+        warnings=tuple(warnings),
+    )
+
+
+def _l1_hit(
+    ins: Instruction,
+    block_id: int,
+    seen: dict[tuple[str, ...], tuple[int, int]],
+    segment: int,
+) -> bool:
+    addr = next((o for o in ins.operands if o.kind == "address"), None)
+    if addr is None or ins.opcode != "ld":
+        return False
+    regs = tuple(addr.registers)
+    prev = seen.get(regs)
+    seen[regs] = (block_id, addr.offset)
+    return prev is not None and prev[0] == block_id and abs(prev[1] - addr.offset) < segment
+
+
+def _level1(
+    fn: Function, trip_counts: Mapping[str, int], warnings: list[str]
+) -> tuple[list[tuple[int, int]], dict[int, int]]:
+    """Level-1 spans (inclusive instruction indices of ``fn``) and each span's iterations,
+    keyed by the span's first index."""
+    instrs = fn.instructions
+    n = len(instrs)
+    blocks = build_cfg(fn)
+    loops = find_loops(fn, blocks)
+    block_of = [0] * n
+    for bb in blocks:
+        for i in range(bb.start, bb.end):
+            block_of[i] = bb.index
+    known = {lp.header_label for lp in loops}
+    for label, count in trip_counts.items():
+        if label not in known:
+            raise ModelInputError(
+                f"loop_trip_counts.{label}",
+                f"no loop of kernel {fn.name!r} has header {label!r}; loop headers: "
+                + (", ".join(sorted(known)) or "none"),
+            )
+        if count < 0:
+            raise ModelInputError(f"loop_trip_counts.{label}", "a trip count must be >= 0")
+
+    trips: dict[str, int] = {}
+    for lp in loops:
+        if lp.header_label in trip_counts:
+            trips[lp.header_label] = trip_counts[lp.header_label]
+        elif lp.inferred_trip_count is not None:
+            trips[lp.header_label] = lp.inferred_trip_count
+        else:
+            trips[lp.header_label] = 1
+            warnings.append(
+                f"loop {lp.header_label}: trip count unknown; assuming 1 iteration "
+                f"(give it in loop_trip_counts)"
+            )
+
+    # Per instruction: the loops containing it, and whether it follows an early exit.
+    loops_of_block: list[list[Loop]] = [[] for _ in blocks]
+    header_of_block: dict[int, list[Loop]] = {}
+    for lp in loops:
+        for member in lp.blocks:
+            loops_of_block[member].append(lp)
+        header_of_block.setdefault(lp.header_block, []).append(lp)
+    # One key per basic block: keys change only at block boundaries (loop entry/exit, the
+    # block after an exit branch or a guard), so consecutive blocks with equal keys form a span.
+    Key = tuple[int, tuple[tuple[str, bool], ...]]
+    key_of: list[Key] = []
+    after_exit: dict[str, bool] = {}
+    guard_region = 0
+    guard_open = True  # no memory access, barrier or loop seen yet
+    for bb in blocks:
+        inside = loops_of_block[bb.index]
+        for lp in header_of_block.get(bb.index, ()):
+            after_exit[lp.header_label] = False
+        if guard_open:
+            guard_open = not inside and not any(
+                ins.state_space not in (None, "param") or ins.opcode in ("bar", "barrier")
+                for ins in instrs[bb.start : bb.end]
+            )
+        key_of.append(
+            (
+                guard_region,
+                tuple((lp.header_label, after_exit.get(lp.header_label, False)) for lp in inside),
+            )
+        )
+        last = instrs[bb.end - 1]
+        target = last.branch_target
+        if last.guard is not None and target is not None:
+            t_idx = fn.label_index.get(target, n)
+            for lp in inside:
+                leaves = t_idx >= n or block_of[t_idx] not in lp.blocks
+                if leaves and bb.index != lp.latch_block:
+                    after_exit[lp.header_label] = True
+            if guard_open and _returns_only(instrs, t_idx):
+                guard_region += 1
+                guard_open = False
+
+    spans: list[tuple[int, int]] = []
+    iterations: dict[int, int] = {}
+    first = 0
+    for k in range(1, len(blocks) + 1):
+        if k == len(blocks) or key_of[k] != key_of[first]:
+            start, end = blocks[first].start, blocks[k - 1].end - 1
+            spans.append((start, end))
+            its = 1
+            for label, exited in key_of[first][1]:
+                t = trips[label]
+                its *= max(0, t - 1) if exited else t
+            iterations[start] = its
+            first = k
+    return spans, iterations
+
+
+def _returns_only(instrs: Sequence[Instruction], idx: int) -> bool:
+    """True when the instructions from ``idx`` on are only ``ret``/``exit``."""
+    if idx >= len(instrs):
+        return True
+    return instrs[idx].opcode in ("ret", "exit")

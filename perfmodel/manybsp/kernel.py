@@ -1,0 +1,142 @@
+"""Kernel execution time from the level-1 supersteps: eq. (4)-(25) of
+many-bsp-supplementary.txt §1, with the worked examples' reading where they differ from the
+printed equations (docs/model-notes.md, "Many-BSP")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from perfmodel.manybsp.types import (
+    InstructionCost,
+    InstructionKind,
+    KernelEstimate,
+    LaunchShape,
+    ManyBspDevice,
+    Superstep,
+)
+
+
+def occupancy_rho(launch: LaunchShape, device: ManyBspDevice) -> int:
+    """eq. (21): resident blocks per SM; a resource the kernel does not use sets no limit."""
+    limits = [device.max_threads_per_sm // launch.n_t]
+    if launch.registers_per_thread > 0:
+        limits.append(device.registers_per_sm // (launch.n_t * launch.registers_per_thread))
+    if launch.shared_bytes_per_block > 0:
+        limits.append(device.shared_memory_per_sm_bytes // launch.shared_bytes_per_block)
+    return max(1, min(limits))
+
+
+def dynamic_counts(
+    costs: Sequence[InstructionCost], level1: Sequence[Superstep]
+) -> tuple[int, int, int, int]:
+    """(l, l_c, l_m, l_b): executed instructions, computational, global-memory, barriers.
+
+    The parameter blocks count executed instructions (MM: l = 32 + 10 x 112 + 11 = 1163,
+    l_m = 10 x 2 + 1 = 21, l_b = 10 x 2 = 20).
+    """
+    l_total = l_m = l_b = 0
+    for s in level1:
+        for c in costs[s.start : s.end + 1]:
+            l_total += s.iterations
+            if c.kind is InstructionKind.GLOBAL_MEMORY:
+                l_m += s.iterations
+            elif c.kind is InstructionKind.BARRIER:
+                l_b += s.iterations
+    return l_total, l_total - l_m - l_b, l_m, l_b
+
+
+def last_comm_cycles(
+    costs: Sequence[InstructionCost], level1: Sequence[Superstep], w: int
+) -> float:
+    """comm of the kernel's last global-memory access: it cannot overlap later work, so the
+    examples leave it out of block_comm_Delta (Hotspot: 2292 - 764 = 1528)."""
+    for s in reversed(level1):
+        if s.iterations == 0:
+            continue
+        for c in reversed(costs[s.start : s.end + 1]):
+            if c.kind is InstructionKind.GLOBAL_MEMORY:
+                return w * c.n_ma * c.latency_cycles
+    return 0.0
+
+
+def estimate_kernel(
+    costs: Sequence[InstructionCost],
+    level1: Sequence[Superstep],
+    w: int,
+    launch: LaunchShape,
+    device: ManyBspDevice,
+) -> KernelEstimate:
+    """eq. (4)-(25) for a grid of identical blocks."""
+    parallel_comp = sum(s.iterations * s.comp_cycles for s in level1)  # eq. (10)
+    block_bar_ovh = sum(s.iterations * s.ovh_cycles for s in level1)  # eq. (11)
+    block_comm = sum(s.iterations * s.comm_cycles for s in level1)  # eq. (12)
+    block_comm_delta = max(0.0, block_comm - last_comm_cycles(costs, level1, w))
+    COMP = w * device.warp_launch_overhead_cycles + parallel_comp  # eq. (5)
+    l_total, l_c, l_m, l_b = dynamic_counts(costs, level1)
+    warp_comp = COMP / w
+    warp_comm_delta = block_comm_delta / w
+    # eq. (15): warps needed to hide the overlappable communication.
+    warps_need: float
+    if l_m > 1 and warp_comp > 0 and warp_comm_delta > 0:
+        warps_need = device.n_ws * (math.ceil(warp_comm_delta * l_c / (warp_comp * (l_m - 1))) + 1)
+    else:
+        warps_need = float(device.n_ws)
+    hidden_fraction = min(1.0, w * device.n_ws / warps_need)
+    overlapped = hidden_fraction * block_comm_delta / w  # eq. (16)
+    if block_comm > 0:  # eq. (17)
+        nonoverlapped = min(
+            block_comm / w,
+            device.mem_lat_cycles + block_comm_delta / w * max(0.0, 1.0 - hidden_fraction),
+        )
+    else:
+        nonoverlapped = 0.0
+    block_exec_cycle = (
+        device.block_launch_overhead_cycles + block_bar_ovh + nonoverlapped + COMP
+    )  # eq. (4)
+    # All blocks run the same code, so the averages of eq. (19)-(20) are one block's values.
+    comp = COMP + block_bar_ovh  # eq. (19)
+    novlp = nonoverlapped  # eq. (20)
+    rho = occupancy_rho(launch, device)  # eq. (21)
+    K = launch.n_b / (device.n_sm * rho)  # eq. (22)
+    # eq. (23) prints a floor; every worked example takes the ceiling (KNN 940MX:
+    # ceil(918/573) + 1 = 3). We follow the examples.
+    tau = math.ceil(novlp / comp) + 1 if comp > 0 else 1
+    speedup = min(device.mu, (1 + rho) / 2)
+    base = (
+        device.block_launch_overhead_cycles + launch.n_b / device.n_sm * comp / speedup + novlp / 2
+    )
+    if rho >= tau:  # eq. (24)
+        kernel = base
+        equation = "24"
+    else:  # eq. (25)
+        # (K - 1) counts the rounds after the first; with fewer blocks than resident slots
+        # (K < 1) there are none, and the term must not turn negative (docs/model-notes.md).
+        kernel = base + max(0.0, K - 1) * (tau - rho) / (tau - 1) * novlp
+        equation = "25"
+    return KernelEstimate(
+        w=w,
+        parallel_comp=parallel_comp,
+        block_bar_ovh=block_bar_ovh,
+        block_comm=block_comm,
+        block_comm_delta=block_comm_delta,
+        COMP=COMP,
+        warp_comp=warp_comp,
+        warp_comm_delta=warp_comm_delta,
+        l=l_total,
+        l_c=l_c,
+        l_m=l_m,
+        l_b=l_b,
+        warps_need=warps_need,
+        overlapped=overlapped,
+        nonoverlapped=nonoverlapped,
+        block_exec_cycle=block_exec_cycle,
+        comp=comp,
+        novlp=novlp,
+        rho=rho,
+        K=K,
+        tau=tau,
+        mu=device.mu,
+        kernel_exec_cycle=kernel,
+        equation=equation,
+    )

@@ -1,0 +1,169 @@
+"""``predict_kernel``: the one entry point of the Many-BSP predictor (pure, picklable I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from perfmodel.errors import ModelInputError
+from perfmodel.manybsp.block import analyse_block
+from perfmodel.manybsp.device import DeviceFigures
+from perfmodel.manybsp.frontend import build_table
+from perfmodel.manybsp.kernel import estimate_kernel
+from perfmodel.manybsp.ptxas import ptxas_registers
+from perfmodel.manybsp.types import (
+    BlockRow,
+    InstructionCost,
+    KernelEstimate,
+    LaunchShape,
+    Superstep,
+)
+from perfmodel.ptx import parse_module
+
+
+@dataclass(frozen=True, slots=True)
+class PredictRequest:
+    """A kernel launch to predict; sizes in threads/blocks, resources per thread/block."""
+
+    ptx: str
+    device: DeviceFigures
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    kernel: str | None = None
+    registers_per_thread: int | None = None
+    shared_bytes_per_block: int | None = None
+    loop_trip_counts: Mapping[str, int] = field(default_factory=dict)
+    memory_transactions: Mapping[int, int] = field(default_factory=dict)
+    clock_mhz: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PredictResult:
+    """Everything the response reports. The per-instruction table is Table N-1
+    (``costs``: class, unit, latency, u, n_ma) beside Table N-2 (``rows``: issue, FU
+    occupancy, comm, ovh, sync); superstep bounds are indices into them (``line_of`` maps an
+    index to its 1-based line in the submitted PTX)."""
+
+    kernel: str
+    device_id: str
+    registers_per_thread: int
+    registers_source: str
+    shared_bytes_per_block: int
+    n_b: int
+    n_t: int
+    estimate: KernelEstimate
+    predicted_time_us: float | None
+    costs: tuple[InstructionCost, ...]
+    rows: tuple[BlockRow, ...]
+    class_keys: tuple[str, ...]
+    n_ma_inferred: tuple[bool, ...]
+    level1: tuple[Superstep, ...]
+    level2: tuple[Superstep, ...]
+    warnings: tuple[str, ...]
+
+    def line_of(self, index: int) -> int:
+        return self.costs[index].line
+
+
+def _check_launch(req: PredictRequest, n_t: int, regs: int, shared: int) -> None:
+    dev = req.device.device
+    if dev.max_threads_per_block is not None and n_t > dev.max_threads_per_block:
+        raise ModelInputError(
+            "launch.block",
+            f"{n_t} threads per block exceed the device limit of {dev.max_threads_per_block}",
+        )
+    if n_t > dev.max_threads_per_sm:
+        raise ModelInputError(
+            "launch.block",
+            f"{n_t} threads per block exceed the {dev.max_threads_per_sm} threads an SM holds",
+        )
+    if dev.max_registers_per_thread is not None and regs > dev.max_registers_per_thread:
+        raise ModelInputError(
+            "resources.registers_per_thread",
+            f"{regs} registers exceed the device limit of {dev.max_registers_per_thread}",
+        )
+    if regs * n_t > dev.registers_per_sm:
+        raise ModelInputError(
+            "resources.registers_per_thread",
+            f"{regs} registers x {n_t} threads exceed the {dev.registers_per_sm} registers of "
+            "an SM; the block cannot launch",
+        )
+    limit = dev.shared_memory_per_block_bytes or dev.shared_memory_per_sm_bytes
+    if shared > limit:
+        raise ModelInputError(
+            "resources.shared_bytes_per_block",
+            f"{shared} bytes exceed the {limit} bytes of shared memory a block may use",
+        )
+
+
+def predict_kernel(req: PredictRequest) -> PredictResult:
+    """Parse the PTX, build Table N-1/N-2 and the supersteps, and evaluate eq. (4)-(25)."""
+    for axis, v in zip("xyz", req.grid, strict=True):
+        if v < 1:
+            raise ModelInputError(f"launch.grid.{axis}", "the grid must have >= 1 block per axis")
+    for axis, v in zip("xyz", req.block, strict=True):
+        if v < 1:
+            raise ModelInputError(f"launch.block.{axis}", "a block needs >= 1 thread per axis")
+    module = parse_module(req.ptx)
+    fn = module.entry(req.kernel)
+    n_t = req.block[0] * req.block[1] * req.block[2]
+    n_b = req.grid[0] * req.grid[1] * req.grid[2]
+    warnings: list[str] = []
+
+    if req.registers_per_thread is not None:
+        regs, regs_source = req.registers_per_thread, "request"
+    else:
+        found = ptxas_registers(req.ptx, fn.name, module.target)
+        if found is None:
+            raise ModelInputError(
+                "resources.registers_per_thread",
+                "required: ptxas is not on PATH (or could not compile the module) to report "
+                "the registers per thread; give resources.registers_per_thread",
+            )
+        regs, arch = found
+        regs_source = f"ptxas -v ({arch})"
+        if arch != module.target:
+            warnings.append(
+                f"registers from ptxas for {arch}: this ptxas does not compile {module.target}"
+            )
+    shared = (
+        req.shared_bytes_per_block if req.shared_bytes_per_block is not None else fn.shared_bytes
+    )
+    _check_launch(req, n_t, regs, shared)
+
+    figs = req.device
+    dev = figs.device
+    table = build_table(
+        fn,
+        figs.class_map(),
+        mem_lat_cycles=dev.mem_lat_cycles,
+        l1_hit_latency_cycles=figs.l1_hit_latency_cycles,
+        barrier_overhead_cycles=figs.bar_sync_overhead_cycles(n_t),
+        loop_trip_counts=req.loop_trip_counts,
+        memory_transactions=req.memory_transactions,
+        segment_bytes=dev.segment_bytes,
+        warp_size=dev.warp_size,
+    )
+    warnings.extend(table.warnings)
+    analysis = analyse_block(table.costs, table.spans, n_t, dev)
+    launch = LaunchShape(n_b=n_b, n_t=n_t, registers_per_thread=regs, shared_bytes_per_block=shared)
+    est = estimate_kernel(table.costs, analysis.level1, analysis.w, launch, dev)
+    clock = req.clock_mhz if req.clock_mhz is not None else figs.clock_mhz
+    return PredictResult(
+        kernel=fn.name,
+        device_id=figs.device_id,
+        registers_per_thread=regs,
+        registers_source=regs_source,
+        shared_bytes_per_block=shared,
+        n_b=n_b,
+        n_t=n_t,
+        estimate=est,
+        predicted_time_us=est.kernel_exec_cycle / clock if clock else None,
+        costs=table.costs,
+        rows=analysis.rows,
+        class_keys=table.class_keys,
+        n_ma_inferred=table.n_ma_inferred,
+        level1=analysis.level1,
+        level2=analysis.level2,
+        warnings=tuple(warnings),
+    )

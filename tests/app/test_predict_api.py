@@ -1,0 +1,183 @@
+"""POST /predict-kernel over HTTP: the published example end to end, and every bad input
+answered 4xx problem+json naming the problem (never a 500)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.main import create_app
+from app.routes.predict import MAX_PTX_BYTES, PTXTooLarge, to_core
+from app.schemas.predict import PredictKernelRequest
+from app.settings import Settings
+
+PAPER = Path(__file__).resolve().parents[1] / "fixtures" / "ptx" / "paper"
+KNN = (PAPER / "knn.ptx").read_text()
+MM = (PAPER / "mm.ptx").read_text()
+PROBLEM = "application/problem+json"
+
+
+def _settings(**over: Any) -> Settings:
+    return Settings(workers=1, cache_path=None, cache_memory_items=0, **over)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(_settings())) as test_client:
+        yield test_client
+
+
+def knn_body(**over: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "ptx": KNN,
+        "device": "gtx-760",
+        "launch": {"grid": [168, 1, 1], "block": [256, 1, 1]},
+        "resources": {"registers_per_thread": 9, "shared_bytes_per_block": 0},
+        "memory_transactions": {"42": 2, "44": 2, "49": 2},
+    }
+    body.update(over)
+    return body
+
+
+def test_knn_on_gtx_760_matches_the_published_prediction(client: TestClient) -> None:
+    r = client.post("/predict-kernel", json=knn_body(clock_mhz=1000))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    # many-bsp-supplementary.txt §3: kernel_exec_cycle = 6802, rho = 8, tau = 2
+    assert body["predicted_cycles"] == pytest.approx(6802, rel=0.05)
+    assert (body["rho"], body["tau"], body["equation"]) == (8, 2, "24")
+    assert body["predicted_time_us"] == pytest.approx(body["predicted_cycles"] / 1000)
+    assert [s["comm_cycles"] for s in body["level1_supersteps"]] == [0, 1528]
+    lines = KNN.splitlines()
+    assert all(row["opcode"] in lines[row["line"] - 1] for row in body["instructions"])
+    names = "parallel_comp block_bar_ovh block_comm COMP warps_need nonoverlapped"
+    names += " block_exec_cycle comp novlp rho K tau mu"
+    for name in names.split():
+        assert name in body
+
+
+def test_loop_trip_counts_scale_the_loop_superstep(client: TestClient) -> None:
+    body = {
+        "ptx": MM,
+        "device": "940mx",
+        "launch": {"grid": [20, 10, 1], "block": [32, 32, 1]},
+        "resources": {"registers_per_thread": 22, "shared_bytes_per_block": 2048},
+    }
+    ten = client.post("/predict-kernel", json={**body, "loop_trip_counts": {"BB1_2": 10}})
+    twenty = client.post("/predict-kernel", json={**body, "loop_trip_counts": {"BB1_2": 20}})
+    assert ten.status_code == twenty.status_code == 200
+    loop10 = ten.json()["level1_supersteps"][1]
+    loop20 = twenty.json()["level1_supersteps"][1]
+    assert (loop10["iterations"], loop20["iterations"]) == (10, 20)
+    extra = twenty.json()["parallel_comp"] - ten.json()["parallel_comp"]
+    assert extra == pytest.approx(10 * loop10["comp_cycles"])
+
+
+def _problem(r: Any, status: int, field: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith(PROBLEM)
+    body: dict[str, Any] = r.json()
+    assert any(e["field"] == field for e in body["errors"]), body
+    return body
+
+
+def test_not_ptx_is_422_with_line_and_column(client: TestClient) -> None:
+    r = client.post("/predict-kernel", json=knn_body(ptx="just some text\n"))
+    err = _problem(r, 422, "ptx")["errors"][0]
+    assert (err["line"], err["column"]) == (1, 1)
+
+
+def test_syntax_error_deep_in_the_module_points_at_it(client: TestClient) -> None:
+    lines = KNN.splitlines()
+    at = next(i for i, t in enumerate(lines) if "sqrt.rn.f32" in t)
+    lines[at] = "\tsqrt.rn.f32 %f9, %f8, ;"
+    err = _problem(client.post("/predict-kernel", json=knn_body(ptx="\n".join(lines))), 422, "ptx")
+    assert err["errors"][0]["line"] == at + 1
+
+
+def test_unknown_entry_is_422(client: TestClient) -> None:
+    body = _problem(client.post("/predict-kernel", json=knn_body(kernel="nope")), 422, "kernel")
+    assert "euclid" in body["detail"]
+
+
+def test_ptx_over_the_configured_limit_is_413() -> None:
+    limit = len(KNN.encode()) - 1
+    with TestClient(create_app(_settings(max_ptx_bytes=limit))) as small:
+        body = _problem(small.post("/predict-kernel", json=knn_body()), 413, "ptx")
+    assert str(limit) in body["detail"]
+
+
+def test_core_default_ptx_limit() -> None:
+    request = PredictKernelRequest.model_validate(knn_body(ptx="x" * (MAX_PTX_BYTES + 1)))
+    with pytest.raises(PTXTooLarge):
+        to_core(request)
+
+
+def test_block_larger_than_the_device_allows_is_422(client: TestClient) -> None:
+    launch = {"grid": [1, 1, 1], "block": [32, 32, 2]}
+    _problem(client.post("/predict-kernel", json=knn_body(launch=launch)), 422, "launch.block")
+
+
+@pytest.mark.parametrize("grid", [[0, 1, 1], [1, 0, 1], [4, 4, 0]])
+def test_empty_grid_is_422(client: TestClient, grid: list[int]) -> None:
+    launch = {"grid": grid, "block": [256, 1, 1]}
+    axis = grid.index(0)
+    _problem(
+        client.post("/predict-kernel", json=knn_body(launch=launch)), 422, f"launch.grid.{axis}"
+    )
+
+
+def test_negative_trip_count_is_422(client: TestClient) -> None:
+    r = client.post("/predict-kernel", json={**knn_body(ptx=MM), "loop_trip_counts": {"BB1_2": -3}})
+    _problem(r, 422, "loop_trip_counts.BB1_2")
+
+
+def test_device_that_cannot_serve_many_bsp_lists_missing_figures(client: TestClient) -> None:
+    body = _problem(client.post("/predict-kernel", json=knn_body(device="gtx-1070")), 422, "device")
+    reasons = " ".join(e["reason"] for e in body["errors"])
+    assert "block_launch_overhead_cycles" in reasons and "mu" in reasons
+
+
+def test_unknown_device_is_422(client: TestClient) -> None:
+    _problem(client.post("/predict-kernel", json=knn_body(device="gtx-9999")), 422, "device")
+
+
+def test_registers_required_without_ptxas(monkeypatch: pytest.MonkeyPatch) -> None:
+    # workers inherit the environment: with an empty PATH, ptxas is absent for them too
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with TestClient(create_app(_settings())) as no_ptxas:
+        r = no_ptxas.post("/predict-kernel", json=knn_body(resources={}))
+    _problem(r, 422, "resources.registers_per_thread")
+
+
+@pytest.mark.nvcc
+def test_registers_from_ptxas_when_on_path(client: TestClient) -> None:
+    if shutil.which("ptxas") is None:
+        pytest.skip("ptxas not on PATH")
+    r = client.post("/predict-kernel", json=knn_body(resources={}))
+    assert r.status_code == 200, r.text
+    assert r.json()["registers_source"].startswith("ptxas -v")
+
+
+def test_inline_device_params(client: TestClient) -> None:
+    profile = client.get("/devices/940mx").json()
+    r = client.post("/predict-kernel", json=knn_body(device=None, device_params=profile))
+    assert r.status_code == 200, r.text
+    assert r.json()["predicted_cycles"] == pytest.approx(13311, rel=0.05)  # §6
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.text(max_size=300))
+def test_arbitrary_text_never_500s(client: TestClient, text: str) -> None:
+    r = client.post("/predict-kernel", json=knn_body(ptx=text or "x"))
+    assert r.status_code in (200, 422), r.text
+    assert r.status_code == 200 or r.headers["content-type"].startswith(PROBLEM)

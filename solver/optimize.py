@@ -105,14 +105,12 @@ def optimize_tiling(
     *,
     top_k: int = 5,
     time_limit_s: float = 10.0,
-    include_timeline: bool = False,
 ) -> TilingResult:
     """Solve ``problem``; ``top_k`` ranked candidates; raises SolverTimeout if none was found.
 
-    ``include_timeline`` is accepted for symmetry with the HTTP API: every returned
-    :class:`Simulation` carries its per-stage events, the caller decides what to show.
+    Every returned :class:`Simulation` carries its per-stage events; the caller decides
+    whether to show them.
     """
-    del include_timeline
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
     if not time_limit_s > 0:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
+from app.jobs import optimize_via_pool
 from app.schemas.optimize import (
     OptimizeTilingRequest,
     OptimizeTilingResponse,
@@ -15,6 +16,7 @@ from app.schemas.optimize import (
     TimelineStage,
     ValueRange,
 )
+from app.service import ServiceDep
 from device_profiles import DeviceProfile, ModelNotServed, get_profile
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel, ns_to_us
@@ -23,7 +25,6 @@ from solver import (
     SearchSpace,
     TilingProblem,
     TilingResult,
-    optimize_tiling,
     values_from_range,
 )
 
@@ -145,13 +146,13 @@ def to_response(
 
 
 @router.post("/optimize-tiling", response_model=OptimizeTilingResponse)
-def optimize(request: OptimizeTilingRequest) -> OptimizeTilingResponse:
+async def optimize(
+    request: OptimizeTilingRequest, service: ServiceDep, response: Response
+) -> OptimizeTilingResponse:
     """Proven-optimal GeMM-WS tiling and a ranked shortlist for a GEMM on a device."""
-    device, problem = to_problem(request)
-    result = optimize_tiling(
-        problem,
-        top_k=request.top_k,
-        time_limit_s=request.time_limit_s,
-        include_timeline=request.include_timeline,
-    )
-    return to_response(request, device, problem, result)
+    # bad device or search space: answer 4xx without taking a worker
+    service.check_search_space(to_problem(request)[1].space.size)
+    # the solve itself (optimize_tiling + to_response) runs in a worker process, behind the
+    # result cache and the bounded queue: app/jobs.py
+    answer, _ = await optimize_via_pool(service, request, response)
+    return answer

@@ -73,10 +73,14 @@ class GemmWsDeviceParams(_Model):
         default=0.0, ge=0, le=1e6, description="MATH startup latency, us"
     )
     load_throughput_elements_per_us: float = Field(
-        gt=0, le=1e12, description="DMA throughput, matrix elements per microsecond"
+        # ge, not gt=0: a subnormal throughput makes every time overflow a float (found by
+        # the schema fuzzing test, tests/app/test_fuzz_schema.py)
+        ge=1e-6,
+        le=1e12,
+        description="DMA throughput, matrix elements per microsecond",
     )
     compute_throughput_macs_per_us: float = Field(
-        gt=0, le=1e15, description="MATH throughput, multiply-accumulates per microsecond"
+        ge=1e-6, le=1e15, description="MATH throughput, multiply-accumulates per microsecond"
     )
     shared_memory_per_block_bytes: int | None = Field(
         default=None, ge=1, le=1 << 30, description="shared memory a CTA may use, bytes"

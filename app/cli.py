@@ -1,0 +1,375 @@
+"""kperf command line: ``serve``, ``optimize``, ``batch``, ``predict``, ``devices``.
+
+Every command except ``serve`` goes through :class:`app.client.KperfClient`: against
+``--url`` when given, else against an in-process instance of the service (same validation,
+limits and errors). Output is a human-readable table; ``--json`` prints the raw JSON for scripts.
+Exit codes: 0 success, 1 the service refused the request (its problem+json is shown), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from app.client import KperfClient, KperfError
+from app.settings import Settings
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _print_json(document: Any, out: TextIO) -> None:
+    out.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+def _client(args: argparse.Namespace) -> KperfClient:
+    settings = None
+    if args.url is None:
+        # in-process: one worker is plenty for a single command and starts faster
+        settings = Settings(workers=1, log_level="WARNING")
+    return KperfClient(args.url, settings=settings)
+
+
+# ---------------------------------------------------------------------------- serve
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app import logging as kperf_logging
+    from app.main import create_app
+
+    overrides = {"workers": args.workers, "cache_path": args.cache_path}
+    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    kperf_logging.configure(settings.log_level, settings.log_json)
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+# ---------------------------------------------------------------------------- client commands
+
+
+def _optimize_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {"m": args.m, "n": args.n, "k": args.k, "device": args.device}
+    if args.dtype is not None:
+        body["dtype"] = args.dtype
+    if args.top_k is not None:
+        body["top_k"] = args.top_k
+    if args.time_limit_s is not None:
+        body["time_limit_s"] = args.time_limit_s
+    if args.timeline:
+        body["include_timeline"] = True
+    return body
+
+
+async def _optimize(args: argparse.Namespace, out: TextIO) -> int:
+    async with _client(args) as client:
+        answer = await client.optimize(_optimize_body(args))
+    result = answer.response
+    if args.json:
+        _print_json(result.model_dump(mode="json"), out)
+        return 0
+    out.write(
+        f"GEMM {args.m}x{args.n}x{args.k} on {result.device} ({result.dtype}): status "
+        f"{result.status}, cache {answer.cache or '-'}, solver {result.solver.elapsed_ms:.1f} ms\n"
+    )
+    rows = [
+        (
+            c.rank,
+            c.tile_m,
+            c.tile_n,
+            c.tile_k,
+            c.buffer_depth,
+            f"{c.predicted_time_us:.3f}",
+            c.waves,
+            c.stages,
+            c.bound,
+        )
+        for c in result.candidates
+    ]
+    out.write(
+        _table(("rank", "TM", "TN", "TK", "depth", "time_us", "waves", "stages", "bound"), rows)
+        + "\n"
+    )
+    return 0
+
+
+def _load_problems(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    stripped = text.lstrip()
+    if stripped.startswith("[") or stripped.startswith("{"):
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError:
+            document = None
+        if isinstance(document, list):
+            return [dict(p) for p in document]
+        if isinstance(document, dict) and isinstance(document.get("problems"), list):
+            return [dict(p) for p in document["problems"]]
+    # JSON lines: one problem per line
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+async def _batch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    problems = _load_problems(args.file)
+    if not problems:
+        err.write("no problems in the file\n")
+        return 2
+    items: list[dict[str, Any]] = []
+    async with _client(args) as client:
+        for start in range(0, len(problems), args.chunk_size):
+            chunk = problems[start : start + args.chunk_size]
+            answer = await client.optimize_batch(chunk)
+            for entry in answer.items:
+                document = entry.model_dump(mode="json")
+                document["index"] = start + entry.index
+                items.append(document)
+            done = len(items)
+            failed = sum(1 for i in items if i["status"] == "error")
+            # progress on stderr so --json output on stdout stays machine-readable
+            err.write(f"\r[{done}/{len(problems)}] solved, {failed} failed")
+            err.flush()
+    err.write("\n")
+    if args.json:
+        _print_json({"items": items}, out)
+    else:
+        rows = []
+        for item in items:
+            if item["status"] == "ok":
+                best = item["result"]["best"]
+                tiling = (
+                    f"{best['tile_m']}x{best['tile_n']}x{best['tile_k']}/{best['buffer_depth']}"
+                )
+                rows.append(
+                    (
+                        item["index"],
+                        "ok",
+                        item["result"]["status"],
+                        item["cache"],
+                        tiling,
+                        f"{best['predicted_time_us']:.3f}",
+                    )
+                )
+            else:
+                error = item["error"]
+                fields = ", ".join(e["field"] for e in error["errors"])
+                rows.append((item["index"], f"error {error['status']}", fields, "", "", ""))
+        out.write(_table(("#", "result", "status", "cache", "TMxTNxTK/depth", "time_us"), rows))
+        out.write("\n")
+    return 1 if any(i["status"] == "error" for i in items) else 0
+
+
+def _dims(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace("x", ",").split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected X[,Y[,Z]] integers, got {text!r}") from None
+    if not 1 <= len(values) <= 3:
+        raise argparse.ArgumentTypeError(f"expected 1 to 3 dimensions, got {text!r}")
+    return values + [1] * (3 - len(values))
+
+
+def _trip_count(text: str) -> tuple[str, int]:
+    label, sep, count = text.partition("=")
+    if not sep or not label or not count.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected LABEL=N, got {text!r}")
+    return label, int(count)
+
+
+def _param(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+async def _predict(args: argparse.Namespace, out: TextIO) -> int:
+    ptx = args.kernel.read_text(encoding="utf-8")
+    body: dict[str, Any] = {
+        "ptx": ptx,
+        "device": args.device,
+        "launch": {"grid": args.grid, "block": args.block},
+    }
+    if args.kernel_name is not None:
+        body["kernel"] = args.kernel_name
+    resources = {
+        "registers_per_thread": args.registers_per_thread,
+        "shared_bytes_per_block": args.shared_bytes_per_block,
+    }
+    if any(v is not None for v in resources.values()):
+        body["resources"] = {k: v for k, v in resources.items() if v is not None}
+    if args.trip_count:
+        body["loop_trip_counts"] = dict(args.trip_count)
+    if args.clock_mhz is not None:
+        body["clock_mhz"] = args.clock_mhz
+    body.update(dict(args.param))
+    async with _client(args) as client:
+        result = await client.predict(body)
+    if args.json:
+        _print_json(result, out)
+        return 0
+    rows = [(k, v) for k, v in result.items() if not isinstance(v, dict | list)]
+    out.write(_table(("field", "value"), rows) + "\n")
+    for warning in result.get("warnings", []):
+        out.write(f"warning: {warning}\n")
+    return 0
+
+
+async def _devices(args: argparse.Namespace, out: TextIO) -> int:
+    async with _client(args) as client:
+        if args.device_id is not None:
+            profile = await client.device(args.device_id)
+            if args.json:
+                _print_json(profile.model_dump(mode="json"), out)
+                return 0
+            out.write(f"{profile.id}: {profile.name} ({profile.architecture or '-'})\n")
+            rows: list[tuple[Any, ...]] = []
+            for section in ("hardware", "gemm_ws"):
+                figures = getattr(profile, section, None)
+                if figures is None:
+                    continue
+                for name, figure in figures:
+                    if figure is not None:
+                        rows.append((f"{section}.{name}", figure.value, figure.source))
+            out.write(_table(("figure", "value", "source"), rows) + "\n")
+            return 0
+        listing = await client.devices()
+    if args.json:
+        _print_json(listing.model_dump(mode="json"), out)
+        return 0
+    rows = [
+        (d.id, d.name, d.architecture or "-", d.sm_count, ", ".join(d.models) or "-")
+        for d in listing.devices
+    ]
+    out.write(_table(("id", "name", "architecture", "SMs", "models"), rows) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kperf", description="Analytical GPU kernel performance service and client."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the HTTP service (settings from KPERF_* env)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=None, help="overrides KPERF_WORKERS")
+    serve.add_argument(
+        "--cache-path", type=Path, default=None, help="overrides KPERF_CACHE_PATH (SQLite file)"
+    )
+    serve.set_defaults(handler=_serve, kind="sync")
+
+    def client_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--url", default=None, help="service URL; without it the service runs in-process"
+        )
+        p.add_argument("--json", action="store_true", help="print the JSON answer")
+
+    optimize = sub.add_parser("optimize", help="best GeMM-WS tiling for one GEMM")
+    optimize.add_argument("--m", type=int, required=True, help="rows of A and C")
+    optimize.add_argument("--n", type=int, required=True, help="columns of B and C")
+    optimize.add_argument("--k", type=int, required=True, help="reduction dimension")
+    optimize.add_argument("--device", required=True, help="device profile id (kperf devices)")
+    optimize.add_argument("--dtype", default=None, choices=["fp32", "fp16", "bf16", "fp8"])
+    optimize.add_argument("--top-k", type=int, default=None)
+    optimize.add_argument("--time-limit-s", type=float, default=None)
+    optimize.add_argument("--timeline", action="store_true", help="include per-stage times")
+    client_options(optimize)
+    optimize.set_defaults(handler=_optimize, kind="out")
+
+    batch = sub.add_parser("batch", help="solve many problems from a JSON / JSON-lines file")
+    batch.add_argument("file", type=Path, help="JSON list, {'problems': [...]}, or JSON lines")
+    batch.add_argument("--chunk-size", type=int, default=8, help="problems per request")
+    client_options(batch)
+    batch.set_defaults(handler=_batch, kind="out_err")
+
+    predict = sub.add_parser("predict", help="predict a PTX kernel's time (Many-BSP)")
+    predict.add_argument("kernel", type=Path, help="PTX file")
+    predict.add_argument("--device", required=True)
+    predict.add_argument("--grid", type=_dims, required=True, help="X[,Y[,Z]] blocks")
+    predict.add_argument("--block", type=_dims, required=True, help="X[,Y[,Z]] threads")
+    predict.add_argument("--kernel-name", default=None, help="entry to analyse if several")
+    predict.add_argument("--registers-per-thread", type=int, default=None)
+    predict.add_argument("--shared-bytes-per-block", type=int, default=None)
+    predict.add_argument("--clock-mhz", type=float, default=None)
+    predict.add_argument(
+        "--trip-count",
+        type=_trip_count,
+        action="append",
+        default=[],
+        metavar="LABEL=N",
+        help="iterations of the loop whose header has LABEL (repeatable)",
+    )
+    predict.add_argument(
+        "--param",
+        type=_param,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra request field as JSON, e.g. --param 'memory_transactions={\"12\": 4}'",
+    )
+    client_options(predict)
+    predict.set_defaults(handler=_predict, kind="out")
+
+    devices = sub.add_parser("devices", help="list device profiles, or show one")
+    devices.add_argument("device_id", nargs="?", default=None)
+    client_options(devices)
+    devices.set_defaults(handler=_devices, kind="out")
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    args = build_parser().parse_args(argv)
+    if args.kind == "sync":
+        code: int = args.handler(args)
+        return code
+    handler: Callable[..., Coroutine[Any, Any, int]] = args.handler
+    call_args = (args, out, err) if args.kind == "out_err" else (args, out)
+    try:
+        return asyncio.run(handler(*call_args))
+    except KperfError as exc:
+        if getattr(args, "json", False):
+            problem = {k: v for k, v in exc.problem.items() if not k.startswith("_")}
+            _print_json({"status": exc.status, **problem}, out)
+        else:
+            err.write(f"error: {exc}\n")
+            for field, reason in exc.field_errors:
+                err.write(f"  {field}: {reason}\n")
+        return 1
+    except (OSError, httpx.HTTPError) as exc:
+        err.write(f"error: {exc}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

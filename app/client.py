@@ -1,0 +1,206 @@
+"""Typed Python client of the kperf HTTP API (the CLI's only way to talk to the service).
+
+``KperfClient(url)`` talks to a running server; ``KperfClient()`` builds the application in
+this process (its worker pool included) and talks to it through ``httpx.ASGITransport``, so the
+same code paths, limits and error bodies apply either way::
+
+    async with KperfClient() as client:
+        answer = await client.optimize({"m": 4096, "n": 4096, "k": 4096, "device": "rtx-a6000"})
+        print(answer.response.best.predicted_time_us, answer.cache)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+from starlette.types import ASGIApp, Message
+
+from app.schemas.batch import OptimizeTilingBatchResponse
+from app.schemas.devices import DeviceList
+from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
+from app.settings import Settings
+from device_profiles import DeviceProfile
+
+IN_PROCESS_URL = "http://kperf.in-process"
+
+
+class KperfError(Exception):
+    """The service answered with an error; ``problem`` is its problem+json body."""
+
+    def __init__(self, status: int, problem: dict[str, Any], request_id: str | None) -> None:
+        self.status = status
+        self.problem = problem
+        self.request_id = request_id
+        detail = problem.get("detail") or problem.get("title") or "error"
+        super().__init__(f"HTTP {status}: {detail}")
+
+    @property
+    def field_errors(self) -> list[tuple[str, str]]:
+        return [(e.get("field", "?"), e.get("reason", "")) for e in self.problem.get("errors", [])]
+
+    @property
+    def retry_after_s(self) -> float | None:
+        value = self.problem.get("_retry_after")
+        return float(value) if value is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizeAnswer:
+    response: OptimizeTilingResponse
+    cache: str | None  # "hit" | "miss" from X-Cache
+    request_id: str | None
+
+
+class _Lifespan:
+    """Drive an ASGI app's lifespan protocol (startup on enter, shutdown on exit)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._to_app: asyncio.Queue[Message] = asyncio.Queue()
+        self._from_app: asyncio.Queue[Message] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _receive(self) -> Message:
+        return await self._to_app.get()
+
+    async def _send(self, message: Message) -> None:
+        await self._from_app.put(message)
+
+    async def _expect(self, wanted: str) -> None:
+        message = await self._from_app.get()
+        if message["type"] != wanted:
+            raise RuntimeError(f"application {wanted[: -len('.complete')]} failed: {message}")
+
+    async def __aenter__(self) -> Self:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+        self._task = asyncio.ensure_future(self.app(scope, self._receive, self._send))
+        await self._to_app.put({"type": "lifespan.startup"})
+        await self._expect("lifespan.startup.complete")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._to_app.put({"type": "lifespan.shutdown"})
+        await self._expect("lifespan.shutdown.complete")
+        if self._task is not None:
+            await self._task
+
+
+class KperfClient:
+    """Async client; use as ``async with KperfClient(url) as client``."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        timeout_s: float = 180.0,
+        request_id: str | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self.request_id = request_id
+        self._http: httpx.AsyncClient | None = None
+        #: the in-process application (None when talking to a URL)
+        self.app: ASGIApp | None = None
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Self:
+        headers = {"X-Request-ID": self.request_id} if self.request_id else {}
+        if self.base_url is None:
+            from app.main import create_app  # only the in-process mode needs the server
+
+            app = create_app(self.settings if self.settings is not None else Settings())
+            self.app = app
+            await self._stack.enter_async_context(_Lifespan(app))
+            transport: httpx.AsyncBaseTransport = httpx.ASGITransport(app=app)
+            url = IN_PROCESS_URL
+        else:
+            transport = httpx.AsyncHTTPTransport()
+            url = self.base_url
+        self._http = await self._stack.enter_async_context(
+            httpx.AsyncClient(
+                transport=transport, base_url=url, timeout=self.timeout_s, headers=headers
+            )
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stack.aclose()
+        self._http = None
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:
+            raise RuntimeError("use the client inside 'async with KperfClient(...)'")
+        return self._http
+
+    async def _call(self, method: str, path: str, json: Any = None) -> httpx.Response:
+        response = await self.http.request(method, path, json=json)
+        if response.status_code >= 400:
+            try:
+                problem = response.json()
+            except ValueError:
+                problem = {"detail": response.text}
+            if not isinstance(problem, dict):
+                problem = {"detail": str(problem)}
+            if "retry-after" in response.headers:
+                problem["_retry_after"] = response.headers["retry-after"]
+            raise KperfError(response.status_code, problem, response.headers.get("x-request-id"))
+        return response
+
+    # ------------------------------------------------------------------ endpoints
+
+    async def healthz(self) -> dict[str, Any]:
+        body: dict[str, Any] = (await self._call("GET", "/healthz")).json()
+        return body
+
+    async def readyz(self) -> dict[str, Any]:
+        body: dict[str, Any] = (await self._call("GET", "/readyz")).json()
+        return body
+
+    async def devices(self) -> DeviceList:
+        return DeviceList.model_validate((await self._call("GET", "/devices")).json())
+
+    async def device(self, device_id: str) -> DeviceProfile:
+        response = await self._call("GET", f"/devices/{device_id}")
+        return DeviceProfile.model_validate(response.json())
+
+    async def optimize(self, request: OptimizeTilingRequest | Mapping[str, Any]) -> OptimizeAnswer:
+        body = _request_json(request)
+        response = await self._call("POST", "/optimize-tiling", body)
+        return OptimizeAnswer(
+            OptimizeTilingResponse.model_validate(response.json()),
+            response.headers.get("x-cache"),
+            response.headers.get("x-request-id"),
+        )
+
+    async def optimize_batch(
+        self, problems: Sequence[OptimizeTilingRequest | Mapping[str, Any]]
+    ) -> OptimizeTilingBatchResponse:
+        body = {"problems": [_request_json(p) for p in problems]}
+        response = await self._call("POST", "/optimize-tiling/batch", body)
+        return OptimizeTilingBatchResponse.model_validate(response.json())
+
+    async def predict(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """POST /predict-kernel; the body as the service documents it in its OpenAPI."""
+        body: dict[str, Any] = (await self._call("POST", "/predict-kernel", dict(request))).json()
+        return body
+
+
+def _request_json(request: OptimizeTilingRequest | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(request, OptimizeTilingRequest):
+        # only what the caller set: unset fields take the server's defaults
+        return request.model_dump(mode="json", exclude_unset=True)
+    return dict(request)

@@ -1,0 +1,86 @@
+"""OpenAPI document: every operation lists the problem+json error answers it can give.
+
+FastAPI documents only 200 and its own 422 shape; the service answers errors as RFC 9457
+problem+json (``app/errors.py``), plus 413/503/504 from its limits. Documenting them keeps the
+schema honest, which the schema fuzzing test (tests/app/test_fuzz_schema.py) relies on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel, Field
+
+from app.errors import PROBLEM_JSON
+
+
+class FieldProblem(BaseModel):
+    field: str = Field(description="dotted path of the offending input, or 'body'")
+    reason: str = Field(description="what is wrong and how to fix it")
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details with the offending fields."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[FieldProblem]
+
+
+_ERRORS_ANY: dict[str, str] = {
+    "404": "unknown resource (e.g. device id)",
+    "422": "invalid request: the errors name each offending field",
+    "500": "a bug: report the X-Request-ID",
+}
+_ERRORS_WITH_BODY: dict[str, str] = {
+    "413": "request body larger than the server's limit",
+}
+_ERRORS_SOLVING: dict[str, str] = {
+    "503": "all workers busy and the queue full (see Retry-After), or the pool is starting",
+    "504": "no answer within time_limit_s + 20% + 100 ms",
+}
+_SOLVING_PATHS = ("/optimize-tiling", "/optimize-tiling/batch", "/predict-kernel")
+
+
+def install(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+        )
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        problem_schema = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, definition in problem_schema.pop("$defs", {}).items():
+            schemas[name] = definition
+        schemas["Problem"] = problem_schema
+        problem_ref = {"$ref": "#/components/schemas/Problem"}
+        for path, operations in document.get("paths", {}).items():
+            for method, operation in operations.items():
+                extra = dict(_ERRORS_ANY)
+                if method in ("post", "put", "patch"):
+                    extra.update(_ERRORS_WITH_BODY)
+                if path in _SOLVING_PATHS or path == "/readyz":
+                    extra.update(_ERRORS_SOLVING if path != "/readyz" else {})
+                responses = operation.setdefault("responses", {})
+                for code, description in extra.items():
+                    existing = responses.get(code, {})
+                    if code == "503" and "content" in existing:
+                        continue  # /readyz documents its own 503 body
+                    responses[code] = {
+                        "description": existing.get("description", description),
+                        "content": {PROBLEM_JSON: {"schema": problem_ref}},
+                    }
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        app.openapi_schema = document
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]

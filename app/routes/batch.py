@@ -1,0 +1,71 @@
+"""POST /optimize-tiling/batch: several problems solved concurrently in the worker pool."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from fastapi import APIRouter, Request
+
+from app.errors import HANDLERS
+from app.jobs import optimize_via_pool
+from app.routes.optimize import to_problem
+from app.schemas.batch import (
+    BatchItem,
+    ItemProblem,
+    OptimizeTilingBatchRequest,
+    OptimizeTilingBatchResponse,
+)
+from app.schemas.optimize import OptimizeTilingRequest
+from app.service import RequestFieldError, Service, ServiceDep
+
+router = APIRouter(prefix="/optimize-tiling", tags=["optimize"])
+
+
+async def _as_problem(request: Request, index: int, exc: Exception) -> ItemProblem:
+    """The item's error exactly as the single-problem route would map it, fields prefixed."""
+    handler = next((h for cls, h in HANDLERS.items() if isinstance(exc, cls)), None)
+    if handler is None:
+        raise exc  # a bug: let the middleware turn it into a 500
+    response = await handler(request, exc)
+    body = json.loads(bytes(response.body))
+    for entry in body.get("errors", []):
+        entry["field"] = f"problems.{index}.{entry['field']}"
+        entry.pop("rejected", None)
+    return ItemProblem.model_validate(body)
+
+
+async def _solve_one(
+    service: Service,
+    request: Request,
+    index: int,
+    problem: OptimizeTilingRequest,
+    slots: asyncio.Semaphore,
+) -> BatchItem:
+    try:
+        # fail fast on bad devices/search spaces, no worker needed
+        service.check_search_space(to_problem(problem)[1].space.size)
+        async with slots:
+            answer, hit = await optimize_via_pool(service, problem, None, admitted=True)
+    except Exception as exc:  # noqa: BLE001 - each item carries its own error
+        return BatchItem(index=index, status="error", error=await _as_problem(request, index, exc))
+    return BatchItem(index=index, status="ok", cache="hit" if hit else "miss", result=answer)
+
+
+@router.post("/batch", response_model=OptimizeTilingBatchResponse)
+async def optimize_batch(
+    body: OptimizeTilingBatchRequest, request: Request, service: ServiceDep
+) -> OptimizeTilingBatchResponse:
+    """Solve up to max_batch_items problems concurrently; answers in request order."""
+    limit = service.settings.max_batch_items
+    if len(body.problems) > limit:
+        raise RequestFieldError(
+            "problems", f"at most {limit} problems per batch, got {len(body.problems)}; split it"
+        )
+    # one queue slot admits the whole batch; its items then share at most `workers` workers
+    service.pool.admit()
+    slots = asyncio.Semaphore(service.settings.workers)
+    items = await asyncio.gather(
+        *(_solve_one(service, request, i, p, slots) for i, p in enumerate(body.problems))
+    )
+    return OptimizeTilingBatchResponse(items=list(items))

@@ -1,0 +1,86 @@
+"""Liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
+
+from app.service import ServiceDep
+
+router = APIRouter(tags=["health"])
+
+
+class Liveness(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class ReadinessChecks(BaseModel):
+    profiles_loaded: bool = Field(description="at least one device profile validated at start-up")
+    z3_usable: bool = Field(description="Z3 imports and decides a trivial formula")
+    pool_alive: bool = Field(description="at least one solver worker process is alive")
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "not ready"]
+    checks: ReadinessChecks
+    workers_alive: int = Field(description="live solver worker processes")
+    workers_idle: int = Field(description="worker processes waiting for a job")
+    queue_depth: int = Field(description="requests waiting for a free worker")
+
+
+def _z3_usable() -> bool:
+    try:
+        import z3
+
+        x = z3.Int("x")
+        solver = z3.Solver()
+        solver.set("timeout", 1000)
+        solver.add(x > 1, x < 3)
+        return bool(solver.check() == z3.sat)
+    except Exception:  # noqa: BLE001 - any failure means "not usable"
+        return False
+
+
+@router.get("/healthz", response_model=Liveness)
+async def healthz() -> Liveness:
+    """Liveness: the event loop answers (no dependency is checked)."""
+    return Liveness()
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "a dependency is not ready"}},
+)
+async def readyz(service: ServiceDep) -> JSONResponse:
+    """Readiness: profiles loaded, Z3 usable, worker pool alive."""
+    checks = ReadinessChecks(
+        profiles_loaded=bool(service.profiles),
+        z3_usable=await asyncio.to_thread(_z3_usable),
+        pool_alive=service.pool.running and service.pool.alive_workers > 0,
+    )
+    ready = checks.profiles_loaded and checks.z3_usable and checks.pool_alive
+    body = Readiness(
+        status="ready" if ready else "not ready",
+        checks=checks,
+        workers_alive=service.pool.alive_workers,
+        workers_idle=service.pool.idle_workers,
+        queue_depth=service.pool.waiting,
+    )
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
+)
+async def metrics(service: ServiceDep) -> Response:
+    """Prometheus metrics of this process."""
+    service.metrics.queue_depth.set(service.pool.waiting)
+    return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)

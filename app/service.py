@@ -1,0 +1,200 @@
+"""The running service's shared parts, and the one path every solve takes.
+
+Routes get the :class:`Service` through the ``ServiceDep`` dependency and call
+:func:`cached_solve` + :func:`run_job`: cache lookup (``X-Cache: hit|miss``), back-pressure and
+deadline in the worker pool, metrics. The core (``solver/``, ``perfmodel/``) is called only
+inside worker processes, through module-level functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.metadata
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, Request, Response
+from pydantic import BaseModel
+
+from app.cache import ResultCache, cache_key
+from app.logging import request_started_var
+from app.metrics import Metrics
+from app.pool import PoolError, WorkerCrashed, WorkerMemoryExceeded, WorkerPool, WorkerTimeout
+from app.settings import Settings
+from device_profiles import DeviceProfile
+
+CACHE_HEADER = "X-Cache"
+#: time kept back from the hard deadline to turn a kill into a written 504
+ANSWER_MARGIN_S = 0.06
+T = TypeVar("T", bound=BaseModel)
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("kperf")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+        return "0+unknown"
+
+
+#: part of every cache key: a new release never answers from an older model's results
+MODEL_VERSION = _package_version()
+
+
+class RequestFieldError(ValueError):
+    """A request field the service's own limits refuse (422, naming the field)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+@dataclass
+class Service:
+    settings: Settings
+    metrics: Metrics
+    pool: WorkerPool
+    cache: ResultCache
+    profiles: dict[str, DeviceProfile] = field(default_factory=dict)
+
+    def resolve_time_limit(
+        self, requested_s: float | None, field_name: str = "time_limit_s"
+    ) -> float:
+        """The request's limit, or the default; above the configured maximum is a 422."""
+        if requested_s is None:
+            return self.settings.default_time_limit_s
+        if requested_s > self.settings.max_time_limit_s:
+            raise RequestFieldError(
+                field_name,
+                f"must be at most {self.settings.max_time_limit_s} s (the server's maximum), "
+                f"got {requested_s}",
+            )
+        return requested_s
+
+    def check_search_space(self, candidates: int) -> None:
+        """Refuse spaces too large to even enumerate within a time limit (422)."""
+        limit = self.settings.max_search_space_candidates
+        if candidates > limit:
+            raise RequestFieldError(
+                "search_space",
+                f"{candidates} candidate tilings (the product of the candidates per dimension) "
+                f"exceeds this server's limit of {limit}; narrow the ranges or lists",
+            )
+
+
+def get_service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]
+
+
+def profile_digest(profile: DeviceProfile) -> str:
+    """Content digest of a device profile: any edited figure changes every cache key."""
+    return hashlib.sha256(profile.model_dump_json().encode()).hexdigest()[:16]
+
+
+def versions_for(profile: DeviceProfile | None) -> dict[str, str]:
+    versions = {"model": MODEL_VERSION}
+    if profile is not None:
+        versions["profile"] = f"{profile.id}@{profile_digest(profile)}"
+    return versions
+
+
+def _outcome_label(exc: BaseException | None) -> str:
+    if exc is None:
+        return "ok"
+    if isinstance(exc, WorkerTimeout):
+        return "timeout"
+    if isinstance(exc, WorkerMemoryExceeded):
+        return "memory"
+    if isinstance(exc, WorkerCrashed):
+        return "crash"
+    return "error"
+
+
+async def run_job(
+    service: Service,
+    kind: str,
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    time_limit_s: float,
+    *,
+    pass_time_limit: bool = True,
+    admitted: bool = False,
+) -> Any:
+    """Run ``fn(**kwargs)`` in the pool within limit + 20 % + 100 ms; record solve time.
+
+    The bound counts from the request's arrival (reading, validating and the cache lookup
+    included), less a margin for writing the answer; batch items (``admitted``) count from
+    their own dispatch instead.
+    """
+    hard_deadline_s = service.settings.hard_deadline_s(time_limit_s)
+    started = request_started_var.get()
+    if started is not None and not admitted:
+        spent_s = time.perf_counter() - started
+        hard_deadline_s = max(0.0, hard_deadline_s - spent_s - ANSWER_MARGIN_S)
+        time_limit_s = max(0.05, time_limit_s - spent_s)
+    try:
+        outcome = await service.pool.run(
+            fn,
+            kwargs,
+            time_limit_s=time_limit_s,
+            hard_deadline_s=hard_deadline_s,
+            pass_time_limit=pass_time_limit,
+            admitted=admitted,
+        )
+    except PoolError as exc:
+        if not isinstance(exc, WorkerTimeout | WorkerMemoryExceeded | WorkerCrashed):
+            service.metrics.rejected.labels("queue_full").inc()
+            raise
+        service.metrics.solve_time.labels(kind, _outcome_label(exc)).observe(
+            hard_deadline_s if isinstance(exc, WorkerTimeout) else 0.0
+        )
+        raise
+    except Exception as exc:
+        service.metrics.solve_time.labels(kind, "error").observe(0.0)
+        raise exc
+    service.metrics.solve_time.labels(kind, "ok").observe(outcome.solve_time_s)
+    return outcome.value
+
+
+async def cached_solve(
+    service: Service,
+    response: Response | None,
+    *,
+    kind: str,
+    canonical_request: dict[str, Any],
+    profile: DeviceProfile | None,
+    model: type[T],
+    compute: Callable[[], Awaitable[tuple[T, bool]]],
+) -> tuple[T, bool]:
+    """Answer from the cache, else ``compute()`` and store the answer when it is cacheable.
+
+    ``compute`` returns the response model and whether it may be cached (a "timeout" answer
+    depends on the machine's speed, so only complete answers are stored). Returns the model
+    and whether it was a cache hit; sets ``X-Cache`` on ``response``.
+    """
+    key = cache_key(kind, canonical_request, versions_for(profile))
+    stored = await asyncio.to_thread(service.cache.get, key)
+    if stored is not None:
+        try:
+            value = model.model_validate(stored)
+        except ValueError:
+            stored = None  # an entry from an incompatible schema: recompute
+        else:
+            service.metrics.cache.labels("hit").inc()
+            if response is not None:
+                response.headers[CACHE_HEADER] = "hit"
+            return value, True
+    service.metrics.cache.labels("miss").inc()
+    if response is not None:
+        response.headers[CACHE_HEADER] = "miss"
+    value, cacheable = await compute()
+    if cacheable:
+        await asyncio.to_thread(service.cache.put, key, value.model_dump(mode="json"))
+    return value, False

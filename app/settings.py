@@ -1,0 +1,125 @@
+"""Service settings: one object, read from ``KPERF_*`` environment variables.
+
+The settings object is built once (``Settings()``) at the edge (CLI, ASGI factory) and passed
+down explicitly; nothing below ``app/`` reads the environment. Every field carries its unit in
+its name. The README's "Configuration" section lists these fields with their defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: below this a worker cannot even import Z3 (Python + libz3 map ~300 MB of address space)
+MIN_WORKER_MEMORY_LIMIT_BYTES = 256 * 1024 * 1024
+
+
+class Settings(BaseSettings):
+    """Configuration of the kperf service (environment prefix ``KPERF_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="KPERF_", frozen=True, extra="ignore")
+
+    workers: int = Field(default=2, ge=1, le=64, description="solver worker processes in the pool")
+    queue_size: int = Field(
+        default=16,
+        ge=0,
+        le=10_000,
+        description="requests allowed to wait for a busy pool; beyond this the answer is 503",
+    )
+    retry_after_s: int = Field(
+        default=1, ge=1, le=3600, description="Retry-After sent with a 503 when the queue is full"
+    )
+    default_time_limit_s: float = Field(
+        default=10.0, gt=0, description="solve time limit when a request does not give one"
+    )
+    max_time_limit_s: float = Field(
+        default=120.0, gt=0, le=3600, description="largest time_limit_s a request may ask for"
+    )
+    worker_memory_limit_bytes: int = Field(
+        default=2 * 1024**3,
+        ge=0,
+        description="address-space cap (RLIMIT_AS) of each worker process; 0 disables the cap",
+    )
+    worker_nice: int = Field(
+        default=5,
+        ge=0,
+        le=19,
+        description="niceness added to worker processes so the HTTP event loop stays responsive",
+    )
+    worker_startup_timeout_s: float = Field(
+        default=60.0, gt=0, description="how long a new worker may take to import the solver"
+    )
+    max_body_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="largest request body accepted (else 413)",
+    )
+    max_ptx_bytes: int = Field(
+        default=2_000_000,
+        ge=1024,
+        description="largest PTX text (UTF-8 bytes) accepted by /predict-kernel (else 413)",
+    )
+    max_search_space_candidates: int = Field(
+        default=1 << 22,
+        ge=1,
+        description="largest search space (product of the candidate counts per dimension)",
+    )
+    max_batch_items: int = Field(
+        default=32, ge=1, le=1024, description="most problems in one /optimize-tiling/batch"
+    )
+    cache_memory_items: int = Field(
+        default=1024, ge=0, description="entries kept in the in-process LRU cache (0 disables it)"
+    )
+    cache_path: Path | None = Field(
+        default=None,
+        description="SQLite file of the persistent result cache; unset disables persistence",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="threshold of the kperf and uvicorn loggers"
+    )
+    log_json: bool = Field(default=True, description="one JSON object per log line")
+
+    @field_validator("cache_path", mode="before")
+    @classmethod
+    def _empty_path_is_none(cls, value: object) -> object:
+        # KPERF_CACHE_PATH= (empty) in a compose file means "no persistent cache"
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("worker_memory_limit_bytes")
+    @classmethod
+    def _memory_limit_is_usable(cls, value: int) -> int:
+        if 0 < value < MIN_WORKER_MEMORY_LIMIT_BYTES:
+            raise ValueError(
+                f"must be 0 (no cap) or at least {MIN_WORKER_MEMORY_LIMIT_BYTES} bytes: a worker "
+                "needs that much address space to load Z3"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> Self:
+        if self.default_time_limit_s > self.max_time_limit_s:
+            raise ValueError(
+                f"default_time_limit_s ({self.default_time_limit_s}) must not exceed "
+                f"max_time_limit_s ({self.max_time_limit_s}); lower KPERF_DEFAULT_TIME_LIMIT_S "
+                "or raise KPERF_MAX_TIME_LIMIT_S"
+            )
+        if self.max_ptx_bytes > self.max_body_bytes:
+            raise ValueError(
+                f"max_ptx_bytes ({self.max_ptx_bytes}) must not exceed max_body_bytes "
+                f"({self.max_body_bytes}): the PTX travels inside the body"
+            )
+        return self
+
+    def hard_deadline_s(self, time_limit_s: float) -> float:
+        """Wall-clock budget of one solve: the issue's bound, limit + 20 % + 100 ms."""
+        return time_limit_s * 1.2 + 0.1

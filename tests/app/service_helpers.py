@@ -1,0 +1,142 @@
+"""Shared helpers of the service tests: an in-process app, a real uvicorn, clean environment."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.client import KperfClient
+from app.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+A6000 = "rtx-a6000"
+#: a problem the real solver proves optimal in well under a second
+SMALL = {"m": 1024, "n": 1024, "k": 1024, "device": A6000}
+
+
+def problem(**overrides: Any) -> dict[str, Any]:
+    return {**SMALL, **overrides}
+
+
+def make_settings(**overrides: Any) -> Settings:
+    """Settings for tests: one worker, explicit values, no environment involved."""
+    values: dict[str, Any] = {"workers": 1, "queue_size": 4, "log_level": "WARNING"}
+    values.update(overrides)
+    return Settings(**values)
+
+
+def in_app(
+    scenario: Callable[[KperfClient], Awaitable[Any]], settings: Settings | None = None
+) -> Any:
+    """Run ``scenario`` against a fresh in-process app (lifespan and worker pool included)."""
+
+    async def main() -> Any:
+        async with KperfClient(settings=settings or make_settings()) as client:
+            return await scenario(client)
+
+    return asyncio.run(main())
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The value of one Prometheus sample (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        sample, _, label_text = head.partition("{")
+        if sample != name:
+            continue
+        found = dict(
+            part.split("=", 1) for part in label_text.rstrip("}").split(",") if "=" in part
+        )
+        if all(found.get(k) == f'"{v}"' for k, v in labels.items()):
+            return float(value)
+    return 0.0
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No KPERF_* variable of the developer's shell reaches the settings under test."""
+    for key in list(os.environ):
+        if key.startswith("KPERF_"):
+            monkeypatch.delenv(key)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(
+    env_overrides: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``kperf serve`` on a free 127.0.0.1 port, as the README runs it; waits for /readyz."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KPERF_")}
+    env.update({"KPERF_WORKERS": "1", "KPERF_LOG_LEVEL": "WARNING"})
+    env.update(env_overrides or {})
+    kperf = Path(sys.executable).with_name("kperf")
+    command = [str(kperf)] if kperf.exists() else [sys.executable, "-m", "app.cli"]
+    # the server's JSON log, kept for post-mortems of a failing test
+    log = open(Path(tempfile.gettempdir()) / f"kperf-test-server-{port}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [*command, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"kperf serve exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("kperf serve did not become ready within 60 s")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def live_server() -> Iterator[str]:
+    proc, url = start_server()
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+async def wait_until_all_workers_busy(client: KperfClient, timeout_s: float = 30.0) -> None:
+    """Poll the in-process pool until no worker is idle (a job has been dispatched)."""
+    pool = client.app.state.service.pool  # type: ignore[union-attr]
+    deadline = time.monotonic() + timeout_s
+    while pool.idle_workers > 0:
+        if time.monotonic() > deadline:
+            raise AssertionError("the pool never became busy")
+        await asyncio.sleep(0.01)

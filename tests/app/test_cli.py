@@ -1,0 +1,111 @@
+"""The ``kperf`` command line, in-process and against ``kperf serve`` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from tests.app.service_helpers import REPO, clean_environ, live_server
+
+__all__ = ["clean_environ", "live_server"]
+
+HOTSPOT = REPO / "tests" / "fixtures" / "ptx" / "paper" / "hotspot.ptx"
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Rows of the first table in ``text`` (after its dashed rule), split on whitespace."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if set(line.replace(" ", "")) == {"-"})
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        rows.append(line.split())
+    return rows
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["in-process", "uvicorn"])
+def test_optimize_table_matches_json(remote: bool, request: pytest.FixtureRequest) -> None:
+    url = ["--url", request.getfixturevalue("live_server")] if remote else []
+    args = ["optimize", "--m", "2048", "--n", "1024", "--k", "512", "--device", "rtx-a6000"]
+    code, table, _ = run(*args, *url)
+    assert code == 0
+    code, text, _ = run(*args, *url, "--json")
+    assert code == 0
+    document = json.loads(text)
+    rows = table_rows(table)
+    assert len(rows) == len(document["candidates"])
+    for row, candidate in zip(rows, document["candidates"], strict=True):
+        rank, tm, tn, tk, depth, time_us = row[:6]
+        assert int(rank) == candidate["rank"]
+        assert (int(tm), int(tn), int(tk), int(depth)) == (
+            candidate["tile_m"],
+            candidate["tile_n"],
+            candidate["tile_k"],
+            candidate["buffer_depth"],
+        )
+        assert float(time_us) == pytest.approx(candidate["predicted_time_us"], abs=5e-4)
+
+
+def test_devices_list_and_detail(live_server: str) -> None:
+    code, table, _ = run("devices", "--url", live_server)
+    assert code == 0
+    ids = [row[0] for row in table_rows(table)]
+    code, text, _ = run("devices", "--url", live_server, "--json")
+    assert ids == [d["id"] for d in json.loads(text)["devices"]]
+    code, detail, _ = run("devices", "rtx-a6000", "--url", live_server)
+    assert code == 0 and "hardware.sm_count" in detail and "84" in detail
+
+
+def test_errors_show_the_field_and_exit_1() -> None:
+    code, out, err = run("optimize", "--m", "0", "--n", "1", "--k", "1", "--device", "rtx-a6000")
+    assert code == 1 and out == ""
+    assert "HTTP 422" in err and "  m: " in err
+    code, out, _ = run("optimize", "--m", "1", "--n", "1", "--k", "1", "--device", "nope", "--json")
+    assert code == 1
+    assert json.loads(out)["errors"][0]["field"] == "device"
+
+
+def test_batch_shows_progress_and_keeps_order(tmp_path: Path, live_server: str) -> None:
+    problems = [{"m": 256 * (i + 1), "n": 512, "k": 512, "device": "rtx-a6000"} for i in range(5)]
+    problems[3]["device"] = "nope"
+    path = tmp_path / "problems.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in problems) + "\n")
+    code, out, err = run("batch", str(path), "--chunk-size", "2", "--url", live_server, "--json")
+    assert code == 1  # one item failed
+    assert "[2/5]" in err and "[4/5]" in err and "[5/5] solved, 1 failed" in err
+    items = json.loads(out)["items"]
+    assert [i["index"] for i in items] == [0, 1, 2, 3, 4]
+    assert [i["status"] for i in items] == ["ok", "ok", "ok", "error", "ok"]
+    assert items[3]["error"]["errors"][0]["field"] == "problems.1.device"  # within its chunk
+
+
+def test_predict_table_and_json_agree(live_server: str) -> None:
+    args = [
+        "predict", str(HOTSPOT), "--device", "gtx-760", "--grid", "43,43", "--block", "16x16",
+        "--registers-per-thread", "34", "--shared-bytes-per-block", "3072",
+        "--trip-count", "BB0_4=2", "--url", live_server,
+    ]  # fmt: skip
+    code, table, _ = run(*args)
+    assert code == 0
+    code, text, _ = run(*args, "--json")
+    document = json.loads(text)
+    fields = {row[0]: row[1] for row in table_rows(table) if len(row) == 2}
+    assert float(fields["predicted_cycles"]) == pytest.approx(document["predicted_cycles"])
+    assert int(fields["n_b"]) == 43 * 43 and int(fields["n_t"]) == 256
+
+
+def test_bad_arguments_are_usage_errors() -> None:
+    with pytest.raises(SystemExit) as info:
+        run("predict", str(HOTSPOT), "--device", "gtx-760", "--grid", "a,b", "--block", "1")
+    assert info.value.code == 2

@@ -1,0 +1,187 @@
+"""Time limits, back-pressure, size limits and the memory cap, through the HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import app.jobs
+from app.client import KperfClient, KperfError
+from tests.app import pool_jobs
+from tests.app.service_helpers import (
+    clean_environ,
+    in_app,
+    make_settings,
+    problem,
+    wait_until_all_workers_busy,
+)
+
+__all__ = ["clean_environ"]
+
+#: client-side allowance on top of the issue's bound: ASGI + JSON + event loop on a busy box
+ALLOWANCE_S = 0.15
+
+
+def bound(limit_s: float) -> float:
+    return limit_s * 1.2 + 0.1
+
+
+def multiples(step: int, count: int) -> dict[str, int]:
+    return {"min": step, "max": step * count, "multiple_of": step}
+
+
+async def timed(
+    client: KperfClient, body: dict[str, object]
+) -> tuple[int, dict[str, object], float]:
+    start = time.monotonic()
+    try:
+        answer = await client.optimize(body)
+        status, document = 200, answer.response.model_dump(mode="json")
+    except KperfError as exc:
+        status, document = exc.status, exc.problem
+    return status, document, time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_solve_that_cannot_finish_returns_within_limit_and_pool_stays_healthy() -> None:
+    # 48^3 tile shapes x 64 buffer depths (7 million tilings): far beyond 1 s of solving
+    limit = 1.0
+    huge = problem(
+        m=1_000_003,
+        n=999_983,
+        k=1_048_573,
+        time_limit_s=limit,
+        search_space={
+            "tile_m": multiples(16, 48),
+            "tile_n": multiples(16, 48),
+            "tile_k": multiples(16, 48),
+            "buffer_depth": {"min": 1, "max": 64},
+        },
+    )
+
+    async def scenario(client: KperfClient) -> None:
+        status, document, elapsed = await timed(client, huge)
+        assert elapsed <= bound(limit) + ALLOWANCE_S, elapsed
+        # either the solver's own best-so-far, or the pool killed it: never a 500
+        assert (status, document.get("status")) in ((200, "timeout"), (504, 504))
+        if status == 504:
+            assert document["errors"][0]["field"] == "time_limit_s"
+        # healthy afterwards: a normal problem is solved to optimality
+        status, document, _ = await timed(client, problem())
+        assert (status, document["status"]) == (200, "optimal")
+        ready = await client.readyz()
+        assert ready["status"] == "ready" and ready["workers_alive"] == 1
+
+    in_app(scenario, make_settings(max_search_space_candidates=1 << 45))
+
+
+@pytest.mark.slow
+def test_large_solve_answers_best_so_far_within_the_bound() -> None:
+    limit = 1.0
+    large = problem(
+        m=100_003,
+        n=99_983,
+        k=104_857,
+        time_limit_s=limit,
+        search_space={
+            "tile_m": multiples(16, 32),
+            "tile_n": multiples(16, 32),
+            "tile_k": multiples(16, 32),
+            "buffer_depth": {"min": 1, "max": 8},
+        },
+    )
+
+    async def scenario(client: KperfClient) -> None:
+        status, document, elapsed = await timed(client, large)
+        assert elapsed <= bound(limit) + ALLOWANCE_S, elapsed
+        assert status in (200, 504)
+        if status == 200:
+            assert document["status"] in ("timeout", "optimal")
+            assert document["candidates"], "a timeout answer still carries the best so far"
+
+    in_app(scenario)
+
+
+def test_queue_full_answers_503_with_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app.jobs, "optimize_job", pool_jobs.slow_optimize)
+
+    async def scenario(client: KperfClient) -> None:
+        first = asyncio.ensure_future(timed(client, problem(m=1100)))
+        await wait_until_all_workers_busy(client)  # and the queue (size 0) holds nobody
+        status, document, elapsed = await timed(client, problem(m=1200))
+        assert status == 503
+        assert document["_retry_after"] == "1"
+        assert document["title"] == "Service busy" and document["errors"]
+        assert elapsed < 0.5, "refused at once, not after waiting"
+        assert (await first)[0] == 200
+        metrics = (await client.http.get("/metrics")).text
+        assert 'kperf_rejected_requests_total{reason="queue_full"}' in metrics
+
+    in_app(scenario, make_settings(queue_size=0))
+
+
+def test_body_over_the_limit_is_413_problem_json() -> None:
+    async def scenario(client: KperfClient) -> None:
+        big = b'{"m": 1, "pad": "' + b"x" * 5000 + b'"}'
+        declared = await client.http.post(
+            "/optimize-tiling", content=big, headers={"content-type": "application/json"}
+        )
+
+        async def chunks():  # no Content-Length: the limit must hold while streaming
+            for i in range(0, len(big), 1000):
+                yield big[i : i + 1000]
+
+        streamed = await client.http.post(
+            "/optimize-tiling", content=chunks(), headers={"content-type": "application/json"}
+        )
+        for response in (declared, streamed):
+            assert response.status_code == 413
+            assert response.headers["content-type"] == "application/problem+json"
+            body = response.json()
+            assert body["status"] == 413 and body["errors"][0]["field"] == "body"
+            assert "4096 bytes" in body["errors"][0]["reason"]
+        small = await client.http.post("/optimize-tiling", json=problem())
+        assert small.status_code == 200
+
+    in_app(scenario, make_settings(max_body_bytes=4096, max_ptx_bytes=2048))
+
+
+def test_limits_from_settings_name_the_field() -> None:
+    async def scenario(client: KperfClient) -> None:
+        cases = [
+            (problem(time_limit_s=5.0), "time_limit_s"),
+            (
+                problem(search_space={"tile_m": {"min": 16, "max": 4096, "multiple_of": 16}}),
+                "search_space",
+            ),
+        ]
+        for body, field in cases:
+            with pytest.raises(KperfError) as info:
+                await client.optimize(body)
+            assert info.value.status == 422
+            assert [f for f, _ in info.value.field_errors] == [field]
+
+    in_app(
+        scenario,
+        make_settings(
+            max_time_limit_s=2.0, default_time_limit_s=1.0, max_search_space_candidates=10_000
+        ),
+    )
+
+
+def test_memory_cap_fails_that_request_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_job = app.jobs.optimize_job
+
+    async def scenario(client: KperfClient) -> None:
+        monkeypatch.setattr(app.jobs, "optimize_job", pool_jobs.greedy_optimize)
+        with pytest.raises(KperfError) as info:
+            await client.optimize(problem())
+        assert info.value.status == 422
+        assert "memory limit" in str(info.value)
+        monkeypatch.setattr(app.jobs, "optimize_job", real_job)
+        answer = await client.optimize(problem())
+        assert answer.response.status == "optimal"
+
+    in_app(scenario, make_settings(worker_memory_limit_bytes=1024**3))

@@ -1,0 +1,73 @@
+"""Settings: environment, validation, and the README/Dockerfile staying in step with them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from app.settings import Settings
+from tests.app.service_helpers import REPO, clean_environ
+
+__all__ = ["clean_environ"]
+
+INSTALL = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]'"
+
+
+def test_environment_variables_with_prefix_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KPERF_WORKERS", "3")
+    monkeypatch.setenv("KPERF_CACHE_PATH", "/tmp/x.sqlite3")
+    monkeypatch.setenv("KPERF_LOG_LEVEL", "debug")
+    monkeypatch.setenv("WORKERS", "9")  # no prefix: ignored
+    settings = Settings()
+    assert settings.workers == 3
+    assert str(settings.cache_path) == "/tmp/x.sqlite3"
+    assert settings.log_level == "DEBUG"
+
+
+@pytest.mark.parametrize(
+    ("env", "field"),
+    [
+        ({"KPERF_WORKERS": "0"}, "workers"),  # a pool needs a worker
+        ({"KPERF_DEFAULT_TIME_LIMIT_S": "200"}, "default_time_limit_s"),  # above the max
+        ({"KPERF_WORKER_MEMORY_LIMIT_BYTES": "1000"}, "worker_memory_limit_bytes"),  # can't load Z3
+        ({"KPERF_MAX_PTX_BYTES": "9000000"}, "max_ptx_bytes"),  # larger than any body
+        ({"KPERF_LOG_LEVEL": "LOUD"}, "log_level"),
+    ],
+)
+def test_unsafe_values_are_refused_naming_the_setting(
+    env: dict[str, str], field: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    assert field in str(info.value)
+
+
+def test_empty_cache_path_disables_persistence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KPERF_CACHE_PATH", "")
+    assert Settings().cache_path is None
+
+
+def test_readme_configuration_table_lists_every_setting_with_its_default() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `KPERF_([A-Z_]+)` \| ([^|]+) \|", section, flags=re.M))
+    assert set(rows) == {name.upper() for name in Settings.model_fields}
+    for name, field in Settings.model_fields.items():
+        shown = rows[name.upper()].strip()
+        if field.default is None:
+            assert shown == "unset"
+        else:
+            assert shown.strip("`").lower() == str(field.default).lower(), name
+
+
+def test_dockerfile_installs_exactly_like_the_readme() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    dockerfile = (REPO / "Dockerfile").read_text(encoding="utf-8")
+    assert INSTALL in readme
+    assert f"RUN {INSTALL}\n" in dockerfile
+    assert "USER kperf" in dockerfile and "HEALTHCHECK" in dockerfile
+    assert "EXPOSE 8000" in dockerfile

@@ -116,14 +116,10 @@ async def _infeasible_space_handler(request: Request, exc: Exception) -> JSONRes
     )
 
 
-async def _solver_timeout_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, SolverTimeout)
-    return field_error(504, "Solver timeout", "time_limit_s", str(exc))
-
-
-async def _model_input_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ModelInputError)
-    return field_error(422, "Invalid model input", exc.field, exc.reason)
+async def _field_handler(request: Request, exc: Exception) -> JSONResponse:
+    """Errors that carry their own ``field`` and ``reason`` (ValueError subclasses)."""
+    assert isinstance(exc, ModelInputError | RequestFieldError)
+    return field_error(422, "Invalid request", exc.field, exc.reason)
 
 
 async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -136,60 +132,31 @@ async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _ptx_too_large_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, PTXTooLarge)
-    return field_error(413, "Content too large", "ptx", str(exc))
-
-
 async def _pool_saturated_handler(request: Request, exc: Exception) -> JSONResponse:
     # 503 + Retry-After: back-pressure, the client should retry (issue 4, item 2)
     assert isinstance(exc, PoolSaturated)
-    return problem_response(
-        503,
-        "Service busy",
-        str(exc),
-        [{"field": "body", "reason": str(exc)}],
-        headers={"Retry-After": str(exc.retry_after_s)},
+    return field_error(
+        503, "Service busy", "body", str(exc), headers={"Retry-After": str(exc.retry_after_s)}
     )
 
 
-async def _pool_closed_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, PoolClosed)
-    return problem_response(
-        503,
-        "Service unavailable",
-        str(exc),
-        [{"field": "body", "reason": str(exc)}],
-        headers={"Retry-After": "1"},
-    )
+#: errors whose answer is fixed: class -> (status, title, field named, extra headers)
+_FIXED: dict[type[Exception], tuple[int, str, str, dict[str, str] | None]] = {
+    SolverTimeout: (504, "Solver timeout", "time_limit_s", None),
+    WorkerTimeout: (504, "Solve timed out", "time_limit_s", None),
+    PTXTooLarge: (413, "Content too large", "ptx", None),
+    PoolClosed: (503, "Service unavailable", "body", {"Retry-After": "1"}),
+    # the request needs more memory than this server's per-worker cap: a 4xx like the other
+    # size limits (a retry would fail the same way)
+    WorkerMemoryExceeded: (422, "Memory limit exceeded", "body", None),
+    # a worker died under this request: the pool replaced it, but the answer is a server bug
+    WorkerCrashed: (500, "Worker crashed", "body", None),
+}
 
 
-async def _worker_timeout_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, WorkerTimeout)
-    return problem_response(
-        504, "Solve timed out", str(exc), [{"field": "time_limit_s", "reason": str(exc)}]
-    )
-
-
-async def _worker_memory_handler(request: Request, exc: Exception) -> JSONResponse:
-    # the request asked for more than this server's per-worker memory allows: a 4xx naming
-    # the body, like the other size limits (a retry would fail the same way)
-    assert isinstance(exc, WorkerMemoryExceeded)
-    return problem_response(
-        422, "Memory limit exceeded", str(exc), [{"field": "body", "reason": str(exc)}]
-    )
-
-
-async def _worker_crashed_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, WorkerCrashed)
-    return problem_response(
-        500, "Worker crashed", str(exc), [{"field": "body", "reason": str(exc)}]
-    )
-
-
-async def _request_field_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestFieldError)
-    return field_error(422, "Invalid request", exc.field, exc.reason)
+async def _fixed_handler(request: Request, exc: Exception) -> JSONResponse:
+    status, title, field, headers = next(v for k, v in _FIXED.items() if isinstance(exc, k))
+    return field_error(status, title, field, str(exc), headers=headers)
 
 
 Handler = Callable[[Request, Exception], Any]
@@ -202,24 +169,21 @@ HANDLERS: dict[type[Exception], Handler] = {
     ModelNotServed: _model_not_served_handler,
     InvalidSearchSpace: _invalid_space_handler,
     InfeasibleSearchSpace: _infeasible_space_handler,
-    SolverTimeout: _solver_timeout_handler,
-    ModelInputError: _model_input_handler,
+    ModelInputError: _field_handler,
+    RequestFieldError: _field_handler,
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
-    PTXTooLarge: _ptx_too_large_handler,
     # service limits (app/pool.py, app/service.py)
     PoolSaturated: _pool_saturated_handler,
-    PoolClosed: _pool_closed_handler,
-    WorkerTimeout: _worker_timeout_handler,
-    WorkerMemoryExceeded: _worker_memory_handler,
-    WorkerCrashed: _worker_crashed_handler,
-    RequestFieldError: _request_field_handler,
+    **dict.fromkeys(_FIXED, _fixed_handler),
 }
 
 
-def field_error(status: int, title: str, field: str, reason: str) -> JSONResponse:
+def field_error(
+    status: int, title: str, field: str, reason: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
     """A problem response naming one offending field."""
     return problem_response(
-        status, title, f"{field}: {reason}", [{"field": field, "reason": reason}]
+        status, title, f"{field}: {reason}", [{"field": field, "reason": reason}], headers
     )
 
 

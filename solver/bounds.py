@@ -8,12 +8,15 @@ For a triple (TM, TN, TK) with L = T_LOAD-A + T_LOAD-B, T = T_MATH and S stages:
   so ``Sm(S) >= Sb(S) + T_LOAD-B >= S L``.
 
 These hold for every solution of the recurrences at every buffer depth, so they are sound
-lower bounds on the overall time and the MATH wait whether or not they are tight.
+lower bounds on the overall time and the MATH wait whether or not they are tight. When the
+shared-memory limit leaves a triple only buffer depth 1, eq. (1) with depth 1 adds
+``Sa(i) >= Sm(i-1) + T``: load and MATH serialise and ``Sm(S) >= L + (S-1)(L + T)``.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfmodel.gemm_ws import (
@@ -57,21 +60,39 @@ def triple_bounds(
     space: SearchSpace,
     element_bytes: int,
     wave_model: WaveTimeModel,
+    check_deadline: Callable[[], None] | None = None,
 ) -> list[TripleBound]:
+    """Bounds for every (TM, TN, TK) of ``space``; ``check_deadline`` is called now and then
+    so a caller can abandon a large space by raising."""
     table = DurationTable(machine)
     limit = machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
     t_epilogue = us_to_ns(machine.t_epilogue_us)
     t_init = us_to_ns(machine.t_init_us)
     stages_of = {tk: stage_count(shape, Tiling(1, 1, tk, 1)) for tk in space.tile_k}
     bounds = []
-    for tm, tn, tk in itertools.product(space.tile_m, space.tile_n, space.tile_k):
+    for count, (tm, tn, tk) in enumerate(
+        itertools.product(space.tile_m, space.tile_n, space.tile_k)
+    ):
+        if check_deadline is not None and count % 4096 == 0:
+            check_deadline()
         t_a = table.load_ns(tm * tk)
         t_b = table.load_ns(tk * tn)
         t_math = table.math_ns(tm * tn * tk)
         stages = stages_of[tk]
         waves = wave_count(shape, Tiling(tm, tn, tk, 1), machine.sm_count)
         load = t_a + t_b
-        last_math_floor = max(load + (stages - 1) * t_math, stages * load)
+        max_depth = (
+            None
+            if limit is None
+            else limit // Tiling(tm, tn, tk, 1).shared_memory_bytes(element_bytes)
+        )
+        deepest = (
+            space.buffer_depth[-1] if max_depth is None else min(max_depth, space.buffer_depth[-1])
+        )
+        if deepest == 1:
+            last_math_floor = load + (stages - 1) * (load + t_math)
+        else:
+            last_math_floor = max(load + (stages - 1) * t_math, stages * load)
         tail = t_math if wave_model is WaveTimeModel.INCLUDE_LAST_MATH else 0
         bounds.append(
             TripleBound(
@@ -83,11 +104,7 @@ def triple_bounds(
                 t_math_ns=t_math,
                 waves=waves,
                 stages=stages,
-                max_buffer_depth=(
-                    None
-                    if limit is None
-                    else limit // Tiling(tm, tn, tk, 1).shared_memory_bytes(element_bytes)
-                ),
+                max_buffer_depth=max_depth,
                 last_math_start_floor_ns=last_math_floor,
                 overall_time_floor_ns=waves * (last_math_floor + tail + t_epilogue) + t_init,
                 total_math_wait_floor_ns=waves * (last_math_floor - (stages - 1) * t_math),

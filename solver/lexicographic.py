@@ -21,8 +21,9 @@ _MAX_TIMEOUT_MS = 2**31 - 1
 class Objective:
     term: z3.ArithRef
     minimize: bool
-    #: a value worth trying first (e.g. a proven bound); probing it saves tightening steps
-    probe: int | None = None
+    #: a value worth trying first (e.g. a proven bound), given the optimal values of the
+    #: objectives before this one; a good probe saves tightening steps, a bad one costs one
+    probe: Callable[[tuple[int, ...]], int | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,14 +63,14 @@ def lexicographic_optimum(
         if first != z3.sat:
             return LexResult(None, False, checks)
         model = solver.model()
+        fixed: list[int] = []
         for objective in objectives:
             best = model.eval(objective.term, model_completion=True)
-            if objective.probe is not None and _better(objective, objective.probe, best):
+            probe = objective.probe(tuple(fixed)) if objective.probe is not None else None
+            if probe is not None and _better(objective, probe, best):
                 solver.push()
                 solver.add(
-                    objective.term <= objective.probe
-                    if objective.minimize
-                    else objective.term >= objective.probe
+                    objective.term <= probe if objective.minimize else objective.term >= probe
                 )
                 outcome = check()
                 if outcome == z3.sat:
@@ -91,6 +92,7 @@ def lexicographic_optimum(
                 if outcome != z3.sat:
                     return LexResult(model, False, checks)
             solver.add(objective.term == best)
+            fixed.append(int(str(best)))
         return LexResult(model, True, checks)
     finally:
         solver.pop()

@@ -68,22 +68,43 @@ class TilingResult:
     statistics: SolverStatistics
 
 
-def _objectives(enc: Encoding, space: SearchSpace) -> list[Objective]:
+def _objectives(enc: Encoding, space: SearchSpace, triples: list[TripleBound]) -> list[Objective]:
     """§3.2's two objectives, then the tie-break, in lexicographic priority order.
 
-    Probes: the overall-time floor of the cuts, and each tie-break's best value in its domain.
+    Probes come from the per-triple bounds: the smallest overall-time floor; given the optimal
+    time, the smallest wait floor among triples that can reach it; given both, the best
+    tie-break key among triples that can reach them (at the shallowest depth >= 2, as depth 1
+    is never faster). They are first guesses only: Z3 still proves each value.
     """
+
+    def wait_probe(fixed: tuple[int, ...]) -> int | None:
+        (overall,) = fixed
+        floors = [t.total_math_wait_floor_ns for t in triples if t.overall_time_floor_ns <= overall]
+        return min(floors, default=None)
+
+    def key_probe(fixed: tuple[int, ...]) -> int | None:
+        overall, wait = fixed
+        keys = [
+            tie_break_key(t.tile_m, t.tile_n, t.tile_k, _probe_depth(t, space))
+            for t in triples
+            if t.overall_time_floor_ns <= overall and t.total_math_wait_floor_ns <= wait
+        ]
+        return max(keys, default=None)
+
     return [
-        Objective(enc.overall_time_ns, minimize=True, probe=enc.overall_time_floor_ns),
-        Objective(enc.total_math_wait_ns, minimize=True),
+        Objective(enc.overall_time_ns, minimize=True, probe=lambda _: enc.overall_time_floor_ns),
+        Objective(enc.total_math_wait_ns, minimize=True, probe=wait_probe),
         Objective(
             tie_break_key(enc.tile_m, enc.tile_n, enc.tile_k, enc.buffer_depth),
             minimize=False,
-            probe=tie_break_key(
-                space.tile_m[-1], space.tile_n[-1], space.tile_k[-1], space.buffer_depth[0]
-            ),
+            probe=key_probe,
         ),
     ]
+
+
+def _probe_depth(triple: TripleBound, space: SearchSpace) -> int:
+    depths = triple.feasible_depths(space.buffer_depth)
+    return next((d for d in depths if d >= 2), depths[0])
 
 
 _KEY_BASE = 1 << 17  # > MAX_TILE and > MAX_BUFFER_DEPTH, so the digits never overlap
@@ -108,8 +129,9 @@ def optimize_tiling(
 ) -> TilingResult:
     """Solve ``problem``; ``top_k`` ranked candidates; raises SolverTimeout if none was found.
 
-    Every returned :class:`Simulation` carries its per-stage events; the caller decides
-    whether to show them.
+    When the time limit cuts the solve short, the answer ("timeout") is the best of what was
+    found: the ranks Z3 proved, the configuration it was improving, and the configurations
+    the presolve simulated. Every returned :class:`Simulation` carries its per-stage events.
     """
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
@@ -117,15 +139,25 @@ def optimize_tiling(
         raise ValueError("time_limit_s must be positive")
     started = time.perf_counter()
     deadline = started + time_limit_s
+
+    def check_deadline() -> None:
+        if time.perf_counter() > deadline:
+            raise SolverTimeout(time_limit_s)
+
     bounds = triple_bounds(
-        problem.shape, problem.machine, problem.space, problem.element_bytes, problem.wave_model
+        problem.shape,
+        problem.machine,
+        problem.space,
+        problem.element_bytes,
+        problem.wave_model,
+        check_deadline,
     )
     summary = summarize(problem.space, bounds)
-    survivors = _presolve(problem, bounds, top_k)
+    survivors, sampled = _presolve(problem, bounds, top_k)
     enc = encode(survivors, problem.space, problem.machine, problem.wave_model)
     solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
     solver.add(enc.constraints)
-    objectives = _objectives(enc, problem.space)
+    objectives = _objectives(enc, problem.space, survivors)
 
     ranked: list[Simulation] = []
     status = "optimal"
@@ -143,9 +175,14 @@ def optimize_tiling(
             break
         if found.model is None:
             break
+    if status == "timeout":
+        # Proven ranks sort first (each beats everything it left); the rest is best effort.
+        found_tilings = {s.tiling for s in ranked}
+        ranked += [s for s in sampled if s.tiling not in found_tilings]
+        ranked = sorted(ranked, key=_objective_key)[:top_k]
     if not ranked:
         raise SolverTimeout(time_limit_s)
-    # Already in rank order: each solve is the optimum of what earlier ranks left.
+    # Otherwise already in rank order: each solve is the optimum of what earlier ranks left.
     elapsed_ms = (time.perf_counter() - started) * 1000
     return TilingResult(
         status=status,
@@ -162,33 +199,37 @@ def optimize_tiling(
     )
 
 
-def _presolve(problem: TilingProblem, bounds: list[TripleBound], top_k: int) -> list[TripleBound]:
+def _objective_key(sim: Simulation) -> tuple[int, int, int]:
+    """The solver's lexicographic order, for ordering simulated configurations."""
+    t = sim.tiling
+    tie_break = tie_break_key(t.tile_m, t.tile_n, t.tile_k, t.buffer_depth)
+    return (sim.overall_time_ns, sim.total_math_wait_ns, -tie_break)
+
+
+def _presolve(
+    problem: TilingProblem, bounds: list[TripleBound], top_k: int
+) -> tuple[list[TripleBound], list[Simulation]]:
     """Branch-and-bound presolve: drop triples that cannot reach the top ``top_k``.
 
     Simulating ``top_k`` feasible configurations (the triples with the smallest lower bounds,
-    at their smallest feasible depths) gives an upper bound U on the k-th best time; a triple
-    whose lower bound on the overall time exceeds U cannot hold any of the k best
-    configurations. Sound whatever the configurations chosen; choosing low bounds keeps U tight.
+    at their deepest feasible buffers, since a deeper buffer is never slower) gives an upper
+    bound U on the k-th best time; a triple whose lower bound on the overall time exceeds U
+    cannot hold any of the k best configurations. Sound whatever the configurations chosen;
+    choosing low bounds and deep buffers keeps U tight. Returns the surviving triples and the
+    simulated configurations.
     """
     depths = problem.space.buffer_depth
     feasible = [b for b in bounds if b.feasible_depths(depths)]
     feasible.sort(key=lambda b: b.overall_time_floor_ns)
-    upper: int | None = None
-    sampled = 0
-    for bound in feasible:
-        for depth in bound.feasible_depths(depths):
-            tiling = Tiling(bound.tile_m, bound.tile_n, bound.tile_k, depth)
-            time_ns = _simulate(problem, tiling).overall_time_ns
-            upper = time_ns if upper is None else max(upper, time_ns)
-            sampled += 1
-            if sampled == top_k:
-                break
-        if sampled == top_k:
-            break
-    assert upper is not None  # summarize() refused spaces without a feasible candidate
-    if sampled < top_k:
-        return feasible
-    return [b for b in feasible if b.overall_time_floor_ns <= upper]
+    # One configuration per triple, at its deepest feasible buffer: distinct configurations.
+    sampled = [
+        _simulate(problem, Tiling(b.tile_m, b.tile_n, b.tile_k, b.feasible_depths(depths)[-1]))
+        for b in feasible[:top_k]
+    ]
+    if len(sampled) < top_k:
+        return feasible, sampled
+    upper = max(s.overall_time_ns for s in sampled)
+    return [b for b in feasible if b.overall_time_floor_ns <= upper], sampled
 
 
 def _simulate(problem: TilingProblem, tiling: Tiling) -> Simulation:

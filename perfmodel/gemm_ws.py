@@ -81,8 +81,13 @@ class Tiling:
 
     def shared_memory_bytes(self, element_bytes: int) -> int:
         """Bytes of the circular buffer: buffer_depth stages of one A and one B tile each."""
-        tile_elements = self.tile_m * self.tile_k + self.tile_k * self.tile_n
-        return self.buffer_depth * tile_elements * element_bytes
+        stage = stage_buffer_bytes(self.tile_m, self.tile_n, self.tile_k, element_bytes)
+        return self.buffer_depth * stage
+
+
+def stage_buffer_bytes(tile_m: int, tile_n: int, tile_k: int, element_bytes: int) -> int:
+    """Shared memory of one buffer stage: an A tile (TM x TK) and a B tile (TK x TN)."""
+    return (tile_m * tile_k + tile_k * tile_n) * element_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ shared-memory limit leaves a triple only buffer depth 1, eq. (1) with depth 1 ad
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from perfmodel.gemm_ws import (
     GemmWsMachine,
     Tiling,
     WaveTimeModel,
+    stage_buffer_bytes,
     stage_count,
     us_to_ns,
     wave_count,
@@ -68,32 +70,42 @@ def triple_bounds(
     limit = machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
     t_epilogue = us_to_ns(machine.t_epilogue_us)
     t_init = us_to_ns(machine.t_init_us)
+    include_last_math = wave_model is WaveTimeModel.INCLUDE_LAST_MATH
+    depths = space.buffer_depth
+    # Everything that depends on a pair of tile sizes is computed once per pair: the loop
+    # below runs once per triple, up to MAX_TILE_TRIPLES times.
     stages_of = {tk: stage_count(shape, Tiling(1, 1, tk, 1)) for tk in space.tile_k}
+    load_a = {
+        (tm, tk): table.load_ns(tm * tk) for tm, tk in itertools.product(space.tile_m, space.tile_k)
+    }
+    load_b = {
+        (tk, tn): table.load_ns(tk * tn) for tk, tn in itertools.product(space.tile_k, space.tile_n)
+    }
+    waves_of = {
+        (tm, tn): wave_count(shape, Tiling(tm, tn, 1, 1), machine.sm_count)
+        for tm, tn in itertools.product(space.tile_m, space.tile_n)
+    }
     bounds = []
     for count, (tm, tn, tk) in enumerate(
         itertools.product(space.tile_m, space.tile_n, space.tile_k)
     ):
         if check_deadline is not None and count % 4096 == 0:
             check_deadline()
-        t_a = table.load_ns(tm * tk)
-        t_b = table.load_ns(tk * tn)
+        t_a, t_b = load_a[tm, tk], load_b[tk, tn]
         t_math = table.math_ns(tm * tn * tk)
-        stages = stages_of[tk]
-        waves = wave_count(shape, Tiling(tm, tn, tk, 1), machine.sm_count)
+        stages, waves = stages_of[tk], waves_of[tm, tn]
         load = t_a + t_b
-        max_depth = (
-            None
-            if limit is None
-            else limit // Tiling(tm, tn, tk, 1).shared_memory_bytes(element_bytes)
-        )
-        deepest = (
-            space.buffer_depth[-1] if max_depth is None else min(max_depth, space.buffer_depth[-1])
-        )
+        if limit is None:
+            max_depth, deepest = None, depths[-1]
+        else:
+            max_depth = limit // stage_buffer_bytes(tm, tn, tk, element_bytes)
+            fitting = bisect.bisect_right(depths, max_depth)  # depths are sorted
+            deepest = depths[fitting - 1] if fitting else 0
         if deepest == 1:
             last_math_floor = load + (stages - 1) * (load + t_math)
         else:
             last_math_floor = max(load + (stages - 1) * t_math, stages * load)
-        tail = t_math if wave_model is WaveTimeModel.INCLUDE_LAST_MATH else 0
+        tail = t_math if include_last_math else 0
         bounds.append(
             TripleBound(
                 tile_m=tm,

@@ -72,10 +72,16 @@ async def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(422, "Invalid request", detail, errors)
 
 
+#: what a framework HTTP error is about: the URL path (404), the method (405), else the body
+#: (400: a body FastAPI cannot decode, e.g. invalid UTF-8 or JSON nested too deeply)
+_HTTP_ERROR_FIELD = {404: "path", 405: "method"}
+
+
 async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    return problem_response(
-        exc.status_code, "HTTP error", str(exc.detail), headers=getattr(exc, "headers", None)
+    field = _HTTP_ERROR_FIELD.get(exc.status_code, "body")
+    return field_error(
+        exc.status_code, "HTTP error", field, str(exc.detail), getattr(exc, "headers", None)
     )
 
 

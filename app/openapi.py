@@ -37,6 +37,7 @@ _ERRORS_ANY: dict[str, str] = {
     "500": "a bug: report the X-Request-ID",
 }
 _ERRORS_WITH_BODY: dict[str, str] = {
+    "400": "body that cannot be decoded (not UTF-8, or JSON nested too deeply)",
     "413": "request body larger than the server's limit",
 }
 _ERRORS_SOLVING: dict[str, str] = {

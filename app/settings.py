@@ -13,6 +13,10 @@ from typing import Literal, Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+#: the largest max_time_limit_s a server may be configured with; request schemas accept up to
+#: this, and the configured maximum is enforced per request (app/service.py)
+TIME_LIMIT_CEILING_S = 3600.0
+
 #: below this a worker cannot even import Z3 (Python + libz3 map ~300 MB of address space)
 MIN_WORKER_MEMORY_LIMIT_BYTES = 256 * 1024 * 1024
 
@@ -36,7 +40,10 @@ class Settings(BaseSettings):
         default=10.0, gt=0, description="solve time limit when a request does not give one"
     )
     max_time_limit_s: float = Field(
-        default=120.0, gt=0, le=3600, description="largest time_limit_s a request may ask for"
+        default=120.0,
+        gt=0,
+        le=TIME_LIMIT_CEILING_S,
+        description="largest time_limit_s a request may ask for",
     )
     worker_memory_limit_bytes: int = Field(
         default=2 * 1024**3,

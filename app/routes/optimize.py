@@ -30,6 +30,11 @@ from solver import (
 
 router = APIRouter(tags=["optimize"])
 
+#: most stages a timeline may list: S = ceil(K / TK) for the largest K (2^20) and the smallest
+#: default tile (16). A smaller TK makes the body grow ~120 bytes per stage (TK = 1 and
+#: K = 2^20 gave a 129 MB answer that took longer than its time limit to send)
+MAX_TIMELINE_STAGES = 1 << 16
+
 
 def gemm_ws_machine(profile: DeviceProfile) -> GemmWsMachine:
     """The GeMM-WS figures of a profile; ModelNotServed names what is missing."""
@@ -77,6 +82,13 @@ def to_problem(request: OptimizeTilingRequest) -> tuple[str, TilingProblem]:
         buffer_depth=_values("buffer_depth", spec.buffer_depth),
         enforce_shared_memory=spec.enforce_shared_memory,
     )
+    stages = -(-request.k // space.tile_k[0])  # the most stages any candidate has
+    if request.include_timeline and stages > MAX_TIMELINE_STAGES:
+        raise ModelInputError(
+            "include_timeline",
+            f"a timeline of up to {stages} stages (k / smallest tile_k) exceeds the limit of "
+            f"{MAX_TIMELINE_STAGES}; drop include_timeline or allow larger tile_k values",
+        )
     problem = TilingProblem(
         shape=GemmShape(request.m, request.n, request.k),
         machine=machine,

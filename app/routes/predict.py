@@ -25,7 +25,8 @@ from perfmodel.manybsp import (
 
 router = APIRouter(tags=["predict"])
 
-#: largest PTX text accepted, in UTF-8 bytes (a setting later; issue 4)
+#: largest PTX text in UTF-8 bytes when :func:`to_core` is given no limit; the service passes
+#: its setting (KPERF_MAX_PTX_BYTES, same default) instead
 MAX_PTX_BYTES = 2_000_000
 
 

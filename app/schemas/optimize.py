@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.settings import TIME_LIMIT_CEILING_S
 from solver.search_space import (
     DEFAULT_BUFFER_DEPTHS,
     DEFAULT_TILE_VALUES,
@@ -17,7 +18,6 @@ from solver.search_space import (
 MAX_PROBLEM_DIMENSION = 1 << 20
 MAX_TOP_K = 50
 DEFAULT_TIME_LIMIT_S = 10.0
-MAX_TIME_LIMIT_S = 120.0
 
 Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
 
@@ -99,9 +99,17 @@ class OptimizeTilingRequest(_Model):
     search_space: SearchSpaceSpec = Field(default_factory=SearchSpaceSpec)
     top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, description="length of the shortlist")
     time_limit_s: float = Field(
-        default=DEFAULT_TIME_LIMIT_S, gt=0, le=MAX_TIME_LIMIT_S, description="solver budget, s"
+        default=DEFAULT_TIME_LIMIT_S,
+        gt=0,
+        # the server's configured maximum (KPERF_MAX_TIME_LIMIT_S) is checked per request
+        le=TIME_LIMIT_CEILING_S,
+        description="solver budget, s; default and maximum are the server's settings",
     )
-    include_timeline: bool = Field(default=False, description="return per-stage event times")
+    include_timeline: bool = Field(
+        default=False,
+        description="return per-stage event times; refused (422) above 65536 stages, "
+        "k / smallest tile_k",
+    )
     wave_time_model: Literal["paper", "include-last-math"] = Field(
         default="paper",
         description="'paper': wave time = Sm(S) + T_EPILOGUE as printed in §2.2; "
@@ -110,10 +118,10 @@ class OptimizeTilingRequest(_Model):
 
 
 class TilingPrediction(BaseModel):
-    tile_m: int
-    tile_n: int
-    tile_k: int
-    buffer_depth: int
+    tile_m: int = Field(description="TM, rows of the output tile, elements")
+    tile_n: int = Field(description="TN, columns of the output tile, elements")
+    tile_k: int = Field(description="TK, reduction depth of one stage, elements")
+    buffer_depth: int = Field(description="stages held by the shared-memory circular buffer")
     predicted_time_us: float = Field(description="overall execution time W x wave + T_INIT, us")
     waves: int = Field(description="W = ceil(output tiles / SMs)")
     stages: int = Field(description="S = ceil(K / TK)")
@@ -128,12 +136,14 @@ class TilingPrediction(BaseModel):
 
 
 class RankedCandidate(TilingPrediction):
-    rank: int = Field(ge=1)
+    rank: int = Field(
+        ge=1, description="1 = best: by predicted time, then total MATH wait, then tie-break"
+    )
 
 
 class SearchSummaryOut(BaseModel):
-    candidates_considered: int
-    feasible: int
+    candidates_considered: int = Field(description="tilings in the search space")
+    feasible: int = Field(description="tilings that passed every hardware constraint")
     rejected: dict[str, int] = Field(description="candidates rejected, per constraint")
 
 
@@ -144,7 +154,7 @@ class SolverStats(BaseModel):
 
 
 class TimelineStage(BaseModel):
-    stage: int
+    stage: int = Field(description="stage index i, 1..stages")
     load_a_start_us: float
     load_b_start_us: float
     math_start_us: float

@@ -52,10 +52,14 @@ class PredictKernelRequest(_Model):
         default_factory=dict,
         description="n_ma overrides keyed by the 1-based line of the instruction in `ptx`",
     )
-    clock_mhz: float | None = Field(None, gt=0, description="clock for predicted_time_us (MHz)")
+    clock_mhz: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="clock for predicted_time_us (MHz)"
+    )
 
 
 class FuCycles(BaseModel):
+    """Occupancy of each functional unit by the instruction (Table N-2), cycles."""
+
     SPs: float
     DPU: float
     SFU: float
@@ -81,12 +85,12 @@ class InstructionOut(BaseModel):
 
 
 class SuperstepModel(BaseModel):
-    start_line: int
-    end_line: int
+    start_line: int = Field(description="1-based line in ptx of its first instruction")
+    end_line: int = Field(description="1-based line in ptx of its last instruction")
     comp_cycles: float
     comm_cycles: float
     ovh_cycles: float
-    iterations: int
+    iterations: int = Field(description="times the superstep runs (loop trip count, or 1)")
 
 
 class PredictKernelResponse(BaseModel):
@@ -94,12 +98,12 @@ class PredictKernelResponse(BaseModel):
     device: str
     n_b: int = Field(description="blocks in the grid")
     n_t: int = Field(description="threads per block")
-    registers_per_thread: int
+    registers_per_thread: int = Field(description="registers per thread used in eq. (21)")
     registers_source: str = Field(description="'request' or 'ptxas -v (sm_XX)'")
-    shared_bytes_per_block: int
+    shared_bytes_per_block: int = Field(description="shared memory per block, bytes")
     predicted_cycles: float = Field(description="kernel_exec_cycle, eq. (24)/(25), cycles")
     predicted_time_us: float | None = Field(description="predicted_cycles / clock (us)")
-    clock_mhz: float | None
+    clock_mhz: float | None = Field(description="clock used for predicted_time_us, MHz")
     equation: str = Field(description="'24' (rho >= tau) or '25'")
     w: int = Field(description="warps per warp scheduler, eq. (6)")
     parallel_comp: float = Field(description="eq. (10), cycles")
@@ -118,9 +122,9 @@ class PredictKernelResponse(BaseModel):
     tau: int = Field(description="eq. (23)")
     mu: float = Field(description="mu of eq. (24)-(25)")
     l: int = Field(description="executed instructions per thread")  # noqa: E741 - paper name
-    l_c: int
-    l_m: int
-    l_b: int
+    l_c: int = Field(description="executed computational instructions per thread")
+    l_m: int = Field(description="executed global-memory instructions per thread")
+    l_b: int = Field(description="executed barriers (bar.sync) per thread")
     level1_supersteps: list[SuperstepModel]
     level2_supersteps: list[SuperstepModel]
     instructions: list[InstructionOut]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import astuple, dataclass, field
 
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp.block import analyse_block
@@ -96,6 +97,18 @@ def _check_launch(req: PredictRequest, n_t: int, regs: int, shared: int) -> None
         )
 
 
+#: why a prediction left the range of a double: eq. (10) multiplies by the loop trip counts,
+#: eq. (22) by the grid size, and tiny device figures divide
+_OVERFLOW_REASON = (
+    "the prediction overflows a double (more than ~1.8e308 cycles): lower loop_trip_counts "
+    "or launch.grid, or check the device figures"
+)
+
+
+def _all_finite(values: Iterable[object]) -> bool:
+    return all(math.isfinite(v) for v in values if isinstance(v, float))
+
+
 def predict_kernel(req: PredictRequest) -> PredictResult:
     """Parse the PTX, build Table N-1/N-2 and the supersteps, and evaluate eq. (4)-(25)."""
     for axis, v in zip("xyz", req.grid, strict=True):
@@ -145,10 +158,29 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
         warp_size=dev.warp_size,
     )
     warnings.extend(table.warnings)
-    analysis = analyse_block(table.costs, table.spans, n_t, dev)
     launch = LaunchShape(n_b=n_b, n_t=n_t, registers_per_thread=regs, shared_bytes_per_block=shared)
-    est = estimate_kernel(table.costs, analysis.level1, analysis.w, launch, dev)
+    try:
+        analysis = analyse_block(table.costs, table.spans, n_t, dev)
+        est = estimate_kernel(table.costs, analysis.level1, analysis.w, launch, dev)
+    except OverflowError as exc:  # an int too large for a float (huge trip counts or grid)
+        raise ModelInputError("body", _OVERFLOW_REASON) from exc
     clock = req.clock_mhz if req.clock_mhz is not None else figs.clock_mhz
+    # inf or nan cannot travel in JSON (they would reach the client as null in a number field)
+    numbers: list[object] = list(astuple(est))
+    for row in analysis.rows:
+        numbers += [row.issue_cycles, *row.fu_cycles, row.comm_cycles, row.ovh_cycles]
+        numbers += [row.sync_cycles]
+    for step in (*analysis.level1, *analysis.level2):
+        numbers += [step.comp_cycles, step.comm_cycles, step.ovh_cycles]
+    if not _all_finite(numbers):
+        raise ModelInputError("body", _OVERFLOW_REASON)
+    predicted_time_us = est.kernel_exec_cycle / clock if clock else None
+    if predicted_time_us is not None and not math.isfinite(predicted_time_us):
+        raise ModelInputError(
+            "clock_mhz" if req.clock_mhz is not None else "device_params.hardware.clock_mhz",
+            f"{est.kernel_exec_cycle} cycles at {clock} MHz overflow a double; give a real "
+            "clock frequency in MHz",
+        )
     return PredictResult(
         kernel=fn.name,
         device_id=figs.device_id,
@@ -158,7 +190,7 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
         n_b=n_b,
         n_t=n_t,
         estimate=est,
-        predicted_time_us=est.kernel_exec_cycle / clock if clock else None,
+        predicted_time_us=predicted_time_us,
         costs=table.costs,
         rows=analysis.rows,
         class_keys=table.class_keys,

@@ -13,10 +13,6 @@ _USED = re.compile(r"Used (\d+) registers")
 PTXAS_TIMEOUT_S = 30.0
 
 
-def ptxas_available() -> bool:
-    return shutil.which("ptxas") is not None
-
-
 #: tried when ptxas no longer supports the module's own target (CUDA 13 starts at sm_75)
 FALLBACK_TARGET = "sm_75"
 

@@ -33,8 +33,6 @@ __all__ = [
     "tid_x_stride_bytes",
 ]
 
-_THREAD_SYMBOLS = ("tid.x", "tid.y", "tid.z")
-
 #: special registers holding the same value for every thread of a block
 _UNIFORM_SPECIALS = frozenset(
     {
@@ -94,7 +92,6 @@ class _Recur:
 
 _Val = AddressForm | _Recur
 
-_ZERO = AddressForm(0, {})
 _UNIFORM = AddressForm(None, {})
 
 

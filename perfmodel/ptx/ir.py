@@ -872,6 +872,12 @@ class _Parser:
                     if o.kind in ("symbol", "address"):
                         symbols.update(_NAME_RE.findall(p))
                 operands.append(o)
+        if opcode == "bra" and (not operands or operands[0].kind != "label"):
+            # an undeclared target would silently drop the edge from the CFG (ptxas refuses it)
+            target = operands[0].text if operands else ""
+            raise self.src.error(
+                op_off, f"bra target {target!r} is not a label declared in this function"
+            )
         guard = m.group("guard")
         if guard is not None and not (guard.startswith("%") or guard in regnames):
             raise self.src.error(raw.start, f"guard {guard!r} is not a predicate register")

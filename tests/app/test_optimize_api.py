@@ -139,6 +139,18 @@ BAD_REQUESTS = [
     ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "time_limit_s": -1}, 422, "time_limit_s"),
     ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "time_limit_s": 1e9}, 422, "time_limit_s"),
     ({"m": "x", "n": 64, "k": 64, "device": "rtx-a6000"}, 422, "m"),
+    (
+        {
+            "m": 64,
+            "n": 64,
+            "k": 1 << 20,
+            "device": "rtx-a6000",
+            "include_timeline": True,
+            "search_space": {"tile_k": [8]},
+        },
+        422,
+        "include_timeline",
+    ),  # a timeline of 131,072 stages (an answer of ~16 MB; TK = 1 made it 129 MB)
     ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "bogus": 1}, 422, "bogus"),
     (
         {
@@ -178,6 +190,35 @@ def test_malformed_json_is_a_4xx_naming_the_body(client: TestClient) -> None:
     )
     assert 400 <= r.status_code < 500
     assert r.json()["errors"][0]["field"] == "body"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"[" * 5000 + b"]" * 5000,  # nested deeper than the JSON reader recurses: a 400
+        b'{"m": "\xff\xfe"}',  # not UTF-8
+    ],
+    ids=["deep-nesting", "invalid-utf8"],
+)
+def test_undecodable_body_is_a_4xx_naming_the_body(client: TestClient, content: bytes) -> None:
+    r = client.post(
+        "/optimize-tiling", content=content, headers={"content-type": "application/json"}
+    )
+    assert 400 <= r.status_code < 500
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert [e["field"] for e in r.json()["errors"]] == ["body"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "field"),
+    [("GET", "/no-such-route", "path"), ("DELETE", "/devices", "method")],
+)
+def test_framework_http_errors_name_what_was_wrong(
+    client: TestClient, method: str, path: str, field: str
+) -> None:
+    r = client.request(method, path)
+    assert r.status_code in (404, 405)
+    assert [e["field"] for e in r.json()["errors"]] == [field]
 
 
 def test_device_routes(client: TestClient) -> None:

@@ -3,6 +3,7 @@ answered 4xx problem+json naming the problem (never a 500)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,3 +182,51 @@ def test_arbitrary_text_never_500s(client: TestClient, text: str) -> None:
     r = client.post("/predict-kernel", json=knn_body(ptx=text or "x"))
     assert r.status_code in (200, 422), r.text
     assert r.status_code == 200 or r.headers["content-type"].startswith(PROBLEM)
+
+
+def _mm_body(**over: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "ptx": MM,
+        "device": "940mx",
+        "launch": {"grid": [20, 10, 1], "block": [32, 32, 1]},
+        "resources": {"registers_per_thread": 22, "shared_bytes_per_block": 2048},
+    }
+    body.update(over)
+    return body
+
+
+# Inputs that drive the prediction past the range of a double: each was a 500 (OverflowError)
+# or a 200 with null in a required number field (inf serialised as null).
+OVERFLOWING = [
+    # eq. (10): trip count x comp cycles exceeds 1.8e308
+    (_mm_body(loop_trip_counts={"BB1_2": 10**308}), "body"),
+    # a trip count that does not even convert to a float
+    (_mm_body(loop_trip_counts={"BB1_2": 10**400}), "body"),
+    # eq. (22): n_b / (n_sm * rho) with n_b = 1e600
+    (_mm_body(launch={"grid": [10**200] * 3, "block": [32, 32, 1]}), "body"),
+    # finite cycles over a subnormal clock: an infinite time in microseconds
+    (_mm_body(clock_mhz=1e-320), "clock_mhz"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), OVERFLOWING)
+def test_overflowing_prediction_is_422_not_500(
+    client: TestClient, body: dict[str, Any], field: str
+) -> None:
+    body = _problem(client.post("/predict-kernel", json=body), 422, field)
+    assert "overflow" in body["detail"]
+
+
+def test_subnormal_device_figure_is_422_not_null_cycles(client: TestClient) -> None:
+    # mu = 1e-320 divides eq. (24) into infinity, which JSON carried as "predicted_cycles": null
+    profile = client.get("/devices/940mx").json()
+    profile["many_bsp"]["mu"]["value"] = 1e-320
+    r = client.post("/predict-kernel", json=_mm_body(device=None, device_params=profile))
+    _problem(r, 422, "body")
+
+
+def test_infinite_clock_is_422(client: TestClient) -> None:
+    # Python's JSON reader accepts the non-standard literal Infinity (a time of 0 us before)
+    raw = json.dumps(_mm_body(clock_mhz=float("inf")), allow_nan=True)
+    r = client.post("/predict-kernel", content=raw, headers={"content-type": "application/json"})
+    _problem(r, 422, "clock_mhz")

@@ -171,6 +171,21 @@ def test_limits_from_settings_name_the_field() -> None:
     )
 
 
+def test_configured_maximum_above_the_schema_default_is_honoured() -> None:
+    # KPERF_MAX_TIME_LIMIT_S may go up to an hour; the request schema once capped every request
+    # at 120 s whatever the server allowed
+    async def scenario(client: KperfClient) -> None:
+        answer = await client.optimize(problem(time_limit_s=200.0))
+        assert answer.response.status == "optimal"
+        with pytest.raises(KperfError) as info:
+            await client.optimize(problem(time_limit_s=301.0))
+        assert info.value.status == 422
+        assert [f for f, _ in info.value.field_errors] == ["time_limit_s"]
+        assert "300" in str(info.value)
+
+    in_app(scenario, make_settings(max_time_limit_s=300.0))
+
+
 def test_memory_cap_fails_that_request_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     real_job = app.jobs.optimize_job
 

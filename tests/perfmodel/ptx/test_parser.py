@@ -321,6 +321,15 @@ def test_entry_selection():
         (HEADER + ".entry k() int x\n{\nret;\n}\n", 5, 8, "unexpected text"),
         # C code inside a body
         (kernel("  x = x + 1;"), 7, 3, "cannot read operand"),
+        # a branch to a label the function never declares (ptxas refuses it)
+        (kernel("bra L9;\nret;"), 7, 1, "'L9' is not a label"),
+        # ... including a label of another function
+        (
+            HEADER + ".entry a()\n{\nA:\nret;\n}\n.entry b()\n{\n\tbra.uni A;\n}\n",
+            12,
+            2,
+            "'A' is not a label",
+        ),
     ],
 )
 def test_syntax_errors_name_line_and_column(text, line, column, fragment):

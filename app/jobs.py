@@ -7,6 +7,7 @@ candidate's per-stage events, and the parent stores exactly what it sends.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import Response
@@ -64,7 +65,8 @@ async def optimize_via_pool(
             time_limit_s,
             admitted=admitted,
         )
-        answer = OptimizeTilingResponse.model_validate(body)
+        # validated off the event loop: a long timeline is megabytes of JSON
+        answer = await asyncio.to_thread(OptimizeTilingResponse.model_validate, body)
         return answer, answer.status == "optimal"
 
     return await cached_solve(
@@ -107,7 +109,8 @@ async def predict_via_pool(
             pass_time_limit=False,
         )
         # the prediction is a pure function of the request and the profile: always cacheable
-        return PredictKernelResponse.model_validate(body), True
+        answer = await asyncio.to_thread(PredictKernelResponse.model_validate, body)
+        return answer, True
 
     answer, _ = await cached_solve(
         service,

@@ -34,7 +34,10 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-PAPER_PTX = REPO / "tests" / "fixtures" / "ptx" / "paper"
+# run as a script (bench/ on sys.path): the worked examples' data lives in the tests package
+sys.path.insert(0, str(REPO))
+from tests.paper_cases import paper_case, paper_http_body  # noqa: E402
+
 DEVICE = "rtx-a6000"
 WARM_SHAPES = [(1024, 1024, 1024), (2048, 2048, 512), (4096, 1024, 2048), (512, 8192, 1024)]
 #: 48^3 tile shapes x 8 depths (884,736 tilings): the solver cannot finish within 1 s
@@ -101,19 +104,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def paper_predict_body() -> dict[str, object]:
-    cases = json.loads((PAPER_PTX / "cases.json").read_text())["cases"]
-    case = next(c for c in cases if c["id"] == "hotspot-gtx-760")
-    return {
-        "ptx": (PAPER_PTX / case["ptx"]).read_text(),
-        "device": case["device"],
-        "launch": {"grid": case["grid"], "block": case["block"]},
-        "resources": {
-            "registers_per_thread": case["registers_per_thread"],
-            "shared_bytes_per_block": case["shared_bytes_per_block"],
-        },
-        "loop_trip_counts": case["loop_trip_counts"],
-        "memory_transactions": case["memory_transactions"],
-    }
+    return paper_http_body(paper_case("hotspot-gtx-760"))
 
 
 def invalid_request(rng: random.Random) -> tuple[str, bytes]:

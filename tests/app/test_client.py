@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
 from app.client import KperfClient, KperfError
 from tests.app.service_helpers import (
     A6000,
-    REPO,
     clean_environ,
     live_server,
     make_settings,
     problem,
 )
+from tests.paper_cases import paper_case, paper_http_body
 
 __all__ = ["clean_environ", "live_server"]
-
-PTX = REPO / "tests" / "fixtures" / "ptx" / "paper"
 
 
 async def _exercise(client: KperfClient) -> dict[str, object]:
@@ -63,22 +60,8 @@ def test_client_in_process_and_against_uvicorn_agree(live_server: str) -> None:
 
 
 def test_client_predict_matches_the_paper_case(live_server: str) -> None:
-    case = next(
-        c
-        for c in json.loads((PTX / "cases.json").read_text())["cases"]
-        if c["id"] == "hotspot-gtx-760"
-    )
-    body = {
-        "ptx": (PTX / case["ptx"]).read_text(),
-        "device": case["device"],
-        "launch": {"grid": case["grid"], "block": case["block"]},
-        "resources": {
-            "registers_per_thread": case["registers_per_thread"],
-            "shared_bytes_per_block": case["shared_bytes_per_block"],
-        },
-        "loop_trip_counts": case["loop_trip_counts"],
-        "memory_transactions": case["memory_transactions"],
-    }
+    case = paper_case("hotspot-gtx-760")
+    body = paper_http_body(case)
 
     async def run() -> dict[str, object]:
         async with KperfClient(live_server) as client:

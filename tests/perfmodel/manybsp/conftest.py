@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from device_profiles import get_profile
 from perfmodel.manybsp import PredictRequest, PredictResult, device_from_profile, predict_kernel
+from tests.paper_cases import CASE_IDS, CASES, PAPER_DIR
 
-PAPER_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "ptx" / "paper"
-CASES: list[dict[str, Any]] = json.loads((PAPER_DIR / "cases.json").read_text())["cases"]
-CASE_IDS = [c["id"] for c in CASES]
+__all__ = ["CASES", "CASE_IDS", "paper_request", "paper_result"]
 
 
 def paper_request(case: dict[str, Any], *, with_n_ma: bool = True) -> PredictRequest:

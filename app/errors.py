@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.convert.predict import PTXTooLarge
 from app.pool import (
     PoolClosed,
     PoolSaturated,
@@ -22,7 +23,6 @@ from app.pool import (
     WorkerMemoryExceeded,
     WorkerTimeout,
 )
-from app.routes.predict import PTXTooLarge
 from app.service import RequestFieldError
 from device_profiles import ModelNotServed, UnknownDevice
 from perfmodel.errors import ModelInputError, PTXSyntaxError

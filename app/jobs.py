@@ -1,5 +1,7 @@
 """Jobs run inside pool workers, and the async path a route takes to them.
 
+Layering: routes call these jobs, jobs call the core (through ``app/convert``), never back.
+
 A worker job receives the validated request as JSON, rebuilds the core problem, solves it and
 returns the response as a JSON document: the pipe then carries a few kilobytes instead of every
 candidate's per-stage events, and the parent stores exactly what it sends.
@@ -12,10 +14,14 @@ from typing import Any
 
 from fastapi import Response
 
+from app.convert import optimize as optimize_convert
+from app.convert import predict as predict_convert
 from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
 from app.schemas.predict import PredictKernelRequest, PredictKernelResponse
 from app.service import Service, cached_solve, run_job
 from device_profiles import get_profile
+from perfmodel.manybsp import predict_kernel
+from solver import optimize_tiling
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
@@ -23,14 +29,10 @@ PREDICT_KIND = "predict-kernel"
 
 def optimize_job(request_json: dict[str, Any], time_limit_s: float) -> dict[str, Any]:
     """Worker side of POST /optimize-tiling: solve within ``time_limit_s``, return the body."""
-    # imported here: app.routes.optimize imports this module for the route's helper below
-    from app.routes.optimize import to_problem, to_response
-    from solver import optimize_tiling
-
     request = OptimizeTilingRequest.model_validate(request_json)
-    device, problem = to_problem(request)
+    device, problem = optimize_convert.to_problem(request)
     result = optimize_tiling(problem, top_k=request.top_k, time_limit_s=time_limit_s)
-    return to_response(request, device, problem, result).model_dump(mode="json")
+    return optimize_convert.to_response(request, device, problem, result).model_dump(mode="json")
 
 
 def canonical_optimize_request(request: OptimizeTilingRequest) -> dict[str, Any]:
@@ -82,14 +84,11 @@ async def optimize_via_pool(
 
 def predict_job(request_json: dict[str, Any], max_ptx_bytes: int) -> dict[str, Any]:
     """Worker side of POST /predict-kernel: PTX analysis + Many-BSP model, body as JSON."""
-    from app.routes.predict import to_core, to_response
-    from perfmodel.manybsp import predict_kernel
-
     request = PredictKernelRequest.model_validate(request_json)
-    core = to_core(request, max_ptx_bytes)
+    core = predict_convert.to_core(request, max_ptx_bytes)
     result = predict_kernel(core)
     clock = core.clock_mhz if core.clock_mhz is not None else core.device.clock_mhz
-    return to_response(result, clock).model_dump(mode="json")
+    return predict_convert.to_response(result, clock).model_dump(mode="json")
 
 
 async def predict_via_pool(

@@ -25,7 +25,7 @@ from device_profiles import default_profiles
 log = logging.getLogger("kperf.app")
 
 #: imported by each worker before it reports ready, so no request pays for the import
-WORKER_PRELOAD = ("solver", "perfmodel.manybsp", "app.routes.optimize", "app.routes.predict")
+WORKER_PRELOAD = ("solver", "perfmodel.manybsp", "app.jobs")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -24,6 +24,7 @@ from app.logging import request_started_var
 from app.metrics import Metrics
 from app.pool import PoolError, WorkerCrashed, WorkerMemoryExceeded, WorkerPool, WorkerTimeout
 from app.settings import Settings
+from app.store import MemoryStore, Store
 from device_profiles import DeviceProfile
 
 CACHE_HEADER = "X-Cache"
@@ -59,6 +60,8 @@ class Service:
     pool: WorkerPool
     cache: ResultCache
     profiles: dict[str, DeviceProfile] = field(default_factory=dict)
+    #: shared with other replicas when KPERF_STORE_URL names one; in-process by default
+    store: Store = field(default_factory=MemoryStore)
 
     def resolve_time_limit(
         self, requested_s: float | None, field_name: str = "time_limit_s"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +55,40 @@ def test_every_domain_error_has_an_http_mapping() -> None:
 def test_profile_errors_are_startup_errors_not_request_errors() -> None:
     # A broken profile file must stop the service at start-up, so it is not mapped to HTTP.
     assert ProfileError not in HANDLERS
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module an ``import``/``from`` statement names, at any depth (lazy imports too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+APP_DIR = Path(__file__).resolve().parents[1] / "app"
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [
+        # routes -> jobs -> core: no module outside app/routes (and main, which mounts them)
+        # reaches back into a route, lazily or not
+        (".", ("app.routes",)),
+        # conversions sit beside the schemas: they know neither routes nor jobs
+        ("convert", ("app.routes", "app.jobs", "app.service")),
+    ],
+)
+def test_app_layers_import_one_way(package: str, forbidden: tuple[str, ...]) -> None:
+    offenders = []
+    for path in sorted((APP_DIR / package).rglob("*.py")):
+        relative = path.relative_to(APP_DIR).as_posix()
+        if relative.startswith("routes/") or relative == "main.py":
+            continue
+        bad = sorted(m for m in _imported_modules(path) if m.startswith(forbidden))
+        if bad:
+            offenders.append(f"{relative}: {', '.join(bad)}")
+    assert offenders == []

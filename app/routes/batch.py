@@ -7,9 +7,9 @@ import json
 
 from fastapi import APIRouter, Request
 
+from app.convert.optimize import to_problem
 from app.errors import HANDLERS
 from app.jobs import optimize_via_pool
-from app.routes.optimize import to_problem
 from app.schemas.batch import (
     BatchItem,
     ItemProblem,

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.convert.predict import MAX_PTX_BYTES, PTXTooLarge, to_core
 from app.main import create_app
-from app.routes.predict import MAX_PTX_BYTES, PTXTooLarge, to_core
 from app.schemas.predict import PredictKernelRequest
 from app.settings import Settings
 

@@ -1,0 +1,152 @@
+"""Conversions for POST /optimize-tiling: request schema -> core problem, core result ->
+response schema. Used by the route (early 4xx checks) and by the worker job alike."""
+
+from __future__ import annotations
+
+from app.schemas.optimize import (
+    OptimizeTilingRequest,
+    OptimizeTilingResponse,
+    RankedCandidate,
+    SearchSummaryOut,
+    SolverStats,
+    TileValues,
+    TilingPrediction,
+    TimelineStage,
+    ValueRange,
+)
+from device_profiles import DeviceProfile, ModelNotServed, get_profile
+from perfmodel.errors import ModelInputError
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel, ns_to_us
+from solver import (
+    ELEMENT_BYTES,
+    SearchSpace,
+    TilingProblem,
+    TilingResult,
+    values_from_range,
+)
+
+#: most stages a timeline may list: S = ceil(K / TK) for the largest K (2^20) and the smallest
+#: default tile (16). A smaller TK makes the body grow ~120 bytes per stage (TK = 1 and
+#: K = 2^20 gave a 129 MB answer that took longer than its time limit to send)
+MAX_TIMELINE_STAGES = 1 << 16
+
+
+def gemm_ws_machine(profile: DeviceProfile) -> GemmWsMachine:
+    """The GeMM-WS figures of a profile; ModelNotServed names what is missing."""
+    section = profile.gemm_ws
+    if section is None:
+        raise ModelNotServed(profile.id, "gemm-ws", ["gemm_ws (GeMM-WS §4.2 figures)"])
+    shared = profile.hardware.shared_memory_per_block_bytes
+    return GemmWsMachine(
+        sm_count=int(profile.hardware.sm_count.value),
+        t_init_us=section.t_init_us.value,
+        t_epilogue_us=section.t_epilogue_us.value,
+        load_startup_latency_us=section.load_startup_latency_us.value,
+        compute_startup_latency_us=section.compute_startup_latency_us.value,
+        load_throughput_elements_per_us=section.load_throughput_elements_per_us.value,
+        compute_throughput_macs_per_us=section.compute_throughput_macs_per_us.value,
+        shared_memory_per_block_bytes=int(shared.value) if shared is not None else None,
+    )
+
+
+def _values(field: str, spec: TileValues) -> tuple[int, ...]:
+    if isinstance(spec, ValueRange):
+        return values_from_range(field, spec.min, spec.max, spec.multiple_of)
+    return tuple(spec)
+
+
+def to_problem(request: OptimizeTilingRequest) -> tuple[str, TilingProblem]:
+    """Resolve the device and build the core problem; returns (device label, problem)."""
+    if request.device is not None and request.device_params is not None:
+        raise ModelInputError("device", "give either device or device_params, not both")
+    if request.device is not None:
+        device = request.device
+        machine = gemm_ws_machine(get_profile(request.device))
+    elif request.device_params is not None:
+        device = "inline"
+        machine = GemmWsMachine(**request.device_params.model_dump())
+    else:
+        raise ModelInputError(
+            "device", "give a device profile id (GET /devices) or inline device_params"
+        )
+    spec = request.search_space
+    space = SearchSpace(
+        tile_m=_values("tile_m", spec.tile_m),
+        tile_n=_values("tile_n", spec.tile_n),
+        tile_k=_values("tile_k", spec.tile_k),
+        buffer_depth=_values("buffer_depth", spec.buffer_depth),
+        enforce_shared_memory=spec.enforce_shared_memory,
+    )
+    stages = -(-request.k // space.tile_k[0])  # the most stages any candidate has
+    if request.include_timeline and stages > MAX_TIMELINE_STAGES:
+        raise ModelInputError(
+            "include_timeline",
+            f"a timeline of up to {stages} stages (k / smallest tile_k) exceeds the limit of "
+            f"{MAX_TIMELINE_STAGES}; drop include_timeline or allow larger tile_k values",
+        )
+    problem = TilingProblem(
+        shape=GemmShape(request.m, request.n, request.k),
+        machine=machine,
+        space=space,
+        element_bytes=ELEMENT_BYTES[request.dtype],
+        wave_model=WaveTimeModel(request.wave_time_model),
+    )
+    return device, problem
+
+
+def _prediction(sim: Simulation, element_bytes: int) -> dict[str, object]:
+    t, d = sim.tiling, sim.durations
+    return {
+        "tile_m": t.tile_m,
+        "tile_n": t.tile_n,
+        "tile_k": t.tile_k,
+        "buffer_depth": t.buffer_depth,
+        "predicted_time_us": ns_to_us(sim.overall_time_ns),
+        "waves": sim.waves,
+        "stages": sim.stages,
+        "t_load_a_us": ns_to_us(d.t_load_a_ns),
+        "t_load_b_us": ns_to_us(d.t_load_b_ns),
+        "t_math_us": ns_to_us(d.t_math_ns),
+        "math_wait_us": ns_to_us(sim.total_math_wait_ns),
+        "bound": "load" if sim.load_bound else "math",
+        "shared_memory_bytes": t.shared_memory_bytes(element_bytes),
+    }
+
+
+def to_response(
+    request: OptimizeTilingRequest, device: str, problem: TilingProblem, result: TilingResult
+) -> OptimizeTilingResponse:
+    eb = problem.element_bytes
+    timeline = None
+    if request.include_timeline:
+        timeline = [
+            TimelineStage(
+                stage=e.stage,
+                load_a_start_us=ns_to_us(e.load_a_start_ns),
+                load_b_start_us=ns_to_us(e.load_b_start_ns),
+                math_start_us=ns_to_us(e.math_start_ns),
+                math_wait_us=ns_to_us(e.math_wait_ns),
+            )
+            for e in result.best.events
+        ]
+    return OptimizeTilingResponse(
+        status="optimal" if result.status == "optimal" else "timeout",
+        device=device,
+        dtype=request.dtype,
+        best=TilingPrediction.model_validate(_prediction(result.best, eb)),
+        candidates=[
+            RankedCandidate.model_validate({"rank": rank, **_prediction(sim, eb)})
+            for rank, sim in enumerate(result.candidates, start=1)
+        ],
+        search=SearchSummaryOut(
+            candidates_considered=result.summary.candidates_considered,
+            feasible=result.summary.feasible,
+            rejected=result.summary.rejected,
+        ),
+        solver=SolverStats(
+            elapsed_ms=result.statistics.elapsed_ms,
+            z3_version=result.statistics.z3_version,
+            checks=result.statistics.checks,
+        ),
+        timeline=timeline,
+    )

@@ -1,0 +1,146 @@
+"""Conversions for POST /predict-kernel: request schema -> core request, core result ->
+response schema. Used by the route (early 4xx checks) and by the worker job alike."""
+
+from __future__ import annotations
+
+from app.schemas.predict import (
+    FuCycles,
+    InstructionOut,
+    PredictKernelRequest,
+    PredictKernelResponse,
+    SuperstepModel,
+)
+from device_profiles import get_profile
+from perfmodel.errors import ModelInputError
+from perfmodel.manybsp import (
+    DeviceFigures,
+    PredictRequest,
+    PredictResult,
+    Superstep,
+    device_from_profile,
+)
+
+#: largest PTX text in UTF-8 bytes when :func:`to_core` is given no limit; the service passes
+#: its setting (KPERF_MAX_PTX_BYTES, same default) instead
+MAX_PTX_BYTES = 2_000_000
+
+
+class PTXTooLarge(ValueError):
+    """The submitted PTX exceeds the size limit (413)."""
+
+    def __init__(self, size_bytes: int, limit_bytes: int) -> None:
+        super().__init__(
+            f"ptx is {size_bytes} bytes; the limit is {limit_bytes} bytes: submit one kernel's "
+            "module, or strip debug sections (.loc/.file) first"
+        )
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+
+
+def resolve_device(request: PredictKernelRequest) -> DeviceFigures:
+    if request.device is not None and request.device_params is not None:
+        raise ModelInputError("device", "give either device or device_params, not both")
+    if request.device is not None:
+        return device_from_profile(get_profile(request.device))
+    if request.device_params is not None:
+        return device_from_profile(request.device_params, field_prefix="device_params")
+    raise ModelInputError("device", "give a device profile id (GET /devices) or device_params")
+
+
+def to_core(request: PredictKernelRequest, limit_bytes: int | None = None) -> PredictRequest:
+    """The core request; refuses PTX over ``limit_bytes`` (default :data:`MAX_PTX_BYTES`)."""
+    limit = MAX_PTX_BYTES if limit_bytes is None else limit_bytes
+    size = len(request.ptx.encode("utf-8"))
+    if size > limit:
+        raise PTXTooLarge(size, limit)
+    grid, block = request.launch.grid, request.launch.block
+    return PredictRequest(
+        ptx=request.ptx,
+        device=resolve_device(request),
+        grid=(grid[0], grid[1], grid[2]),
+        block=(block[0], block[1], block[2]),
+        kernel=request.kernel,
+        registers_per_thread=request.resources.registers_per_thread,
+        shared_bytes_per_block=request.resources.shared_bytes_per_block,
+        loop_trip_counts=dict(request.loop_trip_counts),
+        memory_transactions=dict(request.memory_transactions),
+        clock_mhz=request.clock_mhz,
+    )
+
+
+def _step(result: PredictResult, s: Superstep) -> SuperstepModel:
+    return SuperstepModel(
+        start_line=result.line_of(s.start),
+        end_line=result.line_of(s.end),
+        comp_cycles=s.comp_cycles,
+        comm_cycles=s.comm_cycles,
+        ovh_cycles=s.ovh_cycles,
+        iterations=s.iterations,
+    )
+
+
+def to_response(result: PredictResult, clock_mhz: float | None) -> PredictKernelResponse:
+    e = result.estimate
+    return PredictKernelResponse(
+        kernel=result.kernel,
+        device=result.device_id,
+        n_b=result.n_b,
+        n_t=result.n_t,
+        registers_per_thread=result.registers_per_thread,
+        registers_source=result.registers_source,
+        shared_bytes_per_block=result.shared_bytes_per_block,
+        predicted_cycles=e.kernel_exec_cycle,
+        predicted_time_us=result.predicted_time_us,
+        clock_mhz=clock_mhz,
+        equation=e.equation,
+        w=e.w,
+        parallel_comp=e.parallel_comp,
+        block_bar_ovh=e.block_bar_ovh,
+        block_comm=e.block_comm,
+        block_comm_delta=e.block_comm_delta,
+        COMP=e.COMP,
+        warps_need=e.warps_need,
+        overlapped=e.overlapped,
+        nonoverlapped=e.nonoverlapped,
+        block_exec_cycle=e.block_exec_cycle,
+        comp=e.comp,
+        novlp=e.novlp,
+        rho=e.rho,
+        K=e.K,
+        tau=e.tau,
+        mu=e.mu,
+        l=e.l,
+        l_c=e.l_c,
+        l_m=e.l_m,
+        l_b=e.l_b,
+        level1_supersteps=[_step(result, s) for s in result.level1],
+        level2_supersteps=[_step(result, s) for s in result.level2],
+        instructions=_instructions(result),
+        warnings=list(result.warnings),
+    )
+
+
+def _instructions(result: PredictResult) -> list[InstructionOut]:
+    out = []
+    for i, (c, r) in enumerate(zip(result.costs, result.rows, strict=True)):
+        f = r.fu_cycles
+        out.append(
+            InstructionOut(
+                line=c.line,
+                opcode=c.opcode,
+                instruction_class=result.class_keys[i],
+                fu=c.fu.value,
+                latency_cycles=c.latency_cycles,
+                throughput_per_ws=c.throughput_per_ws,
+                u=result.line_of(c.consumer) if c.consumer is not None else None,
+                d=1 if c.consumer == i + 1 else 0,
+                n_ma=c.n_ma,
+                n_ma_inferred=result.n_ma_inferred[i],
+                issue_cycles=r.issue_cycles,
+                fu_cycles=FuCycles(SPs=f[0], DPU=f[1], SFU=f[2], LDST=f[3]),
+                comm_cycles=r.comm_cycles,
+                ovh_cycles=r.ovh_cycles,
+                sync_cycles=r.sync_cycles,
+            )
+        )
+    return out

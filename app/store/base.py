@@ -1,0 +1,106 @@
+"""The store contract and its in-process backend.
+
+Namespaces keep the kinds of value apart (``results``, ``profiles``, ``measurements:<device>``)
+so a backend can list one kind without scanning the others. Keys and namespaces are short ASCII
+strings without whitespace; values are bytes.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+import time
+
+
+class StoreUnavailable(RuntimeError):
+    """The backend cannot be reached or refused the operation; callers degrade, never 5xx
+    for a read they can answer without it."""
+
+
+class Store(abc.ABC):
+    """Namespaced byte values, optionally expiring. Every method may raise StoreUnavailable."""
+
+    #: backend name for /readyz and metrics (``memory``, ``sqlite``, ``redis``)
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def get(self, namespace: str, key: str) -> bytes | None:
+        """The value stored under ``key``, or None when absent or expired."""
+
+    @abc.abstractmethod
+    def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
+        """Store ``value`` (replacing any), expiring after ``ttl_s`` seconds when given."""
+
+    @abc.abstractmethod
+    def put_if_absent(
+        self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None
+    ) -> bool:
+        """Store only when no live value exists; True when this call stored it (a lock)."""
+
+    @abc.abstractmethod
+    def delete(self, namespace: str, key: str) -> None:
+        """Remove ``key``; absent keys are not an error."""
+
+    @abc.abstractmethod
+    def keys(self, namespace: str) -> list[str]:
+        """Every live key of ``namespace``, sorted."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release connections and files."""
+
+
+class MemoryStore(Store):
+    """This process only: the embedded default, nothing to start, gone on restart."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._data: dict[tuple[str, str], tuple[bytes, float | None]] = {}
+        self._lock = threading.Lock()
+
+    def _live(self, slot: tuple[str, str], now: float) -> bytes | None:
+        entry = self._data.get(slot)
+        if entry is None:
+            return None
+        value, expires_at = entry
+        if expires_at is not None and expires_at <= now:
+            del self._data[slot]
+            return None
+        return value
+
+    @staticmethod
+    def _expiry(ttl_s: float | None) -> float | None:
+        if ttl_s is None:
+            return None
+        if not ttl_s > 0:
+            raise ValueError(f"ttl_s must be positive, got {ttl_s}")
+        return time.monotonic() + ttl_s
+
+    def get(self, namespace: str, key: str) -> bytes | None:
+        with self._lock:
+            return self._live((namespace, key), time.monotonic())
+
+    def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
+        expires_at = self._expiry(ttl_s)
+        with self._lock:
+            self._data[(namespace, key)] = (bytes(value), expires_at)
+
+    def put_if_absent(
+        self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None
+    ) -> bool:
+        expires_at = self._expiry(ttl_s)
+        with self._lock:
+            if self._live((namespace, key), time.monotonic()) is not None:
+                return False
+            self._data[(namespace, key)] = (bytes(value), expires_at)
+            return True
+
+    def delete(self, namespace: str, key: str) -> None:
+        with self._lock:
+            self._data.pop((namespace, key), None)
+
+    def keys(self, namespace: str) -> list[str]:
+        now = time.monotonic()
+        with self._lock:
+            slots = [s for s in self._data if s[0] == namespace]
+            return sorted(s[1] for s in slots if self._live(s, now) is not None)

@@ -1,4 +1,4 @@
-"""kperf command line: ``serve``, ``optimize``, ``batch``, ``predict``, ``devices``.
+"""kperf command line: ``serve``, ``optimize``, ``batch``, ``sweep``, ``predict``, ``devices``.
 
 Every command except ``serve`` goes through :class:`app.client.KperfClient`: against
 ``--url`` when given, else against an in-process instance of the service (same validation,
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -178,6 +179,70 @@ async def _batch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 1 if any(i["status"] == "error" for i in items) else 0
 
 
+async def _sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Exit 0 when every shape has an answer, 1 when any line failed, 3 when interrupted."""
+    from app.sweep import BadLine, Journal, JournalLocked, Shape, Sweep, SweepOptions, read_shapes
+    from app.sweep.console import progress_bar, summary_table
+
+    parsed = read_shapes(args.file, args.format)
+    shapes = [s for s in parsed if isinstance(s, Shape)]
+    bad = [b for b in parsed if isinstance(b, BadLine)]
+    for line in bad:
+        err.write(f"{args.file}:{line.line}: {line.reason}; skipped\n")
+    if not parsed:
+        err.write(f"{args.file}: no shapes\n")
+        return 2
+    try:
+        options = SweepOptions(
+            urls=tuple(args.url or ()),
+            batch_size=args.batch_size,
+            concurrency=args.concurrency,
+            retries=args.retries,
+        )
+    except ValueError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+
+    def failure(line: int, reason: str) -> None:
+        err.write(f"{args.file}:{line}: {reason}\n")
+
+    show = args.progress if args.progress is not None else (err.isatty() and not args.json)
+    try:
+        with Journal(args.output) as journal:
+            with progress_bar(err, len(shapes), show) as on_progress:
+                sweep = Sweep(options, journal, on_progress=on_progress, on_failure=failure)
+                stats = await sweep.run(shapes, stop)
+            statuses = [journal.done.get((s.line, s.digest)) for s in shapes]
+    except JournalLocked as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    stats.invalid_lines = len(bad)
+    summary = {
+        **stats.as_dict(),
+        "output": str(args.output),
+        "lines_failed": sorted(
+            [b.line for b in bad]
+            + [s.line for s, st in zip(shapes, statuses, strict=True) if st not in (None, "ok")]
+        ),
+        "lines_unanswered": [s.line for s, st in zip(shapes, statuses, strict=True) if st is None],
+    }
+    if args.json:
+        _print_json(summary, out)
+    else:
+        summary_table(stats, out)
+    if stats.interrupted:
+        err.write(f"interrupted: rerun the same command to resume ({args.output})\n")
+        return 3
+    return 1 if summary["lines_failed"] or summary["lines_unanswered"] else 0
+
+
 def _dims(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.replace("x", ",").split(",") if v.strip()]
@@ -308,6 +373,35 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--chunk-size", type=int, default=8, help="problems per request")
     client_options(batch)
     batch.set_defaults(handler=_batch, kind="out_err")
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="many shapes (CSV or JSON lines) through one or more services, resumable",
+        description="Reads one /optimize-tiling problem per line (CSV with a header row: m, n, "
+        "k, dtype, device, optional search_space as JSON; or JSON lines), sends them as "
+        "batches, and appends one JSON line per answered shape to --output. Rerunning the "
+        "same command resumes: shapes already in the output are not sent again.",
+    )
+    sweep.add_argument("file", type=Path, help="shapes: .csv (header row) or JSON lines")
+    sweep.add_argument("--output", "-o", type=Path, required=True, help="JSONL results/journal")
+    sweep.add_argument(
+        "--url",
+        action="append",
+        default=None,
+        help="service URL (repeat for several replicas); without it the service runs in-process",
+    )
+    sweep.add_argument("--format", choices=["csv", "jsonl"], default=None, help="default: suffix")
+    sweep.add_argument("--batch-size", type=int, default=16, help="shapes per request")
+    sweep.add_argument("--concurrency", type=int, default=4, help="batches in flight")
+    sweep.add_argument("--retries", type=int, default=5, help="per batch, transient failures")
+    sweep.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: when stderr is a terminal and not --json)",
+    )
+    sweep.add_argument("--json", action="store_true", help="print the summary as JSON")
+    sweep.set_defaults(handler=_sweep, kind="out_err")
 
     predict = sub.add_parser("predict", help="predict a PTX kernel's time (Many-BSP)")
     predict.add_argument("kernel", type=Path, help="PTX file")

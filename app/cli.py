@@ -1,4 +1,5 @@
-"""kperf command line: ``serve``, ``optimize``, ``batch``, ``sweep``, ``predict``, ``devices``.
+"""kperf command line: ``serve``, ``optimize``, ``batch``, ``sweep``, ``predict``, ``devices``,
+``calibrate``, ``recalibrate``, ``measurements add|list``.
 
 Every command except ``serve`` goes through :class:`app.client.KperfClient`: against
 ``--url`` when given, else against an in-process instance of the service (same validation,
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -20,6 +22,7 @@ from typing import Any, TextIO
 import httpx
 
 from app.client import KperfClient, KperfError
+from app.schemas.calibrate import CalibrateResponse
 from app.settings import Settings
 
 
@@ -332,6 +335,199 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- calibration
+
+#: keys of the flat Many-BSP lines ``perfmodel.calibration.load_measurements_jsonl`` reads,
+#: moved to where the HTTP measurement keeps them
+_FLAT_LAUNCH = {"grid": "launch", "block": "launch"}
+_FLAT_RESOURCES = ("registers_per_thread", "shared_bytes_per_block")
+
+
+class RunsFileError(ValueError):
+    """A line of a runs file the command cannot send (exit 2, naming the line)."""
+
+
+def _as_measurement(obj: dict[str, Any], device: str | None) -> dict[str, Any]:
+    """One line as the service's measurement: ``model`` and ``meta`` dropped; the flat
+    Many-BSP form (grid, block, registers_per_thread, ... at the top) nested like the
+    /predict-kernel body; a ``device`` key must be the device the runs are sent for."""
+    run = {k: v for k, v in obj.items() if k not in ("model", "meta", "clock_mhz")}
+    line_device = run.pop("device", None)
+    if line_device is not None and device is not None and line_device != device:
+        raise ValueError(f"the run is on device {line_device!r}, not {device!r}")
+    for key, section in _FLAT_LAUNCH.items():
+        if key in run:
+            run.setdefault(section, {})[key] = run.pop(key)
+    for key in _FLAT_RESOURCES:
+        if key in run:
+            run.setdefault("resources", {})[key] = run.pop(key)
+    return run
+
+
+def _infer_model(obj: dict[str, Any]) -> str:
+    if "model" in obj:
+        return str(obj["model"])
+    return "many-bsp" if "measured_cycles" in obj or "ptx" in obj else "gemm-ws"
+
+
+def read_runs(
+    path: Path, model: str | None, device: str | None
+) -> tuple[str, list[dict[str, Any]], list[int]]:
+    """(model, runs, line number of each run) of a JSON-lines file: blank lines skipped, lines
+    of another model skipped (a line's ``model`` key, else its keys, say which)."""
+    runs: list[dict[str, Any]] = []
+    numbers: list[int] = []
+    skipped = 0
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise RunsFileError(f"{path}:{number}: not JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise RunsFileError(f"{path}:{number}: each line must be one JSON object")
+        line_model = _infer_model(obj)
+        model = model or line_model
+        if line_model != model:
+            skipped += 1
+            continue
+        try:
+            runs.append(_as_measurement(obj, device))
+        except ValueError as exc:
+            raise RunsFileError(f"{path}:{number}: {exc}") from None
+        numbers.append(number)
+    if not runs:
+        raise RunsFileError(
+            f"{path}: no {model or 'measurement'} lines"
+            + (f" ({skipped} of another model)" if skipped else "")
+        )
+    assert model is not None
+    return model, runs, numbers
+
+
+_RUN_FIELD = re.compile(r"^measurements\.(\d+)")
+
+
+def _on_lines(exc: KperfError, path: Path, numbers: Sequence[int]) -> KperfError:
+    """The service's ``measurements.3.x`` fields as ``FILE:line x`` (the line run 3 came from)."""
+    for entry in exc.problem.get("errors", []):
+        match = _RUN_FIELD.match(str(entry.get("field", "")))
+        if match is not None and int(match[1]) < len(numbers):
+            rest = entry["field"][match.end() :].lstrip(".")
+            entry["field"] = f"{path}:{numbers[int(match[1])]}" + (f" {rest}" if rest else "")
+    return exc
+
+
+def _note_if_not_kept(client: KperfClient, err: TextIO) -> None:
+    if client.app is not None:
+        store = client.app.state.service.store  # type: ignore[attr-defined]
+        if store.name == "memory":
+            err.write(
+                "note: no --url: this ran an in-process service with an in-memory store, so "
+                "nothing made here is kept; use --url (or a durable KPERF_STORE_URL)\n"
+            )
+
+
+def _print_calibration(answer: CalibrateResponse, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        _print_json(answer.model_dump(mode="json"), out)
+        return
+    verb = "made" if answer.created else "already there:"
+    alias = f" (name {answer.name})" if answer.name else ""
+    out.write(
+        f"{verb} {answer.device}{alias} from {answer.base_device}, "
+        f"{answer.measurement_count} {answer.model} runs\n"
+    )
+    rows = [
+        (
+            f.name,
+            f"{f.value:.6g}",
+            "-" if f.base_value is None else f"{f.base_value:.6g}",
+            "-" if f.standard_error is None else f"{f.standard_error:.3g}",
+            "yes" if f.identifiable else "no",
+        )
+        for f in answer.fitted
+    ]
+    out.write(_table(("figure", "value", "base", "std_error", "identified"), rows) + "\n")
+    t, cv = answer.training_error, answer.cross_validation_error
+    out.write(f"training error: mean {t.mean_abs_pct:.2f} %, max {t.max_abs_pct:.2f} %\n")
+    if cv is not None:
+        out.write(
+            f"cross-validation error: mean {cv.mean_abs_pct:.2f} %, max {cv.max_abs_pct:.2f} %\n"
+        )
+    for warning in answer.warnings:
+        out.write(f"warning: {warning}\n")
+
+
+def _fit_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if args.name is not None:
+        options["name"] = args.name
+    if args.fit is not None:
+        options["fit"] = [f.strip() for f in args.fit.split(",") if f.strip()]
+    if args.folds is not None:
+        options["cross_validation_folds"] = args.folds
+    if args.time_limit_s is not None:
+        options["time_limit_s"] = args.time_limit_s
+    return options
+
+
+async def _calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    model, runs, numbers = read_runs(args.file, args.model, args.device)
+    body = {"model": model, "base_device": args.device, "measurements": runs}
+    async with _client(args) as client:
+        try:
+            answer = await client.calibrate({**body, **_fit_options(args)})
+        except KperfError as exc:
+            raise _on_lines(exc, args.file, numbers) from None
+        _note_if_not_kept(client, err)
+    _print_calibration(answer, args.json, out)
+    return 0
+
+
+async def _recalibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    options = _fit_options(args)
+    if args.model is not None:
+        options["model"] = args.model
+    async with _client(args) as client:
+        answer = await client.recalibrate(args.device_id, options)
+        _note_if_not_kept(client, err)
+    _print_calibration(answer, args.json, out)
+    return 0
+
+
+async def _measurements_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    model, runs, numbers = read_runs(args.file, args.model, args.device)
+    async with _client(args) as client:
+        try:
+            added = await client.add_measurements(args.device, model, runs)
+        except KperfError as exc:
+            raise _on_lines(exc, args.file, numbers) from None
+        _note_if_not_kept(client, err)
+    if args.json:
+        _print_json(added.model_dump(mode="json"), out)
+    else:
+        out.write(
+            f"recorded {added.added} {added.model} runs for {added.device} ({added.total} in "
+            f"all); refit with: kperf recalibrate {added.device}\n"
+        )
+    return 0
+
+
+async def _measurements_list(args: argparse.Namespace, out: TextIO) -> int:
+    async with _client(args) as client:
+        record = await client.measurements(args.device_id)
+    if args.json:
+        _print_json(record.model_dump(mode="json"), out)
+        return 0
+    for run in record.gemm_ws:
+        out.write(json.dumps({"model": "gemm-ws", **run.model_dump(mode="json")}) + "\n")
+    for kernel_run in record.many_bsp:
+        out.write(json.dumps({"model": "many-bsp", **kernel_run.model_dump(mode="json")}) + "\n")
+    return 0
+
+
 # ---------------------------------------------------------------------------- parser
 
 
@@ -431,6 +627,41 @@ def build_parser() -> argparse.ArgumentParser:
     client_options(predict)
     predict.set_defaults(handler=_predict, kind="out")
 
+    def fit_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--name", default=None, help="alias of the new profile")
+        p.add_argument("--fit", default=None, help="figures to fit, comma-separated")
+        p.add_argument("--folds", type=int, default=None, help="cross-validation folds, 0 = off")
+        p.add_argument("--time-limit-s", type=float, default=None, help="fitting budget")
+
+    models = ["gemm-ws", "many-bsp"]
+    calibrate = sub.add_parser("calibrate", help="fit a device's figures to measured runs")
+    calibrate.add_argument("file", type=Path, help="JSON lines, one measured run per line")
+    calibrate.add_argument("--model", default=None, choices=models, help="default: the lines'")
+    calibrate.add_argument("--device", required=True, help="base profile id (kperf devices)")
+    fit_options(calibrate)
+    client_options(calibrate)
+    calibrate.set_defaults(handler=_calibrate, kind="out_err")
+
+    recalibrate = sub.add_parser("recalibrate", help="refit a device from its recorded runs")
+    recalibrate.add_argument("device_id")
+    recalibrate.add_argument("--model", default=None, choices=models)
+    fit_options(recalibrate)
+    client_options(recalibrate)
+    recalibrate.set_defaults(handler=_recalibrate, kind="out_err")
+
+    measurements = sub.add_parser("measurements", help="a device's record of measured runs")
+    measurements_sub = measurements.add_subparsers(dest="action", required=True)
+    add = measurements_sub.add_parser("add", help="append measured runs from a JSON-lines file")
+    add.add_argument("file", type=Path, help="JSON lines, one measured run per line")
+    add.add_argument("--device", required=True, help="profile id or name")
+    add.add_argument("--model", default=None, choices=models, help="default: the lines'")
+    client_options(add)
+    add.set_defaults(handler=_measurements_add, kind="out_err")
+    listing = measurements_sub.add_parser("list", help="print a device's runs as JSON lines")
+    listing.add_argument("device_id")
+    client_options(listing)
+    listing.set_defaults(handler=_measurements_list, kind="out")
+
     devices = sub.add_parser("devices", help="list device profiles, or show one")
     devices.add_argument("device_id", nargs="?", default=None)
     client_options(devices)
@@ -460,6 +691,9 @@ def main(
             for field, reason in exc.field_errors:
                 err.write(f"  {field}: {reason}\n")
         return 1
+    except RunsFileError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
     except (OSError, httpx.HTTPError) as exc:
         err.write(f"error: {exc}\n")
         return 1

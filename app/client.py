@@ -19,9 +19,17 @@ from types import TracebackType
 from typing import Any, Self
 
 import httpx
+from pydantic import BaseModel
 from starlette.types import ASGIApp, Message
 
 from app.schemas.batch import OptimizeTilingBatchResponse
+from app.schemas.calibrate import (
+    CalibrateRequest,
+    CalibrateResponse,
+    MeasurementRecord,
+    MeasurementsAdded,
+    RecalibrateRequest,
+)
 from app.schemas.devices import DeviceList
 from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
 from app.settings import Settings
@@ -198,9 +206,35 @@ class KperfClient:
         body: dict[str, Any] = (await self._call("POST", "/predict-kernel", dict(request))).json()
         return body
 
+    async def calibrate(self, request: CalibrateRequest | Mapping[str, Any]) -> CalibrateResponse:
+        """POST /calibrate: a new calibrated profile; its id is ``answer.device``."""
+        response = await self._call("POST", "/calibrate", _request_json(request))
+        return CalibrateResponse.model_validate(response.json())
 
-def _request_json(request: OptimizeTilingRequest | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(request, OptimizeTilingRequest):
+    async def add_measurements(
+        self, device: str, model: str, measurements: Sequence[BaseModel | Mapping[str, Any]]
+    ) -> MeasurementsAdded:
+        """POST /devices/{device}/measurements: append measured runs of ``model``."""
+        body = {"model": model, "measurements": [_request_json(m) for m in measurements]}
+        response = await self._call("POST", f"/devices/{device}/measurements", body)
+        return MeasurementsAdded.model_validate(response.json())
+
+    async def measurements(self, device: str) -> MeasurementRecord:
+        """GET /devices/{device}/measurements: the runs recorded for the device."""
+        response = await self._call("GET", f"/devices/{device}/measurements")
+        return MeasurementRecord.model_validate(response.json())
+
+    async def recalibrate(
+        self, device: str, request: RecalibrateRequest | Mapping[str, Any] | None = None
+    ) -> CalibrateResponse:
+        """POST /devices/{device}/recalibrate: refit from every recorded run."""
+        body = None if request is None else _request_json(request)
+        response = await self._call("POST", f"/devices/{device}/recalibrate", body)
+        return CalibrateResponse.model_validate(response.json())
+
+
+def _request_json(request: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(request, BaseModel):
         # only what the caller set: unset fields take the server's defaults
         return request.model_dump(mode="json", exclude_unset=True)
     return dict(request)

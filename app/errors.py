@@ -23,7 +23,9 @@ from app.pool import (
     WorkerMemoryExceeded,
     WorkerTimeout,
 )
+from app.profile_store import NameTaken
 from app.service import RequestFieldError
+from app.store import StoreUnavailable
 from device_profiles import ModelNotServed, UnknownDevice
 from perfmodel.errors import ModelInputError, PTXSyntaxError
 from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace, SolverTimeout
@@ -87,11 +89,14 @@ async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
 
 async def _unknown_device_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UnknownDevice)
+    # a device named by the URL (/devices/{device_id}...) is a missing resource; one named in
+    # a body, a bad field
+    in_path = request.method == "GET" or "device_id" in request.path_params
     return problem_response(
-        404 if request.method == "GET" else 422,
+        404 if in_path else 422,
         "Unknown device",
         str(exc),
-        [{"field": "device", "reason": str(exc)}],
+        [{"field": exc.field, "reason": str(exc)}],
     )
 
 
@@ -101,7 +106,7 @@ async def _model_not_served_handler(request: Request, exc: Exception) -> JSONRes
         422,
         "Model not served by device",
         str(exc),
-        [{"field": "device", "reason": f"missing figure: {m}"} for m in exc.missing],
+        [{"field": exc.field, "reason": f"missing figure: {m}"} for m in exc.missing],
     )
 
 
@@ -128,6 +133,11 @@ async def _field_handler(request: Request, exc: Exception) -> JSONResponse:
     return field_error(422, "Invalid request", exc.field, exc.reason)
 
 
+async def _name_taken_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, NameTaken)
+    return field_error(409, "Name taken", exc.field, exc.reason)
+
+
 async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PTXSyntaxError)
     return problem_response(
@@ -152,6 +162,8 @@ _FIXED: dict[type[Exception], tuple[int, str, str, dict[str, str] | None]] = {
     WorkerTimeout: (504, "Solve timed out", "time_limit_s", None),
     PTXTooLarge: (413, "Content too large", "ptx", None),
     PoolClosed: (503, "Service unavailable", "body", {"Retry-After": "1"}),
+    # the shared store (calibrated profiles, measured runs) cannot be reached: retry later
+    StoreUnavailable: (503, "Store unavailable", "body", {"Retry-After": "1"}),
     # the request needs more memory than this server's per-worker cap: a 4xx like the other
     # size limits (a retry would fail the same way)
     WorkerMemoryExceeded: (422, "Memory limit exceeded", "body", None),
@@ -178,6 +190,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     ModelInputError: _field_handler,
     RequestFieldError: _field_handler,
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
+    NameTaken: _name_taken_handler,
     # service limits (app/pool.py, app/service.py)
     PoolSaturated: _pool_saturated_handler,
     **dict.fromkeys(_FIXED, _fixed_handler),

@@ -17,7 +17,7 @@ from app import logging as kperf_logging
 from app.cache import ResultCache
 from app.metrics import Metrics
 from app.pool import WorkerPool
-from app.routes import batch, devices, health, optimize, predict
+from app.routes import batch, calibrate, devices, health, optimize, predict
 from app.service import Service
 from app.settings import Settings
 from device_profiles import default_profiles
@@ -90,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(optimize.router)
     app.include_router(batch.router)
     app.include_router(predict.router)
+    app.include_router(calibrate.router)
     return app
 
 

@@ -44,7 +44,14 @@ _ERRORS_SOLVING: dict[str, str] = {
     "503": "all workers busy and the queue full (see Retry-After), or the pool is starting",
     "504": "no answer within time_limit_s + 20% + 100 ms",
 }
-_SOLVING_PATHS = ("/optimize-tiling", "/optimize-tiling/batch", "/predict-kernel")
+_SOLVING_PATHS = (
+    "/optimize-tiling",
+    "/optimize-tiling/batch",
+    "/predict-kernel",
+    "/calibrate",
+    "/devices/{device_id}/measurements",
+    "/devices/{device_id}/recalibrate",
+)
 
 
 def install(app: FastAPI) -> None:
@@ -71,6 +78,10 @@ def install(app: FastAPI) -> None:
                 if path in _SOLVING_PATHS or path == "/readyz":
                     extra.update(_ERRORS_SOLVING if path != "/readyz" else {})
                 responses = operation.setdefault("responses", {})
+                # error answers a route declares itself (e.g. 409) are problem+json too
+                for code, declared in responses.items():
+                    if code[0] in "45" and "content" not in declared:
+                        extra.setdefault(code, declared.get("description", "error"))
                 for code, description in extra.items():
                     existing = responses.get(code, {})
                     if code == "503" and "content" in existing:

@@ -23,9 +23,10 @@ from app.cache import ResultCache, cache_key
 from app.logging import request_started_var
 from app.metrics import Metrics
 from app.pool import PoolError, WorkerCrashed, WorkerMemoryExceeded, WorkerPool, WorkerTimeout
+from app.profile_store import ProfileStore
 from app.settings import Settings
 from app.store import MemoryStore, Store
-from device_profiles import DeviceProfile
+from device_profiles import DeviceProfile, default_profiles
 
 CACHE_HEADER = "X-Cache"
 #: time kept back from the hard deadline to turn a kill into a written 504
@@ -76,6 +77,20 @@ class Service:
                 f"got {requested_s}",
             )
         return requested_s
+
+    @property
+    def profile_store(self) -> ProfileStore:
+        """Shipped and calibrated profiles, aliases and measured runs (app/profile_store.py)."""
+        return ProfileStore(self.store, self.profiles or default_profiles())
+
+    async def resolve_profile(self, device_id: str, field: str = "device") -> DeviceProfile:
+        """The profile a shipped id, calibrated id or alias names; UnknownDevice (naming
+        ``field`` and the valid ids) otherwise. Jobs get the profile itself: workers never
+        look profiles up."""
+        shipped = (self.profiles or default_profiles()).get(device_id)
+        if shipped is not None:
+            return shipped
+        return await asyncio.to_thread(self.profile_store.resolve, device_id, field)
 
     def check_search_space(self, candidates: int) -> None:
         """Refuse spaces too large to even enumerate within a time limit (422)."""

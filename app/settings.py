@@ -77,6 +77,12 @@ class Settings(BaseSettings):
     max_batch_items: int = Field(
         default=32, ge=1, le=1024, description="most problems in one /optimize-tiling/batch"
     )
+    max_calibration_measurements: int = Field(
+        default=5000,
+        ge=1,
+        le=1_000_000,
+        description="most measured runs one calibration fits, and one device's record holds",
+    )
     cache_memory_items: int = Field(
         default=1024, ge=0, description="entries kept in the in-process LRU cache (0 disables it)"
     )

@@ -18,21 +18,26 @@ class ProfileError(ValueError):
 
 
 class UnknownDevice(KeyError):
-    """No profile with the requested id; carries the valid ids."""
+    """No profile with the requested id; carries the valid ids and the request field that
+    named it (``device``, ``base_device``, ``device_id`` for a URL path)."""
 
-    def __init__(self, device_id: str, known: list[str]) -> None:
+    def __init__(self, device_id: str, known: list[str], field: str = "device") -> None:
         super().__init__(device_id)
         self.device_id = device_id
         self.known = known
+        self.field = field
 
     def __str__(self) -> str:
         return f"unknown device {self.device_id!r}; known devices: {', '.join(self.known)}"
 
 
 class ModelNotServed(ValueError):
-    """The profile lacks the figures a model needs; ``missing`` names them."""
+    """The profile lacks the figures a model needs; ``missing`` names them, ``field`` the
+    request field that chose the profile."""
 
-    def __init__(self, device_id: str, model: str, missing: list[str]) -> None:
+    def __init__(
+        self, device_id: str, model: str, missing: list[str], field: str = "device"
+    ) -> None:
         super().__init__(
             f"device {device_id!r} cannot serve the {model} model: missing figures "
             + ", ".join(missing)
@@ -40,6 +45,7 @@ class ModelNotServed(ValueError):
         self.device_id = device_id
         self.model = model
         self.missing = missing
+        self.field = field
 
 
 def load_profile_file(path: Path) -> DeviceProfile:

@@ -11,6 +11,7 @@ models a profile can serve follows from which sections are present.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -187,6 +188,34 @@ class SynchronizationSection(_Strict):
     grid_sync: list[GridSyncPoint] = Field(default_factory=list)
 
 
+class CalibrationErrorSummary(_Strict):
+    """Absolute percentage error of the calibrated model over a set of measured runs."""
+
+    mean_abs_pct: float = Field(ge=0, description="mean absolute error, % of the measured value")
+    max_abs_pct: float = Field(ge=0, description="largest absolute error, % of the measured value")
+
+
+class CalibrationProvenance(_Strict):
+    """Where a calibrated profile comes from (POST /calibrate); absent from shipped profiles."""
+
+    base_device: str = Field(description="id of the profile whose figures the fit started from")
+    base_digest: str = Field(description="content digest of that base profile")
+    root_device: str = Field(
+        description="the shipped profile (or 'inline') a chain of calibrations started from"
+    )
+    model: Literal["gemm-ws", "many-bsp"]
+    fitted: list[str] = Field(description="names of the fitted figures")
+    measurement_count: int = Field(ge=1, description="measured runs the fit used")
+    measurements_digest: str = Field(description="sha256 of the canonical measurements, hex")
+    created_at: datetime = Field(description="when the profile was first fitted (UTC)")
+    training_error: CalibrationErrorSummary
+    cross_validation_error: CalibrationErrorSummary | None = Field(
+        default=None,
+        description="k-fold error on held-out runs; null when cross-validation was off",
+    )
+    method: str = Field(description="fitting method reported by the calibration core")
+
+
 class DeviceProfile(_Strict):
     schema_version: Literal[1]
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
@@ -198,6 +227,9 @@ class DeviceProfile(_Strict):
     gemm_ws: GemmWsSection | None = None
     many_bsp: ManyBspSection | None = None
     synchronization: SynchronizationSection | None = None
+    calibration: CalibrationProvenance | None = Field(
+        default=None, description="provenance of a calibrated profile; none in shipped files"
+    )
 
     def missing_many_bsp_figures(self) -> list[str]:
         """Dotted names of the figures the Many-BSP model needs and this profile lacks."""

@@ -4,6 +4,8 @@ response schema. Used by the route (early 4xx checks) and by the worker job alik
 from __future__ import annotations
 
 from app.schemas.optimize import (
+    Feedback,
+    GemmWsRun,
     OptimizeTilingRequest,
     OptimizeTilingResponse,
     RankedCandidate,
@@ -14,7 +16,7 @@ from app.schemas.optimize import (
     TimelineStage,
     ValueRange,
 )
-from device_profiles import DeviceProfile, ModelNotServed, get_profile
+from device_profiles import DeviceProfile, ModelNotServed
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel, ns_to_us
 from solver import (
@@ -55,13 +57,18 @@ def _values(field: str, spec: TileValues) -> tuple[int, ...]:
     return tuple(spec)
 
 
-def to_problem(request: OptimizeTilingRequest) -> tuple[str, TilingProblem]:
-    """Resolve the device and build the core problem; returns (device label, problem)."""
+def to_problem(
+    request: OptimizeTilingRequest, profile: DeviceProfile | None
+) -> tuple[str, TilingProblem]:
+    """The core problem on ``profile`` (what ``request.device`` resolved to) or on the inline
+    ``device_params``; returns (device id or "inline", problem)."""
     if request.device is not None and request.device_params is not None:
         raise ModelInputError("device", "give either device or device_params, not both")
     if request.device is not None:
-        device = request.device
-        machine = gemm_ws_machine(get_profile(request.device))
+        if profile is None:
+            raise ValueError("to_problem needs the profile request.device resolved to")
+        device = profile.id
+        machine = gemm_ws_machine(profile)
     elif request.device_params is not None:
         device = "inline"
         machine = GemmWsMachine(**request.device_params.model_dump())
@@ -94,9 +101,22 @@ def to_problem(request: OptimizeTilingRequest) -> tuple[str, TilingProblem]:
     return device, problem
 
 
-def _prediction(sim: Simulation, element_bytes: int) -> dict[str, object]:
+def _prediction(
+    request: OptimizeTilingRequest, sim: Simulation, element_bytes: int
+) -> dict[str, object]:
     t, d = sim.tiling, sim.durations
+    run = GemmWsRun(
+        m=request.m,
+        n=request.n,
+        k=request.k,
+        dtype=request.dtype,
+        tile_m=t.tile_m,
+        tile_n=t.tile_n,
+        tile_k=t.tile_k,
+        buffer_depth=t.buffer_depth,
+    )
     return {
+        "measurement": run,
         "tile_m": t.tile_m,
         "tile_n": t.tile_n,
         "tile_k": t.tile_k,
@@ -133,9 +153,9 @@ def to_response(
         status="optimal" if result.status == "optimal" else "timeout",
         device=device,
         dtype=request.dtype,
-        best=TilingPrediction.model_validate(_prediction(result.best, eb)),
+        best=TilingPrediction.model_validate(_prediction(request, result.best, eb)),
         candidates=[
-            RankedCandidate.model_validate({"rank": rank, **_prediction(sim, eb)})
+            RankedCandidate.model_validate({"rank": rank, **_prediction(request, sim, eb)})
             for rank, sim in enumerate(result.candidates, start=1)
         ],
         search=SearchSummaryOut(
@@ -149,4 +169,13 @@ def to_response(
             checks=result.statistics.checks,
         ),
         timeline=timeline,
+        feedback=None if request.device is None else feedback(device),
+    )
+
+
+def feedback(device_id: str) -> Feedback:
+    """Where the measured times of this answer's tilings go back to."""
+    return Feedback(
+        url=f"/devices/{device_id}/measurements",
+        recalibrate_url=f"/devices/{device_id}/recalibrate",
     )

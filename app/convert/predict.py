@@ -6,11 +6,12 @@ from __future__ import annotations
 from app.schemas.predict import (
     FuCycles,
     InstructionOut,
+    KernelLaunch,
     PredictKernelRequest,
     PredictKernelResponse,
     SuperstepModel,
 )
-from device_profiles import get_profile
+from device_profiles import DeviceProfile
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp import (
     DeviceFigures,
@@ -37,35 +38,56 @@ class PTXTooLarge(ValueError):
         self.limit_bytes = limit_bytes
 
 
-def resolve_device(request: PredictKernelRequest) -> DeviceFigures:
+def resolve_device(request: PredictKernelRequest, profile: DeviceProfile | None) -> DeviceFigures:
+    """The Many-BSP figures of ``profile`` (what ``request.device`` resolved to) or of the
+    inline ``device_params``."""
     if request.device is not None and request.device_params is not None:
         raise ModelInputError("device", "give either device or device_params, not both")
     if request.device is not None:
-        return device_from_profile(get_profile(request.device))
+        if profile is None:
+            raise ValueError("resolve_device needs the profile request.device resolved to")
+        return device_from_profile(profile)
     if request.device_params is not None:
         return device_from_profile(request.device_params, field_prefix="device_params")
     raise ModelInputError("device", "give a device profile id (GET /devices) or device_params")
 
 
-def to_core(request: PredictKernelRequest, limit_bytes: int | None = None) -> PredictRequest:
-    """The core request; refuses PTX over ``limit_bytes`` (default :data:`MAX_PTX_BYTES`)."""
+def check_ptx_size(ptx: str, limit_bytes: int | None = None) -> None:
+    """Refuse PTX over ``limit_bytes`` UTF-8 bytes (default :data:`MAX_PTX_BYTES`)."""
     limit = MAX_PTX_BYTES if limit_bytes is None else limit_bytes
-    size = len(request.ptx.encode("utf-8"))
+    size = len(ptx.encode("utf-8"))
     if size > limit:
         raise PTXTooLarge(size, limit)
-    grid, block = request.launch.grid, request.launch.block
+
+
+def launch_to_core(
+    launch: KernelLaunch, device: DeviceFigures, clock_mhz: float | None = None
+) -> PredictRequest:
+    """The core request of a kernel launch on ``device``."""
+    grid, block = launch.launch.grid, launch.launch.block
     return PredictRequest(
-        ptx=request.ptx,
-        device=resolve_device(request),
+        ptx=launch.ptx,
+        device=device,
         grid=(grid[0], grid[1], grid[2]),
         block=(block[0], block[1], block[2]),
-        kernel=request.kernel,
-        registers_per_thread=request.resources.registers_per_thread,
-        shared_bytes_per_block=request.resources.shared_bytes_per_block,
-        loop_trip_counts=dict(request.loop_trip_counts),
-        memory_transactions=dict(request.memory_transactions),
-        clock_mhz=request.clock_mhz,
+        kernel=launch.kernel,
+        registers_per_thread=launch.resources.registers_per_thread,
+        shared_bytes_per_block=launch.resources.shared_bytes_per_block,
+        loop_trip_counts=dict(launch.loop_trip_counts),
+        memory_transactions=dict(launch.memory_transactions),
+        clock_mhz=clock_mhz,
     )
+
+
+def to_core(
+    request: PredictKernelRequest,
+    limit_bytes: int | None = None,
+    profile: DeviceProfile | None = None,
+) -> PredictRequest:
+    """The core request; refuses PTX over ``limit_bytes`` (default :data:`MAX_PTX_BYTES`).
+    ``profile`` is what ``request.device`` resolved to (None for inline device_params)."""
+    check_ptx_size(request.ptx, limit_bytes)
+    return launch_to_core(request, resolve_device(request, profile), request.clock_mhz)
 
 
 def _step(result: PredictResult, s: Superstep) -> SuperstepModel:

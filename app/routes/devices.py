@@ -1,22 +1,75 @@
-"""GET /devices and GET /devices/{id}: the packaged device profiles with their sources."""
+"""The device profiles (shipped and calibrated) and their measured runs.
+
+GET /devices, GET /devices/{id}; POST /devices/{id}/measurements and
+POST /devices/{id}/recalibrate close the calibration loop (app/calibration.py).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
 
+from fastapi import APIRouter, Body
+
+from app.calibration import add_measurements, measurement_record, recalibrate
+from app.schemas.calibrate import (
+    CalibrateResponse,
+    MeasurementRecord,
+    MeasurementsAdded,
+    MeasurementsRequest,
+    RecalibrateRequest,
+)
 from app.schemas.devices import DeviceList, summarize_profile
-from device_profiles import DeviceProfile, default_profiles, get_profile
+from app.service import ServiceDep
+from device_profiles import DeviceProfile
 
 router = APIRouter(prefix="/devices", tags=["devices"])
 
 
 @router.get("", response_model=DeviceList)
-def list_devices() -> DeviceList:
-    """List the device profiles and the models each can serve."""
-    return DeviceList(devices=[summarize_profile(p) for p in default_profiles().values()])
+async def list_devices(service: ServiceDep) -> DeviceList:
+    """List the shipped and calibrated profiles, the models each serves, and provenance."""
+    profiles = service.profile_store
+
+    def read() -> DeviceList:
+        aliases = profiles.aliases()
+        everything = [*profiles.shipped.values(), *profiles.all_calibrated()]
+        return DeviceList(
+            devices=[
+                summarize_profile(p, sorted(n for n, t in aliases.items() if t == p.id))
+                for p in everything
+            ]
+        )
+
+    return await asyncio.to_thread(read)
 
 
 @router.get("/{device_id}", response_model=DeviceProfile)
-def device_detail(device_id: str) -> DeviceProfile:
-    """One device profile: every figure with its value and cited source."""
-    return get_profile(device_id)
+async def device_detail(device_id: str, service: ServiceDep) -> DeviceProfile:
+    """One device profile (id or alias): every figure with its value and cited source."""
+    return await service.resolve_profile(device_id)
+
+
+@router.get("/{device_id}/measurements", response_model=MeasurementRecord)
+async def list_measurements(device_id: str, service: ServiceDep) -> MeasurementRecord:
+    """The measured runs recorded for a device, oldest first."""
+    return await measurement_record(service, device_id)
+
+
+@router.post("/{device_id}/measurements", response_model=MeasurementsAdded)
+async def post_measurements(
+    device_id: str, request: MeasurementsRequest, service: ServiceDep
+) -> MeasurementsAdded:
+    """Append measured runs to a device's record (validated against the device first)."""
+    return await add_measurements(service, device_id, request)
+
+
+@router.post(
+    "/{device_id}/recalibrate",
+    response_model=CalibrateResponse,
+    responses={409: {"description": "name already names another profile"}},
+)
+async def post_recalibrate(
+    device_id: str, service: ServiceDep, request: RecalibrateRequest | None = Body(None)
+) -> CalibrateResponse:
+    """Refit from every run recorded for the device; answers with a new profile id."""
+    return await recalibrate(service, device_id, request or RecalibrateRequest())

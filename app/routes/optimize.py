@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from app.convert.optimize import to_problem
-from app.jobs import optimize_via_pool
+from app.jobs import optimize_via_pool, request_profile
 from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
 from app.service import ServiceDep
 
@@ -18,8 +18,9 @@ async def optimize(
 ) -> OptimizeTilingResponse:
     """Proven-optimal GeMM-WS tiling and a ranked shortlist for a GEMM on a device."""
     # bad device or search space: answer 4xx without taking a worker
-    service.check_search_space(to_problem(request)[1].space.size)
+    profile = await request_profile(service, request)
+    service.check_search_space(to_problem(request, profile)[1].space.size)
     # the solve itself (optimize_tiling + to_response) runs in a worker process, behind the
     # result cache and the bounded queue: app/jobs.py
-    answer, _ = await optimize_via_pool(service, request, response)
+    answer, _ = await optimize_via_pool(service, request, profile, response)
     return answer

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from app.convert.predict import to_core
-from app.jobs import predict_via_pool
+from app.jobs import predict_via_pool, request_profile
 from app.schemas.predict import PredictKernelRequest, PredictKernelResponse
 from app.service import ServiceDep
 
@@ -19,5 +19,6 @@ async def predict(
     """Predict a PTX kernel's execution cycles with the Many-BSP model."""
     # size limit and device checked here (413/422 without taking a worker); the analysis
     # itself (to_core -> predict_kernel -> to_response) runs in a worker: app/jobs.py
-    to_core(request, service.settings.max_ptx_bytes)
-    return await predict_via_pool(service, request, response)
+    profile = await request_profile(service, request)
+    to_core(request, service.settings.max_ptx_bytes, profile)
+    return await predict_via_pool(service, request, profile, response)

@@ -117,6 +117,27 @@ class OptimizeTilingRequest(_Model):
     )
 
 
+class GemmWsRun(_Model):
+    """One GEMM launch: the problem, its element type and the tiling it ran with (elements).
+
+    A GeMM-WS measurement (POST /calibrate, POST /devices/{id}/measurements) is one of these
+    plus ``measured_time_us``; every /optimize-tiling candidate carries its own, prefilled.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    m: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
+    n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
+    k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")
+    dtype: Dtype = Field(description="element type of A and B")
+    tile_m: int = Field(ge=1, le=MAX_TILE, description="TM, elements")
+    tile_n: int = Field(ge=1, le=MAX_TILE, description="TN, elements")
+    tile_k: int = Field(ge=1, le=MAX_TILE, description="TK, elements")
+    buffer_depth: int = Field(
+        ge=1, le=MAX_BUFFER_DEPTH, description="stages held by the shared-memory circular buffer"
+    )
+
+
 class TilingPrediction(BaseModel):
     tile_m: int = Field(description="TM, rows of the output tile, elements")
     tile_n: int = Field(description="TN, columns of the output tile, elements")
@@ -133,6 +154,10 @@ class TilingPrediction(BaseModel):
         description="'load' when T_LOAD-A + T_LOAD-B exceeds T_MATH, else 'math'"
     )
     shared_memory_bytes: int = Field(description="circular buffer size for this dtype, bytes")
+    measurement: GemmWsRun = Field(
+        description="this run, ready to post back: add measured_time_us and send it to the "
+        "response's feedback.url"
+    )
 
 
 class RankedCandidate(TilingPrediction):
@@ -161,6 +186,18 @@ class TimelineStage(BaseModel):
     math_wait_us: float
 
 
+class Feedback(BaseModel):
+    """Where measured times of the shortlisted tilings go to calibrate the device: POST
+    ``{"model": "gemm-ws", "measurements": [...]}`` to ``url``, each item a candidate's
+    ``measurement`` plus its ``measured_time_us``; then POST ``recalibrate_url``."""
+
+    url: str = Field(description="path to POST measured runs to, relative to the service")
+    recalibrate_url: str = Field(description="path to POST to refit from every posted run")
+    model: Literal["gemm-ws"] = Field(
+        default="gemm-ws", description="the model field of the measurements request body"
+    )
+
+
 class OptimizeTilingResponse(BaseModel):
     status: Literal["optimal", "timeout"] = Field(
         description="'optimal': Z3 proved every ranked entry; 'timeout': best found in time"
@@ -173,4 +210,9 @@ class OptimizeTilingResponse(BaseModel):
     solver: SolverStats
     timeline: list[TimelineStage] | None = Field(
         default=None, description="one wave of the best tiling, us from the wave's start"
+    )
+    feedback: Feedback | None = Field(
+        default=None,
+        description="how to post measured times back (POST /devices/{device}/measurements, "
+        "then POST /devices/{device}/recalibrate); null for inline device_params",
     )

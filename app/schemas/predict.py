@@ -34,13 +34,12 @@ class Resources(_Model):
     )
 
 
-class PredictKernelRequest(_Model):
+class KernelLaunch(_Model):
+    """A PTX kernel and how it is launched: the /predict-kernel body without its device; a
+    Many-BSP measurement (POST /calibrate) is one of these plus the measured cycles."""
+
     ptx: str = Field(min_length=1, description="PTX module text")
     kernel: str | None = Field(None, description="entry name; required when several .entry")
-    device: str | None = Field(None, description="device profile id (GET /devices)")
-    device_params: DeviceProfile | None = Field(
-        None, description="an inline device profile with a complete many_bsp section"
-    )
     launch: LaunchConfig
     resources: Resources = Field(
         default_factory=lambda: Resources(registers_per_thread=None, shared_bytes_per_block=None)
@@ -51,6 +50,13 @@ class PredictKernelRequest(_Model):
     memory_transactions: dict[int, Annotated[int, Field(ge=1, le=1024)]] = Field(
         default_factory=dict,
         description="n_ma overrides keyed by the 1-based line of the instruction in `ptx`",
+    )
+
+
+class PredictKernelRequest(KernelLaunch):
+    device: str | None = Field(None, description="device profile id (GET /devices)")
+    device_params: DeviceProfile | None = Field(
+        None, description="an inline device profile with a complete many_bsp section"
     )
     clock_mhz: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="clock for predicted_time_us (MHz)"

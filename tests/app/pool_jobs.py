@@ -58,18 +58,24 @@ def fail_field(time_limit_s: float | None = None) -> None:
     raise FieldError("tile_m", "must be at least 1")
 
 
-def slow_optimize(request_json: dict[str, object], time_limit_s: float) -> dict[str, object]:
+def slow_optimize(
+    request_json: dict[str, object], profile_json: dict[str, object] | None, time_limit_s: float
+) -> dict[str, object]:
     """The real optimize job, after a pause that keeps the worker busy."""
     from app.jobs import optimize_job
 
     time.sleep(0.8)
-    return optimize_job(request_json, time_limit_s)
+    return optimize_job(request_json, profile_json, time_limit_s)
 
 
-def greedy_optimize(request_json: dict[str, object], time_limit_s: float) -> int:
+def greedy_optimize(
+    request_json: dict[str, object], profile_json: dict[str, object] | None, time_limit_s: float
+) -> int:
     """Allocates far beyond any worker memory cap used in the tests."""
     return len(bytearray(4 * 1024**3))
 
 
-def broken_optimize(request_json: dict[str, object], time_limit_s: float) -> None:
+def broken_optimize(
+    request_json: dict[str, object], profile_json: dict[str, object] | None, time_limit_s: float
+) -> None:
     raise AssertionError("the cache should have answered; the solver must not run")

@@ -1,0 +1,268 @@
+"""The calibration workflow behind POST /calibrate and the /devices/{id} feedback routes.
+
+A calibration resolves its base profile, checks what it can without a worker (fit names and
+counts, tilings against the device's shared memory, PTX size, the alias), fits in a worker,
+then stores a new content-addressed profile with the runs it was fitted to as its record
+(``app/profile_store.py``). Shipped profile files are never written.
+
+Recalibration refits from the device's whole record. A device calibrated for the model starts
+again from the profile it was calibrated from (so the same runs reach the same id whichever
+way they were posted); any other device starts from itself. Runs may be posted to a shipped
+profile id too: they are recorded under it, and recalibrating it makes a calibrated child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.convert import calibrate as convert
+from app.jobs import calibrate_via_pool, check_many_bsp_runs_via_pool
+from app.schemas.calibrate import (
+    DEFAULT_FOLDS,
+    FIGURES,
+    UNITS,
+    CalibrateRequest,
+    CalibrateResponse,
+    GemmWsMeasurementIn,
+    ManyBspMeasurementIn,
+    MeasurementRecord,
+    MeasurementsAdded,
+    MeasurementsRequest,
+    RecalibrateRequest,
+)
+from app.service import MODEL_VERSION, RequestFieldError, Service
+from device_profiles import DeviceProfile
+from perfmodel.errors import CalibrationInputError
+
+_MEASUREMENT_TYPES: dict[str, type[BaseModel]] = {
+    "gemm-ws": GemmWsMeasurementIn,
+    "many-bsp": ManyBspMeasurementIn,
+}
+
+
+def _check_count(service: Service, count: int, field: str) -> None:
+    limit = service.settings.max_calibration_measurements
+    if count > limit:
+        raise RequestFieldError(
+            field, f"{count} measured runs exceed this server's limit of {limit} per calibration"
+        )
+
+
+def _folds(requested: int | None, count: int) -> int:
+    """The request's folds, or the default capped at the number of runs (none below 2)."""
+    if requested is not None:
+        return requested
+    folds = min(DEFAULT_FOLDS, count)
+    return folds if folds >= 2 else 0
+
+
+async def calibrate(
+    service: Service,
+    *,
+    model: str,
+    base: DeviceProfile,
+    base_id: str,
+    root: str,
+    measurements: Sequence[BaseModel],
+    fit: list[str] | None,
+    folds: int | None,
+    name: str | None,
+    time_limit_s: float,
+    base_field: str,
+    moving_alias_from: str | None = None,
+) -> CalibrateResponse:
+    """Fit, store and name a calibrated profile of ``base`` (see the module docstring);
+    ``base_field`` is the request field that chose the base (named in its errors)."""
+    profiles = service.profile_store
+    _check_count(service, len(measurements), "measurements")
+    names = list(fit) if fit is not None else list(FIGURES[model])
+    ready, starts = convert.fit_ready(base, model, names, profiles.shipped, base_field)
+    convert.check_limits(model, base, measurements, service.settings.max_ptx_bytes)
+    documents, order = convert.canonical(measurements)
+    digest = convert.measurements_digest(documents)
+    device_id = convert.calibrated_id(root, base, model, names, digest, MODEL_VERSION)
+    if name is not None:
+        # refuse a taken name before fitting; set_alias checks again when it writes
+        await asyncio.to_thread(profiles.check_alias, name, device_id, moving_alias_from)
+    try:
+        fitted = await calibrate_via_pool(
+            service,
+            model=model,
+            base=ready,
+            documents=documents,
+            fit=fit,
+            folds=_folds(folds, len(documents)),
+            time_limit_s=time_limit_s,
+        )
+    except CalibrationInputError as exc:
+        # the core names runs by their canonical position: name them as the caller sent them
+        raise CalibrationInputError(convert.request_field(exc.field, order), exc.reason) from None
+    fitted = convert.in_request(fitted, order, starts)
+    profile = convert.calibrated_profile(
+        device_id=device_id,
+        base=ready,
+        base_id=base_id,
+        base_digest=convert.profile_sha256(base),
+        root=root,
+        model=model,
+        fit=fitted,
+        count=len(documents),
+        digest=digest,
+        created_at=datetime.now(UTC),
+    )
+    created = await asyncio.to_thread(profiles.save, profile, model, documents)
+    if name is not None:
+        await asyncio.to_thread(profiles.set_alias, name, device_id, moving_from=moving_alias_from)
+    return CalibrateResponse(
+        **fitted.model_dump(),
+        device=device_id,
+        name=name,
+        created=created,
+        model=model,  # type: ignore[arg-type] # one of the CalibrationModel literals
+        base_device=base_id,
+        unit=UNITS[model],
+        measurement_count=len(documents),
+        measurements_digest=digest,
+    )
+
+
+async def calibrate_request(service: Service, request: CalibrateRequest) -> CalibrateResponse:
+    """POST /calibrate."""
+    if (request.base_device is None) == (request.base_device_params is None):
+        raise RequestFieldError(
+            "base_device",
+            "give either base_device (a profile id, GET /devices) or base_device_params",
+        )
+    if request.base_device is not None:
+        base = await service.resolve_profile(request.base_device, field="base_device")
+        base_id = base.id
+        root = base.calibration.root_device if base.calibration is not None else base.id
+    else:
+        assert request.base_device_params is not None
+        base = convert.inline_profile(request.model, request.base_device_params)
+        base_id = root = convert.INLINE
+    set_fields = request.model_fields_set
+    return await calibrate(
+        service,
+        model=request.model,
+        base=base,
+        base_id=base_id,
+        root=root,
+        measurements=request.measurements,
+        fit=request.fit,
+        folds=request.cross_validation_folds if "cross_validation_folds" in set_fields else None,
+        name=request.name,
+        time_limit_s=service.resolve_time_limit(
+            request.time_limit_s if "time_limit_s" in set_fields else None
+        ),
+        base_field="base_device" if request.base_device is not None else "base_device_params",
+    )
+
+
+async def add_measurements(
+    service: Service, device_ref: str, request: MeasurementsRequest
+) -> MeasurementsAdded:
+    """POST /devices/{id}/measurements: validate against the device, then append."""
+    profile = await service.resolve_profile(device_ref)
+    profiles = service.profile_store
+    ready, _ = convert.fit_ready(
+        profile, request.model, FIGURES[request.model], profiles.shipped, "device"
+    )
+    convert.check_limits(
+        request.model, profile, request.measurements, service.settings.max_ptx_bytes
+    )
+    documents = [m.model_dump(mode="json") for m in request.measurements]
+    record = await asyncio.to_thread(profiles.record, profile.id)
+    total = len(record.get(request.model, [])) + len(documents)
+    _check_count(service, total, "measurements")
+    if request.model == "many-bsp":
+        await check_many_bsp_runs_via_pool(service, ready, documents)
+    await asyncio.to_thread(profiles.append, profile.id, request.model, documents)
+    return MeasurementsAdded(
+        device=profile.id,
+        model=request.model,
+        added=len(documents),
+        total=total,
+        recalibrate_url=f"/devices/{profile.id}/recalibrate",
+    )
+
+
+async def measurement_record(service: Service, device_ref: str) -> MeasurementRecord:
+    """GET /devices/{id}/measurements."""
+    profile = await service.resolve_profile(device_ref)
+    record = await asyncio.to_thread(service.profile_store.record, profile.id)
+    return MeasurementRecord(
+        device=profile.id,
+        gemm_ws=record.get("gemm-ws", []),
+        many_bsp=record.get("many-bsp", []),
+    )
+
+
+def _recalibration_model(
+    profile: DeviceProfile, record: dict[str, list[Any]], requested: str | None
+) -> str:
+    if requested is not None:
+        return requested
+    if profile.calibration is not None and record.get(profile.calibration.model):
+        return profile.calibration.model
+    recorded = sorted(m for m, runs in record.items() if runs)
+    if len(recorded) == 1:
+        return recorded[0]
+    reason = (
+        f"{profile.id} has no measured runs: POST /devices/{profile.id}/measurements first"
+        if not recorded
+        else f"{profile.id} has runs of {' and '.join(recorded)}: say which model to refit"
+    )
+    raise RequestFieldError("model", reason)
+
+
+async def recalibrate(
+    service: Service, device_ref: str, request: RecalibrateRequest
+) -> CalibrateResponse:
+    """POST /devices/{id}/recalibrate: refit from every recorded run, a new profile id."""
+    profile = await service.resolve_profile(device_ref)
+    profiles = service.profile_store
+    record = await asyncio.to_thread(profiles.record, profile.id)
+    model = _recalibration_model(profile, record, request.model)
+    runs = record.get(model, [])
+    if not runs:
+        raise RequestFieldError(
+            "model",
+            f"{profile.id} has no {model} runs: POST /devices/{profile.id}/measurements first",
+        )
+    measurement_type = _MEASUREMENT_TYPES[model]
+    measurements = [measurement_type.model_validate(run) for run in runs]
+    calibration = profile.calibration
+    base, base_id, root = profile, profile.id, profile.id
+    fit = request.fit
+    if calibration is not None:
+        root = calibration.root_device
+        if calibration.model == model:
+            fit = fit if fit is not None else list(calibration.fitted)
+            if calibration.base_device != convert.INLINE:
+                base = await service.resolve_profile(calibration.base_device)
+                base_id = base.id
+    # recalibrating a device through its alias moves the alias to the new profile
+    alias = device_ref if device_ref != profile.id else None
+    set_fields = request.model_fields_set
+    return await calibrate(
+        service,
+        model=model,
+        base=base,
+        base_id=base_id,
+        root=root,
+        measurements=measurements,
+        fit=fit,
+        folds=request.cross_validation_folds if "cross_validation_folds" in set_fields else None,
+        name=request.name if request.name is not None else alias,
+        time_limit_s=service.resolve_time_limit(
+            request.time_limit_s if "time_limit_s" in set_fields else None
+        ),
+        base_field="device",
+        moving_alias_from=profile.id,
+    )

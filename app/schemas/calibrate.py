@@ -1,0 +1,296 @@
+"""Request and response models of calibration: POST /calibrate, POST /devices/{id}/measurements,
+POST /devices/{id}/recalibrate (the HTTP boundary only; the fit is perfmodel.calibration's).
+
+A measurement is one measured run of one model: GeMM-WS, the GEMM and its tiling plus
+``measured_time_us``; Many-BSP, the /predict-kernel body without its device plus
+``measured_cycles``. Which of the two a list holds follows from the request's ``model``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from app.schemas.optimize import DEFAULT_TIME_LIMIT_S, GemmWsDeviceParams, GemmWsRun
+from app.schemas.predict import KernelLaunch
+from app.settings import TIME_LIMIT_CEILING_S
+from device_profiles import DeviceProfile
+from device_profiles.schema import CalibrationErrorSummary
+from perfmodel.calibration import GEMM_WS_FIGURES, MANY_BSP_FIGURES
+
+CalibrationModel = Literal["gemm-ws", "many-bsp"]
+#: figures each model can fit, by the name of their profile field (units in the names)
+FIGURES: dict[str, tuple[str, ...]] = {"gemm-ws": GEMM_WS_FIGURES, "many-bsp": MANY_BSP_FIGURES}
+#: the unit of a model's measured and predicted values
+UNITS: dict[str, Literal["us", "cycles"]] = {"gemm-ws": "us", "many-bsp": "cycles"}
+DEFAULT_FOLDS = 5
+MAX_FOLDS = 20
+#: an alias: the profile id pattern, short enough for a store key
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+MAX_NAME_LENGTH = 64
+
+#: keys only a measurement of the other model has: a list mixing models is refused by name
+_GEMM_WS_ONLY = frozenset({"measured_time_us", "tile_m", "tile_n", "tile_k", "buffer_depth"})
+_MANY_BSP_ONLY = frozenset({"ptx", "launch", "measured_cycles"})
+
+
+def _not_of_other_model(data: Any, other_keys: frozenset[str], other: str, this: str) -> None:
+    if isinstance(data, dict):
+        found = sorted(other_keys & data.keys())
+        if found:
+            raise ValueError(
+                f"this is a {other} measurement (it has {', '.join(found)}), but the request's "
+                f"model is {this}: send it with model {other!r}"
+            )
+
+
+class GemmWsMeasurementIn(GemmWsRun):
+    """One measured GEMM run: the problem and tiling it ran with, and its time."""
+
+    measured_time_us: float = Field(
+        gt=0, le=1e12, allow_inf_nan=False, description="measured kernel time, us"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gemm_ws_only(cls, data: Any) -> Any:
+        _not_of_other_model(data, _MANY_BSP_ONLY, "many-bsp", "gemm-ws")
+        return data
+
+
+class ManyBspMeasurementIn(KernelLaunch):
+    """One measured kernel launch: the /predict-kernel body without device, and its cycles."""
+
+    measured_cycles: float = Field(
+        gt=0,
+        le=1e15,
+        allow_inf_nan=False,
+        strict=True,
+        description="measured kernel execution, cycles",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _many_bsp_only(cls, data: Any) -> Any:
+        _not_of_other_model(data, _GEMM_WS_ONLY, "gemm-ws", "many-bsp")
+        return data
+
+
+Measurement = GemmWsMeasurementIn | ManyBspMeasurementIn
+
+_MEASUREMENTS: dict[str, TypeAdapter[Any]] = {
+    "gemm-ws": TypeAdapter(list[GemmWsMeasurementIn]),
+    "many-bsp": TypeAdapter(list[ManyBspMeasurementIn]),
+}
+_BASE_PARAMS: dict[str, TypeAdapter[Any]] = {
+    "gemm-ws": TypeAdapter(GemmWsDeviceParams),
+    "many-bsp": TypeAdapter(DeviceProfile),
+}
+
+
+def _for_model(adapters: dict[str, TypeAdapter[Any]], value: Any, info: ValidationInfo) -> Any:
+    """Validate ``value`` as the type the already-validated ``model`` field calls for, so that
+    errors name ``measurements.3.tile_m`` rather than a branch of a union."""
+    model = info.data.get("model")
+    if model not in adapters:
+        return value  # the model field itself is invalid, and that error is reported
+    return adapters[model].validate_python(value)
+
+
+def _check_fit(fit: list[str] | None, info: ValidationInfo) -> list[str] | None:
+    model = info.data.get("model")
+    if fit is None or model not in FIGURES:
+        return fit
+    allowed = FIGURES[model]
+    unknown = [name for name in fit if name not in allowed]
+    if unknown:
+        raise ValueError(
+            f"unknown {model} figure(s) {', '.join(map(repr, unknown))}; choose from: "
+            + ", ".join(allowed)
+        )
+    if len(set(fit)) != len(fit):
+        raise ValueError("name each figure once")
+    return fit
+
+
+def _check_folds(folds: int) -> int:
+    if folds == 1:
+        raise ValueError(f"0 turns cross-validation off; otherwise use 2..{MAX_FOLDS} folds")
+    return folds
+
+
+ModelMeasurements = Annotated[
+    list[GemmWsMeasurementIn] | list[ManyBspMeasurementIn],
+    Field(min_length=1, description="measured runs of the model (its measurement schema)"),
+]
+Fit = Annotated[
+    list[str] | None,
+    Field(
+        min_length=1,
+        description="figures to fit, by profile field name; default: every figure of the model "
+        f"(gemm-ws: {', '.join(GEMM_WS_FIGURES)}; many-bsp: {', '.join(MANY_BSP_FIGURES)})",
+    ),
+]
+Folds = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=MAX_FOLDS,
+        description="k of the k-fold cross-validation, 0 = off; when not given: "
+        f"{DEFAULT_FOLDS}, or the number of measurements if fewer",
+    ),
+]
+Name = Annotated[
+    str | None,
+    Field(
+        pattern=NAME_PATTERN,
+        max_length=MAX_NAME_LENGTH,
+        description="alias of the new profile, usable as a device id; a name taken by other "
+        "content is a 409 (POST /devices/{name}/recalibrate moves it)",
+    ),
+]
+TimeLimit = Annotated[
+    float,
+    Field(
+        gt=0,
+        le=TIME_LIMIT_CEILING_S,
+        description="fitting budget, s; default and maximum are the server's settings",
+    ),
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _ModelChecks(_Strict):
+    """Checks against the request's ``model`` (declared first by every subclass)."""
+
+    @field_validator("measurements", mode="before", check_fields=False)
+    @classmethod
+    def _measurements_of_model(cls, value: Any, info: ValidationInfo) -> Any:
+        return _for_model(_MEASUREMENTS, value, info)
+
+    @field_validator("fit", check_fields=False)
+    @classmethod
+    def _fit_of_model(cls, fit: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        return _check_fit(fit, info)
+
+    @field_validator("cross_validation_folds", check_fields=False)
+    @classmethod
+    def _folds(cls, folds: int) -> int:
+        return _check_folds(folds)
+
+
+class CalibrateRequest(_ModelChecks):
+    """Fit a model's figures of a base profile to measured runs: a new calibrated profile."""
+
+    model: CalibrationModel = Field(description="the performance model whose figures to fit")
+    base_device: str | None = Field(
+        default=None, description="profile id or alias to start from (GET /devices)"
+    )
+    base_device_params: GemmWsDeviceParams | DeviceProfile | None = Field(
+        default=None,
+        description="inline figures to start from instead: gemm-ws, the device_params of "
+        "/optimize-tiling; many-bsp, a device profile (the fitted figures may be absent)",
+    )
+    name: Name = None
+    fit: Fit = None
+    measurements: ModelMeasurements
+    cross_validation_folds: Folds = DEFAULT_FOLDS
+    time_limit_s: TimeLimit = DEFAULT_TIME_LIMIT_S
+
+    @field_validator("base_device_params", mode="before")
+    @classmethod
+    def _params_of_model(cls, value: Any, info: ValidationInfo) -> Any:
+        return None if value is None else _for_model(_BASE_PARAMS, value, info)
+
+
+class MeasurementsRequest(_ModelChecks):
+    """Measured runs to append to a device's record."""
+
+    model: CalibrationModel = Field(description="the model these runs measure")
+    measurements: ModelMeasurements
+
+
+class RecalibrateRequest(_ModelChecks):
+    """Refit from every run recorded for the device; every field is optional."""
+
+    model: CalibrationModel | None = Field(
+        default=None,
+        description="the model to refit; default: the one the device was calibrated for, or "
+        "the only model it has measurements of",
+    )
+    name: Name = None
+    fit: Fit = None
+    cross_validation_folds: Folds = DEFAULT_FOLDS
+    time_limit_s: TimeLimit = DEFAULT_TIME_LIMIT_S
+
+
+class FittedFigureOut(BaseModel):
+    name: str = Field(description="profile field name of the figure (its unit is in the name)")
+    value: float = Field(description="fitted value, in the unit of its name; mu: dimensionless")
+    base_value: float | None = Field(
+        description="the base profile's value, same unit; null when the base lacked the figure "
+        "and the fit started from the shipped profiles' median"
+    )
+    standard_error: float | None = Field(
+        description="standard error of value, same unit; null when not estimable"
+    )
+    identifiable: bool = Field(
+        description="false when the runs do not determine the figure: value is the base's"
+    )
+
+
+class ResidualOut(BaseModel):
+    index: int = Field(description="position of the measurement in the request (or the record)")
+    measured: float = Field(description="measured value: us (gemm-ws) or cycles (many-bsp)")
+    predicted: float = Field(description="calibrated model's prediction, same unit")
+    error_pct: float = Field(description="100 x (predicted - measured) / measured, %")
+
+
+class CalibrationFit(BaseModel):
+    """What the fit found (the worker's answer)."""
+
+    fitted: list[FittedFigureOut]
+    training_error: CalibrationErrorSummary
+    cross_validation_error: CalibrationErrorSummary | None = Field(
+        description="error on runs each fit did not see; null when cross-validation was off"
+    )
+    residuals: list[ResidualOut]
+    warnings: list[str]
+    method: str = Field(description="fitting method")
+
+
+class CalibrateResponse(CalibrationFit):
+    device: str = Field(description="id of the calibrated profile: use it as device anywhere")
+    name: str | None = Field(description="its alias, when one was asked for")
+    created: bool = Field(description="false when the same base and runs had made it before")
+    model: CalibrationModel
+    base_device: str = Field(description="id of the profile the fit started from")
+    unit: Literal["us", "cycles"] = Field(description="unit of measured and predicted values")
+    measurement_count: int = Field(description="runs the fit used")
+    measurements_digest: str = Field(description="sha256 of the canonical runs, hex")
+
+
+class MeasurementsAdded(BaseModel):
+    device: str = Field(description="profile id the runs were recorded under")
+    model: CalibrationModel
+    added: int = Field(description="runs appended by this request")
+    total: int = Field(description="runs of this model now recorded for the device")
+    recalibrate_url: str = Field(description="POST here to refit from every recorded run")
+
+
+class MeasurementRecord(BaseModel):
+    device: str = Field(description="profile id")
+    gemm_ws: list[GemmWsMeasurementIn] = Field(description="recorded GeMM-WS runs, oldest first")
+    many_bsp: list[ManyBspMeasurementIn] = Field(description="recorded Many-BSP runs, oldest first")

@@ -1,0 +1,296 @@
+"""POST /calibrate and the calibrated profiles it stores, over HTTP.
+
+Oracles are independent of the code under test: the stored figures are fed back into the
+event simulator (perfmodel.gemm_ws.simulate) and a brute-force ranking; digests are recomputed
+from the documented rule; hidden "true" figures generate the runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from app.store import MemoryStore
+from device_profiles.loader import PROFILE_DIR
+from device_profiles.schema import GemmWsSection
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine
+from solver.search_space import SearchSpace
+from tests.app.calibration_helpers import TRUE_GEMM, gemm_ws_runs, true_time_us
+from tests.app.service_helpers import clean_environ
+from tests.gemm_ws_cases import brute_force_ranking
+
+__all__ = ["clean_environ"]
+
+RUNS = gemm_ws_runs()
+CALIBRATED_ID = re.compile(r"^rtx-a6000-cal-[0-9a-f]{12}$")
+#: every figure of a profile's gemm_ws section is fitted by default
+GEMM_FIGURES = tuple(GemmWsSection.model_fields)
+
+
+def _settings() -> Settings:
+    return Settings(workers=1, log_level="WARNING", cache_path=None)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(_settings())) as test_client:
+        yield test_client
+
+
+def calibrate(client: TestClient, **body: Any) -> dict[str, Any]:
+    payload = {"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": RUNS, **body}
+    response = client.post("/calibrate", json=payload)
+    assert response.status_code == 200, response.text
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def machine_of(profile: dict[str, Any]) -> GemmWsMachine:
+    section = profile["gemm_ws"]
+    return GemmWsMachine(
+        sm_count=int(profile["hardware"]["sm_count"]["value"]),
+        shared_memory_per_block_bytes=int(
+            profile["hardware"]["shared_memory_per_block_bytes"]["value"]
+        ),
+        **{name: section[name]["value"] for name in GEMM_FIGURES},
+    )
+
+
+def digest_of(runs: list[dict[str, Any]]) -> str:
+    """The documented rule: sha256 of the runs' canonical JSON, sorted, as a JSON list."""
+    canon = sorted(json.dumps(r, sort_keys=True, separators=(",", ":")) for r in runs)
+    return hashlib.sha256(("[" + ",".join(canon) + "]").encode()).hexdigest()
+
+
+def test_calibrated_profile_holds_the_fit_and_cites_it(client: TestClient) -> None:
+    answer = calibrate(client)
+    assert CALIBRATED_ID.match(answer["device"])
+    assert answer["measurement_count"] == len(RUNS) and answer["unit"] == "us"
+    assert answer["measurements_digest"] == digest_of(RUNS)
+    profile = client.get(f"/devices/{answer['device']}").json()
+    shipped = client.get("/devices/rtx-a6000").json()
+    fitted = {f["name"]: f for f in answer["fitted"]}
+    assert set(fitted) == set(GEMM_FIGURES)
+    for name, figure in fitted.items():
+        stored = profile["gemm_ws"][name]
+        assert stored["value"] == figure["value"]
+        assert figure["base_value"] == shipped["gemm_ws"][name]["value"]
+        if figure["identifiable"]:
+            assert stored["source"].startswith("fitted by POST /calibrate from 28 gemm-ws")
+            assert answer["measurements_digest"][:12] in stored["source"]
+            assert stored["source"].endswith("base rtx-a6000")
+        else:
+            assert stored["source"] == shipped["gemm_ws"][name]["source"]
+            assert stored["value"] == shipped["gemm_ws"][name]["value"]
+    # what was not fitted is the base's, unchanged
+    assert profile["hardware"] == shipped["hardware"]
+    # the runs were generated with 3x the load and 0.3x the MATH throughput: both recovered
+    for name in ("load_throughput_elements_per_us", "compute_throughput_macs_per_us"):
+        assert fitted[name]["identifiable"]
+        assert fitted[name]["value"] == pytest.approx(getattr(TRUE_GEMM, name), rel=0.1)
+    provenance = profile["calibration"]
+    assert provenance["base_device"] == "rtx-a6000" and provenance["root_device"] == "rtx-a6000"
+    assert provenance["measurement_count"] == len(RUNS)
+    assert provenance["measurements_digest"] == digest_of(RUNS)
+    assert provenance["fitted"] == list(fitted)
+    assert provenance["training_error"] == answer["training_error"]
+    assert provenance["cross_validation_error"] == answer["cross_validation_error"]
+
+
+def test_residuals_are_the_stored_profiles_predictions(client: TestClient) -> None:
+    answer = calibrate(client)
+    machine = machine_of(client.get(f"/devices/{answer['device']}").json())
+    residuals = answer["residuals"]
+    assert [r["index"] for r in residuals] == list(range(len(RUNS)))
+    for r, run in zip(residuals, RUNS, strict=True):
+        assert r["measured"] == run["measured_time_us"]
+        assert r["predicted"] == pytest.approx(true_time_us(machine, run), abs=1e-9)
+        assert r["error_pct"] == pytest.approx(100 * (r["predicted"] / r["measured"] - 1))
+    errors = [abs(r["error_pct"]) for r in residuals]
+    assert answer["training_error"]["mean_abs_pct"] == pytest.approx(sum(errors) / len(errors))
+    assert answer["training_error"]["max_abs_pct"] == pytest.approx(max(errors))
+    assert answer["cross_validation_error"]["mean_abs_pct"] >= 0
+
+
+def test_calibrated_profile_serves_optimize_tiling(client: TestClient) -> None:
+    answer = calibrate(client)
+    machine = machine_of(client.get(f"/devices/{answer['device']}").json())
+    r = client.post(
+        "/optimize-tiling", json={"m": 2048, "n": 1024, "k": 2048, "device": answer["device"]}
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    expected = brute_force_ranking(GemmShape(2048, 1024, 2048), machine, SearchSpace())[:5]
+    got = [(c["tile_m"], c["tile_n"], c["tile_k"], c["buffer_depth"]) for c in body["candidates"]]
+    assert got == [
+        (s.tiling.tile_m, s.tiling.tile_n, s.tiling.tile_k, s.tiling.buffer_depth) for s in expected
+    ]
+    assert body["device"] == answer["device"]
+    assert body["feedback"]["url"] == f"/devices/{answer['device']}/measurements"
+    # each candidate carries its run, ready to post back with a measured time
+    for c in body["candidates"]:
+        assert c["measurement"] == {
+            "m": 2048, "n": 1024, "k": 2048, "dtype": "fp16", "tile_m": c["tile_m"],
+            "tile_n": c["tile_n"], "tile_k": c["tile_k"], "buffer_depth": c["buffer_depth"],
+        }  # fmt: skip
+
+
+def test_same_base_and_runs_give_the_same_id_in_any_order(client: TestClient) -> None:
+    first = calibrate(client)
+    shuffled = RUNS[:]
+    random.Random(5).shuffle(shuffled)
+    again = calibrate(client, measurements=shuffled)
+    assert again["device"] == first["device"] and again["created"] is False
+    assert again["fitted"] == first["fitted"]
+    # residuals follow the request's order
+    assert [r["measured"] for r in again["residuals"]] == [r["measured_time_us"] for r in shuffled]
+    # other runs, another fit set, another base: other ids
+    assert calibrate(client, measurements=RUNS[:-1])["device"] != first["device"]
+    assert calibrate(client, fit=["t_init_us", "t_epilogue_us"])["device"] != first["device"]
+    inline = {
+        "sm_count": 84, "t_init_us": 1.68, "t_epilogue_us": 1.543,
+        "load_startup_latency_us": 0.77, "compute_startup_latency_us": 0.0,
+        "load_throughput_elements_per_us": 152.96, "compute_throughput_macs_per_us": 24610.0,
+        "shared_memory_per_block_bytes": 101376,
+    }  # fmt: skip
+    other = calibrate(client, base_device=None, base_device_params=inline)
+    assert other["device"].startswith("inline-cal-") and other["base_device"] == "inline"
+
+
+def test_listing_shows_provenance_and_aliases(client: TestClient) -> None:
+    answer = calibrate(client, name="lab-gpu")
+    assert answer["name"] == "lab-gpu"
+    listing = {d["id"]: d for d in client.get("/devices").json()["devices"]}
+    entry = listing[answer["device"]]
+    assert entry["aliases"] == ["lab-gpu"] and entry["models"] == ["gemm-ws"]
+    assert entry["calibration"]["base_device"] == "rtx-a6000"
+    assert entry["calibration"]["measurement_count"] == len(RUNS)
+    assert entry["calibration"]["created_at"]
+    assert listing["rtx-a6000"]["calibration"] is None
+    assert client.get("/devices/lab-gpu").json()["id"] == answer["device"]
+
+
+def test_a_name_is_not_taken_twice(client: TestClient) -> None:
+    calibrate(client, name="bench-gpu")
+    calibrate(client, name="bench-gpu")  # same content: fine
+    r = client.post(
+        "/calibrate",
+        json={"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": RUNS[:20],
+              "name": "bench-gpu"},
+    )  # fmt: skip
+    assert r.status_code == 409 and r.headers["content-type"] == "application/problem+json"
+    assert r.json()["errors"][0]["field"] == "name"
+    assert "recalibrate" in r.json()["errors"][0]["reason"]
+    for shipped_or_id in ("rtx-a6000", calibrate(client)["device"]):
+        r = client.post(
+            "/calibrate",
+            json={"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": RUNS,
+                  "name": shipped_or_id},
+        )  # fmt: skip
+        assert r.status_code == 409 and r.json()["errors"][0]["field"] == "name"
+
+
+def test_shipped_profile_files_never_change(client: TestClient) -> None:
+    before = {p.name: p.read_bytes() for p in PROFILE_DIR.glob("*.json")}
+    answer = calibrate(client, name="file-check")
+    client.post(
+        "/devices/rtx-a6000/measurements", json={"model": "gemm-ws", "measurements": RUNS[:10]}
+    )
+    assert client.post("/devices/rtx-a6000/recalibrate").status_code == 200
+    assert client.post(f"/devices/{answer['device']}/recalibrate").status_code == 200
+    after = {p.name: p.read_bytes() for p in PROFILE_DIR.glob("*.json")}
+    assert after == before
+    assert client.get("/devices/rtx-a6000").json()["gemm_ws"]["t_init_us"]["value"] == 1.68
+
+
+def test_recalibration_never_serves_a_stale_answer(client: TestClient) -> None:
+    first = calibrate(client, name="cache-gpu", measurements=RUNS[:14])
+    problem = {"m": 4096, "n": 1024, "k": 1024, "device": "cache-gpu"}
+    r1 = client.post("/optimize-tiling", json=problem)
+    assert r1.headers["x-cache"] == "miss" and r1.json()["device"] == first["device"]
+    assert client.post("/optimize-tiling", json=problem).headers["x-cache"] == "hit"
+    added = client.post(
+        "/devices/cache-gpu/measurements", json={"model": "gemm-ws", "measurements": RUNS[14:]}
+    )
+    assert added.status_code == 200 and added.json()["total"] == len(RUNS)
+    second = client.post("/devices/cache-gpu/recalibrate").json()
+    assert second["device"] != first["device"] and second["name"] == "cache-gpu"
+    # the refit from every recorded run is the same profile /calibrate makes from them
+    assert second["device"] == calibrate(client, measurements=RUNS)["device"]
+    r2 = client.post("/optimize-tiling", json=problem)
+    assert r2.headers["x-cache"] == "miss" and r2.json()["device"] == second["device"]
+    machine = machine_of(client.get("/devices/cache-gpu").json())
+    best = brute_force_ranking(GemmShape(4096, 1024, 1024), machine, SearchSpace())[0]
+    assert r2.json()["best"]["predicted_time_us"] == best.overall_time_ns / 1000
+
+
+def test_measurements_of_a_shipped_profile_make_a_calibrated_child(client: TestClient) -> None:
+    # gtx-1070 has no gemm_ws figures: its record cannot take GeMM-WS runs
+    r = client.post(
+        "/devices/gtx-1070/measurements", json={"model": "gemm-ws", "measurements": RUNS[:2]}
+    )
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "device"
+    assert client.get("/devices/gtx-1070/measurements").json()["gemm_ws"] == []
+    before = len(client.get("/devices/rtx-a6000/measurements").json()["gemm_ws"])
+    r = client.post(
+        "/devices/rtx-a6000/measurements", json={"model": "gemm-ws", "measurements": RUNS[:8]}
+    )
+    assert r.status_code == 200 and r.json()["added"] == 8
+    record = client.get("/devices/rtx-a6000/measurements").json()["gemm_ws"]
+    assert record[before:] == RUNS[:8]
+    child = client.post("/devices/rtx-a6000/recalibrate", json={"fit": ["t_init_us"]}).json()
+    assert CALIBRATED_ID.match(child["device"]) and child["base_device"] == "rtx-a6000"
+    assert child["measurement_count"] == len(record)
+
+
+def test_a_new_service_over_the_same_store_serves_what_was_made() -> None:
+    """Everything a calibration makes lives in the store, none of it in the process: a service
+    restarted over the same store (durable backends: app/store) serves it all."""
+    store = MemoryStore()
+    first_app = create_app(_settings())
+    first_app.state.service.store = store
+    with TestClient(first_app) as first:
+        made = calibrate(first, name="kept-gpu", measurements=RUNS[:20])
+        first.post(
+            "/devices/kept-gpu/measurements", json={"model": "gemm-ws", "measurements": RUNS[20:]}
+        )
+        profile = first.get(f"/devices/{made['device']}").json()
+    second_app = create_app(_settings())
+    second_app.state.service.store = store
+    with TestClient(second_app) as second:
+        assert second.get("/devices/kept-gpu").json() == profile
+        assert len(second.get("/devices/kept-gpu/measurements").json()["gemm_ws"]) == len(RUNS)
+        r = second.post(
+            "/optimize-tiling", json={"m": 512, "n": 512, "k": 512, "device": "kept-gpu"}
+        )
+        assert r.status_code == 200 and r.json()["device"] == made["device"]
+        again = second.post("/devices/kept-gpu/recalibrate").json()
+        assert again["measurement_count"] == len(RUNS)
+
+
+def test_unknown_device_in_the_path_is_404(client: TestClient) -> None:
+    for method, path, body in [
+        ("get", "/devices/nope", None),
+        ("get", "/devices/nope/measurements", None),
+        ("post", "/devices/nope/measurements", {"model": "gemm-ws", "measurements": RUNS[:1]}),
+        ("post", "/devices/nope/recalibrate", None),
+    ]:
+        r = client.request(method.upper(), path, json=body)
+        assert r.status_code == 404, (path, r.text)
+        assert r.json()["errors"][0]["field"] == "device"
+        assert "rtx-a6000" in r.json()["errors"][0]["reason"]  # lists the known ids
+
+
+def test_recalibrating_a_device_without_runs_says_what_to_do(client: TestClient) -> None:
+    r = client.post("/devices/940mx/recalibrate")
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "model"
+    assert "/devices/940mx/measurements" in r.json()["errors"][0]["reason"]

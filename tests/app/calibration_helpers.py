@@ -25,8 +25,11 @@ TRUE_GEMM = dataclasses.replace(
     t_epilogue_us=6.0,
 )
 NOISE = 0.02
-#: tilings of the GeMM-WS runs: both regimes (load- and MATH-bound) and depth 1
+#: tilings of the GeMM-WS runs: both regimes on TRUE_GEMM (load-bound when
+#: TM TN / (TM + TN) < 16, its MATH over load throughput) and depth 1
 TILINGS = [
+    (16, 16, 64, 2),
+    (32, 16, 64, 3),
     (128, 128, 32, 2),
     (64, 128, 64, 3),
     (128, 64, 32, 4),

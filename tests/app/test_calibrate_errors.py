@@ -91,8 +91,6 @@ CASES = [
     ),
     ("base-without-gemm-ws", body(base_device="gtx-760"), 422, "base_device", ["gemm_ws"]),
     ("one-fold", body(cross_validation_folds=1), 422, "cross_validation_folds", []),
-    ("more-folds-than-runs", body(cross_validation_folds=12), 422, "cross_validation_folds",
-     ["10"]),
     ("no-runs", body(measurements=[]), 422, "measurements", []),
     ("bad-name", body(name="My GPU"), 422, "name", []),
     ("time-limit-above-max", body(time_limit_s=100.0), 422, "time_limit_s", ["60"]),

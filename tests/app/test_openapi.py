@@ -12,7 +12,14 @@ from app.settings import Settings
 #: a name ending in one of these carries its unit (the developers' rule: units in the name or
 #: in the schema description)
 UNIT_SUFFIXES = ("_us", "_ms", "_s", "_cycles", "_bytes", "_mhz")
-RESPONSES = ("OptimizeTilingResponse", "PredictKernelResponse", "OptimizeTilingBatchResponse")
+RESPONSES = (
+    "OptimizeTilingResponse",
+    "PredictKernelResponse",
+    "OptimizeTilingBatchResponse",
+    "CalibrateResponse",
+    "MeasurementsAdded",
+    "MeasurementRecord",
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +58,11 @@ def test_undecodable_body_answer_is_documented(document: dict[str, Any], path: s
     # a body FastAPI cannot decode is answered 400 problem+json (tests/app/test_optimize_api.py)
     responses = document["paths"][path]["post"]["responses"]
     assert "application/problem+json" in responses["400"]["content"]
+
+
+@pytest.mark.parametrize("path", ["/calibrate", "/devices/{device_id}/recalibrate"])
+def test_calibration_answers_are_documented(document: dict[str, Any], path: str) -> None:
+    # a taken name is 409; the fit runs in a worker (503 when busy, 504 past its time limit)
+    responses = document["paths"][path]["post"]["responses"]
+    for code in ("409", "422", "503", "504"):
+        assert "application/problem+json" in responses[code]["content"], code

@@ -9,7 +9,6 @@ inside worker processes, through module-level functions.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib.metadata
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from fastapi import Depends, Request, Response
 from pydantic import BaseModel
 
 from app.cache import ResultCache, cache_key
+from app.convert.calibrate import profile_sha256
 from app.logging import request_started_var
 from app.metrics import Metrics
 from app.pool import PoolError, WorkerCrashed, WorkerMemoryExceeded, WorkerPool, WorkerTimeout
@@ -113,7 +113,7 @@ ServiceDep = Annotated[Service, Depends(get_service)]
 
 def profile_digest(profile: DeviceProfile) -> str:
     """Content digest of a device profile: any edited figure changes every cache key."""
-    return hashlib.sha256(profile.model_dump_json().encode()).hexdigest()[:16]
+    return profile_sha256(profile)[:16]
 
 
 def versions_for(profile: DeviceProfile | None) -> dict[str, str]:

@@ -319,6 +319,13 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
                     if figure is not None:
                         rows.append((f"{section}.{name}", figure.value, figure.source))
             out.write(_table(("figure", "value", "source"), rows) + "\n")
+            for model, need in profile.needs_calibration.items():
+                out.write(f"{model}: {need.status}\n")
+                for label, figures in (("calibrate", need.figures), ("cite", need.missing)):
+                    if figures:
+                        out.write(f"  {label}: {', '.join(f.figure for f in figures)}\n")
+                if need.calibrate is not None:
+                    out.write(f"  call: {need.calibrate.cli}\n")
             return 0
         listing = await client.devices()
     if args.json:

@@ -22,10 +22,9 @@ import httpx
 from starlette.types import ASGIApp, Message
 
 from app.schemas.batch import OptimizeTilingBatchResponse
-from app.schemas.devices import DeviceList
+from app.schemas.devices import DeviceDetail, DeviceList
 from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
 from app.settings import Settings
-from device_profiles import DeviceProfile
 
 IN_PROCESS_URL = "http://kperf.in-process"
 
@@ -173,9 +172,9 @@ class KperfClient:
     async def devices(self) -> DeviceList:
         return DeviceList.model_validate((await self._call("GET", "/devices")).json())
 
-    async def device(self, device_id: str) -> DeviceProfile:
+    async def device(self, device_id: str) -> DeviceDetail:
         response = await self._call("GET", f"/devices/{device_id}")
-        return DeviceProfile.model_validate(response.json())
+        return DeviceDetail.model_validate(response.json())
 
     async def optimize(self, request: OptimizeTilingRequest | Mapping[str, Any]) -> OptimizeAnswer:
         body = _request_json(request)

@@ -23,8 +23,9 @@ from app.pool import (
     WorkerMemoryExceeded,
     WorkerTimeout,
 )
+from app.schemas.devices import calibrate_hint
 from app.service import RequestFieldError
-from device_profiles import ModelNotServed, UnknownDevice
+from device_profiles import ModelNotServed, UnknownDevice, is_calibratable
 from perfmodel.errors import ModelInputError, PTXSyntaxError
 from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace, SolverTimeout
 
@@ -96,13 +97,25 @@ async def _unknown_device_handler(request: Request, exc: Exception) -> JSONRespo
 
 
 async def _model_not_served_handler(request: Request, exc: Exception) -> JSONResponse:
+    """Names each missing figure, and the calibration call for those a run can fit (the same
+    listing as GET /devices/{id} under needs_calibration)."""
     assert isinstance(exc, ModelNotServed)
-    return problem_response(
-        422,
-        "Model not served by device",
-        str(exc),
-        [{"field": "device", "reason": f"missing figure: {m}"} for m in exc.missing],
-    )
+    fit = [m.rsplit(".", 1)[-1] for m in exc.missing if is_calibratable(exc.model, m)]
+    detail = str(exc)
+    if fit:
+        detail += "; calibrate them from measured runs: " + calibrate_hint(
+            exc.model, exc.device_id, fit
+        )
+    if len(fit) < len(exc.missing):
+        detail += "; the others no calibration fits: they must be cited in the device profile"
+    errors = []
+    for m in exc.missing:
+        fits = is_calibratable(exc.model, m)
+        how = "POST /calibrate fits it" if fits else "no calibration fits it: cite it"
+        errors.append(
+            {"field": "device", "reason": f"missing figure: {m} ({how})", "calibratable": fits}
+        )
+    return problem_response(422, "Model not served by device", detail, errors)
 
 
 async def _invalid_space_handler(request: Request, exc: Exception) -> JSONResponse:

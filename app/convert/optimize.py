@@ -15,6 +15,7 @@ from app.schemas.optimize import (
     ValueRange,
 )
 from device_profiles import DeviceProfile, ModelNotServed, get_profile
+from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel, ns_to_us
 from solver import (
@@ -35,7 +36,8 @@ def gemm_ws_machine(profile: DeviceProfile) -> GemmWsMachine:
     """The GeMM-WS figures of a profile; ModelNotServed names what is missing."""
     section = profile.gemm_ws
     if section is None:
-        raise ModelNotServed(profile.id, "gemm-ws", ["gemm_ws (GeMM-WS §4.2 figures)"])
+        missing = [f"gemm_ws.{name}" for name in REQUIRED_GEMM_WS_FIGURES]
+        raise ModelNotServed(profile.id, "gemm-ws", missing)
     shared = profile.hardware.shared_memory_per_block_bytes
     return GemmWsMachine(
         sm_count=int(profile.hardware.sm_count.value),

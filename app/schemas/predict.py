@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from app.schemas.devices import drop_read_only_keys
 from device_profiles import DeviceProfile
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -38,8 +39,10 @@ class PredictKernelRequest(_Model):
     ptx: str = Field(min_length=1, description="PTX module text")
     kernel: str | None = Field(None, description="entry name; required when several .entry")
     device: str | None = Field(None, description="device profile id (GET /devices)")
-    device_params: DeviceProfile | None = Field(
-        None, description="an inline device profile with a complete many_bsp section"
+    device_params: Annotated[DeviceProfile | None, BeforeValidator(drop_read_only_keys)] = Field(
+        None,
+        description="an inline device profile with a complete many_bsp section (a "
+        "GET /devices/{id} body is accepted as is)",
     )
     launch: LaunchConfig
     resources: Resources = Field(

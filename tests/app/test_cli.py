@@ -67,6 +67,13 @@ def test_devices_list_and_detail(live_server: str) -> None:
     assert code == 0 and "hardware.sm_count" in detail and "84" in detail
 
 
+def test_device_detail_names_what_to_calibrate(live_server: str) -> None:
+    code, detail, _ = run("devices", "h100", "--url", live_server)
+    assert code == 0 and "many-bsp: needs-calibration" in detail
+    assert "many_bsp.mu" in detail
+    assert "kperf calibrate runs.jsonl --model many-bsp --device h100" in detail
+
+
 def test_errors_show_the_field_and_exit_1() -> None:
     code, out, err = run("optimize", "--m", "0", "--n", "1", "--k", "1", "--device", "rtx-a6000")
     assert code == 1 and out == ""

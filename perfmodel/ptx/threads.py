@@ -153,34 +153,32 @@ class ThreadValues:
         key = (d, reg)
         if key in self._memo:
             return self._memo[key]
-        # iterative post-order walk over the definitions (no recursion limit on long chains)
+        # iterative depth-first walk over the definitions (no recursion limit on long
+        # chains); ``open_`` holds the nodes whose sources are being evaluated (a source
+        # among them is a cycle: a loop-carried value, not a plain expression)
         stack = [key]
-        on_stack = {key}
+        open_: set[tuple[int, str]] = set()
         while stack:
             node = stack[-1]
             if node in self._memo:
                 stack.pop()
-                on_stack.discard(node)
                 continue
             sources = self._sources(node[0])
-            if any(s is None for s in sources):
-                self._memo[node] = None
-                stack.pop()
-                on_stack.discard(node)
-                continue
             todo = [s for s in sources if s is not None and s not in self._memo]
-            if todo:
-                if any(s in on_stack for s in todo):  # a cycle: not a plain expression
+            if node not in open_ and todo and None not in sources:
+                if any(s in open_ for s in todo):
                     self._memo[node] = None
                     stack.pop()
-                    on_stack.discard(node)
-                else:
-                    stack.extend(todo)
-                    on_stack.update(todo)
+                    continue
+                open_.add(node)
+                stack.extend(todo)
                 continue
-            self._memo[node] = self._evaluate(self.fn.instructions[node[0]], node[1], sources)
+            open_.discard(node)
             stack.pop()
-            on_stack.discard(node)
+            if None in sources or todo:
+                self._memo[node] = None
+            else:
+                self._memo[node] = self._evaluate(self.fn.instructions[node[0]], node[1], sources)
         return self._memo[key]
 
     def _operand(self, o: Operand, source: tuple[int, str] | None) -> _Values | None:
@@ -246,8 +244,10 @@ class ThreadValues:
             args = [args[0], tuple(min(b & 0xFFFFFFFF, 32) for b in args[1])]
         out: list[int] = []
         for a, b in zip(args[0], args[1], strict=True):
-            if op == "shr" and not signed:
-                a &= (1 << bits) - 1
+            # operands as the instruction's type reads them (registers hold bit patterns)
+            a = _wrap(a, bits, signed) if bits > 1 else a
+            if op not in ("shl", "shr") and bits > 1:
+                b = _wrap(b, bits, signed)
             v = fn(a, b)
             if v is None:
                 return None

@@ -292,3 +292,16 @@ def test_ptxas_counts_registers_of_sm_90a_modules():
     assert arch == "sm_90a"  # compiled for its own target, no fallback
     # setmaxnreg.inc raises the math warp groups to 232: the launch count is at most that
     assert 1 <= regs <= 232
+
+
+def test_string_valued_section_with_braces_and_slashes():
+    """A .debug_str-style .section whose strings hold braces and '//' (nvcc 13's -G output
+    in grammar.debug.sm_90a.ptx encodes its strings as .b8 numbers; this is the string form)."""
+    text = (
+        ".version 8.0\n.target sm_90a\n.address_size 64\n"
+        '.section .debug_str\n{\n$L__info_string0:\n.b8 "void k<{1}>() // x"\n.b8 0\n}\n'
+        ".visible .entry k()\n{\nret;\n}\n"
+    )
+    m = parse_module(text)
+    assert m.entries == ("k",)
+    assert m.entry("k").instructions[0].line == text.splitlines().index("ret;") + 1

@@ -17,10 +17,10 @@ branch. When no branch tells warps apart the kernel has one role: every warp, no
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from perfmodel.ptx.cfg import build_cfg
+from perfmodel.ptx.cfg import BasicBlock, build_cfg
 from perfmodel.ptx.ir import Function
 from perfmodel.ptx.threads import WARP_SIZE, ThreadValues
 
@@ -38,14 +38,28 @@ class WarpRole:
     instructions: frozenset[int]  #: indices of the instructions these warps can execute
 
 
-def _reachable(fn: Function, fixed: Mapping[int, bool]) -> frozenset[int]:
-    blocks = build_cfg(fn, fixed)
+def _reachable(
+    fn: Function, blocks: Sequence[BasicBlock], fixed: Mapping[int, bool]
+) -> frozenset[int]:
+    """Instructions reachable from the entry when the ``fixed`` branches go one way only
+    (the same edges :func:`~perfmodel.ptx.cfg.build_cfg` drops, without rebuilding the CFG)."""
     if not blocks:
         return frozenset()
+    start_block = {b.start: b.index for b in blocks}
     seen = {0}
     stack = [0]
     while stack:
-        for s in blocks[stack.pop()].successors:
+        b = blocks[stack.pop()]
+        succ = b.successors
+        taken = fixed.get(b.end - 1)
+        if taken is not None:
+            target = fn.instructions[b.end - 1].branch_target
+            t_idx = fn.label_index.get(target or "", -1)
+            target_block = start_block.get(t_idx)
+            succ = tuple(
+                s for s in succ if (s == target_block) == taken and (taken or s == b.index + 1)
+            )
+        for s in succ:
             if s not in seen:
                 seen.add(s)
                 stack.append(s)
@@ -79,13 +93,14 @@ def warp_roles(fn: Function, block: tuple[int, int, int]) -> tuple[WarpRole, ...
     if not any(len(set(d)) > 1 and None not in d for d in directions.values()):
         return (everything,)  # no branch separates whole warps: one SPMD role
 
+    blocks = build_cfg(fn)
     groups: dict[tuple[frozenset[int], frozenset[tuple[int, bool]]], list[int]] = {}
     by_map: dict[frozenset[tuple[int, bool]], frozenset[int]] = {}
     for w in range(n_warps):
         fixed = frozenset((i, t) for i, d in directions.items() if (t := d[w]) is not None)
         reach = by_map.get(fixed)
         if reach is None:
-            reach = by_map[fixed] = _reachable(fn, dict(fixed))
+            reach = by_map[fixed] = _reachable(fn, blocks, dict(fixed))
         # directions of branches the warp never reaches do not tell roles apart
         key = (reach, frozenset((i, t) for i, t in fixed if i in reach))
         groups.setdefault(key, []).append(w)

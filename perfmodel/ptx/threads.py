@@ -17,12 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from perfmodel.ptx.cfg import build_cfg
+from perfmodel.ptx.cfg import _COMPARE, _TERMINATORS
 from perfmodel.ptx.ir import Function, Instruction, Operand, _int_literal
 
 __all__ = ["ThreadValues"]
 
 WARP_SIZE = 32  #: threads per warp (PTX ISA "%laneid", "Warp" in the programming model)
+
+#: thread values one analysis computes at most (instructions evaluated x threads); beyond it
+#: registers have no value, so a huge kernel with thousands of thread-index branches costs at
+#: well under a second here and its remaining branches stay open (the SPMD treatment)
+WORK_LIMIT = 500_000
 
 _Values = tuple[int, ...]
 
@@ -40,19 +45,6 @@ _BINARY: dict[str, Callable[[int, int], int | None]] = {
     # PTX div/rem truncate toward zero (C semantics); division by zero has no defined value
     "div": lambda a, b: (abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1) if b else None,
     "rem": lambda a, b: a - b * int(a / b) if b else None,
-}
-
-_COMPARE: dict[str, Callable[[int, int], bool]] = {
-    "eq": lambda a, b: a == b,
-    "ne": lambda a, b: a != b,
-    "lt": lambda a, b: a < b,
-    "lo": lambda a, b: a < b,
-    "le": lambda a, b: a <= b,
-    "ls": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b,
-    "hi": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b,
-    "hs": lambda a, b: a >= b,
 }
 
 
@@ -90,12 +82,15 @@ class ThreadValues:
             for r in ins.defs:
                 defs.setdefault(r, []).append(i)
         self._defs = defs
+        # first instruction of each one's basic block (leaders as in cfg.build_cfg)
         self._block_start = [0] * len(fn.instructions)
-        for bb in build_cfg(fn):
-            for i in range(bb.start, bb.end):
-                self._block_start[i] = bb.start
+        start = 0
+        for i, ins in enumerate(fn.instructions):
+            if ins.labels or (i and fn.instructions[i - 1].opcode in _TERMINATORS):
+                start = i
+            self._block_start[i] = start
         self._memo: dict[tuple[int, str], _Values | None] = {}
-        self._args: dict[int, list[_Values | None]] = {}
+        self._work = 0  # thread values computed so far, against WORK_LIMIT
 
     # ---- leaves
     def _special(self, name: str) -> _Values | None:
@@ -177,7 +172,10 @@ class ThreadValues:
             stack.pop()
             if None in sources or todo:
                 self._memo[node] = None
+            elif self._work > WORK_LIMIT:
+                self._memo[node] = None
             else:
+                self._work += self.n_threads
                 self._memo[node] = self._evaluate(self.fn.instructions[node[0]], node[1], sources)
         return self._memo[key]
 

@@ -108,9 +108,12 @@ def build_table(
     segment_bytes: int,
     warp_size: int,
     role: WarpRole | None = None,
+    classified: Sequence[Classified | None] | None = None,
 ) -> FrontEndResult:
     """Table N-1 and the level-1 spans of ``fn``; with ``role``, of the instructions that
     role's warps execute, its fixed branches taken as fixed (perfmodel/ptx/roles.py).
+    ``classified``: :func:`classify` of every instruction, when the caller has it already
+    (one function, several roles).
 
     ``loop_trip_counts`` keys are checked against the loops found here only without a role
     (with roles, a key may name another role's loop: the caller checks the union)."""
@@ -119,8 +122,10 @@ def build_table(
     kept: list[int] = []
     classes: list[Classified] = []
     memory_lines: set[int] = set()
+    if classified is None:
+        classified = [classify(ins) for ins in instrs]
     for idx, ins in enumerate(instrs):
-        c = classify(ins)
+        c = classified[idx]
         if c is None:
             continue
         if c.kind in (InstructionKind.GLOBAL_MEMORY, InstructionKind.SHARED_MEMORY):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass, field
 
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp.block import analyse_block
+from perfmodel.manybsp.classify import Classified, classify
 from perfmodel.manybsp.device import DeviceFigures
 from perfmodel.manybsp.frontend import FrontEndResult, build_table
 from perfmodel.manybsp.kernel import estimate_kernel
@@ -170,7 +171,10 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
     figs = req.device
     launch = LaunchShape(n_b=n_b, n_t=n_t, registers_per_thread=regs, shared_bytes_per_block=shared)
     roles = warp_roles(fn, req.block)
-    evaluations = [_evaluate(req, fn, None if len(roles) == 1 else role, launch) for role in roles]
+    classified = [classify(ins) for ins in fn.instructions]  # shared by the roles
+    evaluations = [
+        _evaluate(req, fn, None if len(roles) == 1 else role, launch, classified) for role in roles
+    ]
     if len(roles) > 1:
         _check_trip_count_keys(req, fn, evaluations)
     for e in evaluations:
@@ -240,7 +244,11 @@ class _Evaluation:
 
 
 def _evaluate(
-    req: PredictRequest, fn: Function, role: WarpRole | None, launch: LaunchShape
+    req: PredictRequest,
+    fn: Function,
+    role: WarpRole | None,
+    launch: LaunchShape,
+    classified: Sequence[Classified | None],
 ) -> _Evaluation:
     """Table N-1/N-2, supersteps and eq. (4)-(25) for ``role``'s warps (all warps if None).
 
@@ -260,6 +268,7 @@ def _evaluate(
         segment_bytes=dev.segment_bytes,
         warp_size=dev.warp_size,
         role=role,
+        classified=classified,
     )
     n_t = launch.n_t if role is None else role.threads
     try:

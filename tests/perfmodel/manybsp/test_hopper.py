@@ -191,3 +191,27 @@ def test_predictions_grow_with_the_grid(fixture, entry, block) -> None:
         for grid in ENTRY_GRIDS
     ]
     assert all(a < b for a, b in zip(cycles, cycles[1:], strict=False)), cycles
+
+
+def test_ptxas_runs_once_per_module_and_tool(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfmodel.manybsp import ptxas
+
+    calls: list[tuple[str, str]] = []
+
+    def fake_run(exe: str, ptx: str, kernel: str, target: str) -> int | None:
+        calls.append((exe, target))
+        return None if target == "sm_90a" else 40  # as if this ptxas lacked sm_90a
+
+    monkeypatch.setattr(ptxas, "_run", fake_run)
+    ptxas._registers.cache_clear()
+    monkeypatch.setattr("shutil.which", lambda name: "/opt/a/ptxas")
+    text = module(["add.s32 %r1, %r1, 1"])
+    assert ptxas.ptxas_registers(text, "k", "sm_90a") == (40, ptxas.FALLBACK_TARGET)
+    assert ptxas.ptxas_registers(text, "k", "sm_90a") == (40, ptxas.FALLBACK_TARGET)
+    assert calls == [("/opt/a/ptxas", "sm_90a"), ("/opt/a/ptxas", ptxas.FALLBACK_TARGET)]
+    # another module, or another ptxas, is compiled again
+    ptxas.ptxas_registers(text + "\n", "k", "sm_90a")
+    monkeypatch.setattr("shutil.which", lambda name: "/opt/b/ptxas")
+    ptxas.ptxas_registers(text, "k", "sm_90a")
+    assert len(calls) == 6
+    ptxas._registers.cache_clear()

@@ -784,8 +784,9 @@ class _Parser:
             lm = _LABEL_RE.match(text, pos)
             if lm is not None:
                 label = lm.group(1)
-                line, col = self.src.pos(pos)
-                unique = scopes.unique(stack[-1], label, line, col)
+                unique = label
+                if len(stack) > 1:  # nested: named by its line (perfmodel/ptx/scopes.py)
+                    unique = scopes.unique(stack[-1], label, *self.src.pos(pos))
                 if not scopes.declare_label(stack[-1], label, unique):
                     raise self.src.error(pos, f"label {label!r} is defined twice in one block")
                 pending.append(unique)
@@ -912,7 +913,7 @@ class _Parser:
                     if o.kind in ("symbol", "address"):
                         symbols.update(_NAME_RE.findall(p))
                 operands.append(o)
-        for k, o in enumerate(operands):
+        for k, o in enumerate(operands if raw.scope or opcode in ("bra", "brx") else ()):
             if o.kind == "label":
                 unique = scopes.label(raw.scope, o.text)
                 if unique is None and opcode in ("bra", "brx"):

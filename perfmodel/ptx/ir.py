@@ -3,10 +3,11 @@
 Covers what nvcc emits for PTX ISA 6.x-8.x and later (any ``.target``): module directives,
 ``.entry``/``.func`` with parameter lists and performance-tuning directives, ``.reg``/``.shared``/
 ``.local``/``.const``/``.global`` declarations, labels, ``@%p``/``@!%p`` guards, vector, address
-and call operands, ``{ ... }`` scopes, and comments, ``.loc``/``.file``/``.pragma``/``.section``
-(ignored). Opcodes are not checked against a list so later ISA versions still parse; the model
-classifies what it does not know. Anything that is not PTX raises
-:class:`~perfmodel.errors.PTXSyntaxError` with a 1-based line and column.
+and call operands, ``{ ... }`` blocks with labels and registers of their own (a name declared in
+one becomes ``name@line``, :mod:`perfmodel.ptx.scopes`), comments, and
+``.loc``/``.file``/``.pragma``/``.section`` (ignored). Opcodes are not checked against a list so
+later ISA versions still parse; the model classifies what it does not know. Anything that is not
+PTX raises :class:`~perfmodel.errors.PTXSyntaxError` with a 1-based line and column.
 """
 
 from __future__ import annotations

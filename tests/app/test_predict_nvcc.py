@@ -4,6 +4,7 @@ Hopper instructions are uncosted, and reports warp-specialized kernels per warp 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,3 +79,18 @@ def test_warp_specialized_kernels_report_each_role(client: TestClient, fixture: 
         assert r["instructions"] >= r["uncosted_instructions"]
         for step in r["level1_supersteps"]:
             assert step["start_line"] <= step["end_line"]
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+def test_cutlass_kernel_with_registers_from_ptxas(client: TestClient) -> None:
+    fixture = "cutlass_ws_gemm.pingpong_64x128x64.sm_90a.ptx"
+    ((_, entry, block),) = [e for e in ENTRIES if e[0] == fixture]
+    request = body(fixture, entry, block)
+    del request["resources"]
+    r = client.post("/predict-kernel", json=request)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["registers_source"] == "ptxas -v (sm_90a)"  # its own target, no fallback
+    # 384 threads must fit the 940MX's 65,536 registers per SM
+    assert 1 <= out["registers_per_thread"] <= 65536 // 384

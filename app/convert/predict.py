@@ -9,6 +9,7 @@ from app.schemas.predict import (
     PredictKernelRequest,
     PredictKernelResponse,
     SuperstepModel,
+    WarpRoleOut,
 )
 from device_profiles import get_profile
 from perfmodel.errors import ModelInputError
@@ -16,9 +17,11 @@ from perfmodel.manybsp import (
     DeviceFigures,
     PredictRequest,
     PredictResult,
+    RoleResult,
     Superstep,
     device_from_profile,
 )
+from perfmodel.manybsp.frontend import UNCOSTED
 
 #: largest PTX text in UTF-8 bytes when :func:`to_core` is given no limit; the service passes
 #: its setting (KPERF_MAX_PTX_BYTES, same default) instead
@@ -68,7 +71,7 @@ def to_core(request: PredictKernelRequest, limit_bytes: int | None = None) -> Pr
     )
 
 
-def _step(result: PredictResult, s: Superstep) -> SuperstepModel:
+def _step(result: PredictResult | RoleResult, s: Superstep) -> SuperstepModel:
     return SuperstepModel(
         start_line=result.line_of(s.start),
         end_line=result.line_of(s.end),
@@ -117,6 +120,25 @@ def to_response(result: PredictResult, clock_mhz: float | None) -> PredictKernel
         level2_supersteps=[_step(result, s) for s in result.level2],
         instructions=_instructions(result),
         warnings=list(result.warnings),
+        warp_roles=[_role(r) for r in result.roles],
+    )
+
+
+def _role(r: RoleResult) -> WarpRoleOut:
+    e = r.estimate
+    return WarpRoleOut(
+        warps=list(r.warps),
+        threads=r.threads,
+        w=e.w,
+        instructions=len(r.costs),
+        uncosted_instructions=sum(1 for k in r.class_keys if k == UNCOSTED),
+        predicted_cycles=e.kernel_exec_cycle,
+        block_exec_cycle=e.block_exec_cycle,
+        COMP=e.COMP,
+        block_comm=e.block_comm,
+        l=e.l,
+        bounds_kernel=r.bounds_kernel,
+        level1_supersteps=[_step(r, s) for s in r.level1],
     )
 
 
@@ -124,14 +146,15 @@ def _instructions(result: PredictResult) -> list[InstructionOut]:
     out = []
     for i, (c, r) in enumerate(zip(result.costs, result.rows, strict=True)):
         f = r.fu_cycles
+        uncosted = result.class_keys[i] == UNCOSTED
         out.append(
             InstructionOut(
                 line=c.line,
                 opcode=c.opcode,
                 instruction_class=result.class_keys[i],
                 fu=c.fu.value,
-                latency_cycles=c.latency_cycles,
-                throughput_per_ws=c.throughput_per_ws,
+                latency_cycles=None if uncosted else c.latency_cycles,
+                throughput_per_ws=None if uncosted else c.throughput_per_ws,
                 u=result.line_of(c.consumer) if c.consumer is not None else None,
                 d=1 if c.consumer == i + 1 else 0,
                 n_ma=c.n_ma,

@@ -49,7 +49,9 @@ class PredictKernelRequest(_Model):
         default_factory=lambda: Resources(registers_per_thread=None, shared_bytes_per_block=None)
     )
     loop_trip_counts: dict[str, Annotated[int, Field(ge=0)]] = Field(
-        default_factory=dict, description="iterations per loop, keyed by the header's label"
+        default_factory=dict,
+        description="iterations per loop, keyed by the header's label; a label declared in a "
+        "nested { } block is named label@line (e.g. LAB_WAIT@712)",
     )
     memory_transactions: dict[int, Annotated[int, Field(ge=1, le=1024)]] = Field(
         default_factory=dict,
@@ -72,10 +74,17 @@ class FuCycles(BaseModel):
 class InstructionOut(BaseModel):
     line: int = Field(description="1-based line in the submitted ptx")
     opcode: str
-    instruction_class: str = Field(description="row of Tables 1-5..1-7 used to cost it")
-    fu: str = Field(description="functional unit: SPs, DPU, SFU, LDST or MI (bar.sync)")
-    latency_cycles: float
-    throughput_per_ws: float = Field(description="T_i, results per cycle per warp scheduler")
+    instruction_class: str = Field(
+        description="row of Tables 1-5..1-7 used to cost it; 'uncosted' when the device "
+        "figures have none (a warning names the opcode)"
+    )
+    fu: str = Field(
+        description="functional unit: SPs, DPU, SFU, LDST, MI (bar.sync) or none (uncosted)"
+    )
+    latency_cycles: float | None = Field(description="cycles; null when uncosted")
+    throughput_per_ws: float | None = Field(
+        description="T_i, results per cycle per warp scheduler; null when uncosted"
+    )
     u: int | None = Field(description="line of the first instruction reading its result")
     d: int = Field(description="1 when that reader is the next instruction")
     n_ma: int = Field(description="memory transactions per warp")
@@ -94,6 +103,23 @@ class SuperstepModel(BaseModel):
     comm_cycles: float
     ovh_cycles: float
     iterations: int = Field(description="times the superstep runs (loop trip count, or 1)")
+
+
+class WarpRoleOut(BaseModel):
+    """One warp role of a warp-specialized kernel, evaluated on its own."""
+
+    warps: list[int] = Field(description="warp indices in the block (linear thread id // 32)")
+    threads: int = Field(description="threads in those warps")
+    w: int = Field(description="eq. (6) for the role's threads, warps")
+    instructions: int = Field(description="instructions of the role's table (Table N-1)")
+    uncosted_instructions: int = Field(description="of those, uncosted")
+    predicted_cycles: float = Field(description="kernel_exec_cycle if every warp ran this role")
+    block_exec_cycle: float = Field(description="eq. (4) for the role, cycles")
+    COMP: float = Field(description="eq. (5) for the role, cycles")
+    block_comm: float = Field(description="eq. (12) for the role, cycles")
+    l: int = Field(description="executed instructions per thread")  # noqa: E741 - paper name
+    bounds_kernel: bool = Field(description="true for the role the kernel's answer reports")
+    level1_supersteps: list[SuperstepModel]
 
 
 class PredictKernelResponse(BaseModel):
@@ -132,3 +158,9 @@ class PredictKernelResponse(BaseModel):
     level2_supersteps: list[SuperstepModel]
     instructions: list[InstructionOut]
     warnings: list[str]
+    warp_roles: list[WarpRoleOut] = Field(
+        default_factory=list,
+        description="warp-specialized kernels: one entry per group of warps that runs its own "
+        "path, each modelled on its own; the fields above are those of the slowest "
+        "(bounds_kernel). Empty when all warps run the same code",
+    )

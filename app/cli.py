@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 import httpx
@@ -52,18 +53,31 @@ def _serve(args: argparse.Namespace) -> int:
     from app import logging as kperf_logging
     from app.main import create_app
 
-    overrides = {"workers": args.workers, "cache_path": args.cache_path}
+    overrides = {
+        "host": args.host,
+        "port": args.port,
+        "workers": args.workers,
+        "cache_path": args.cache_path,
+    }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     kperf_logging.configure(settings.log_level, settings.log_json)
+    # SIGTERM (docker stop, systemd, Kubernetes) asks for a graceful stop, which is a success:
+    # uvicorn drains and runs the lifespan shutdown (worker pool, cache), then re-raises the
+    # signal it caught into the handler it found, this one, so the exit status is 0, not 143.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     uvicorn.run(
         create_app(settings),
-        host=args.host,
-        port=args.port,
+        host=settings.host,
+        port=settings.port,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
     )
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 # ---------------------------------------------------------------------------- client commands
@@ -349,8 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the HTTP service (settings from KPERF_* env)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default=None, help="overrides KPERF_HOST (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="overrides KPERF_PORT (8000)")
     serve.add_argument("--workers", type=int, default=None, help="overrides KPERF_WORKERS")
     serve.add_argument(
         "--cache-path", type=Path, default=None, help="overrides KPERF_CACHE_PATH (SQLite file)"

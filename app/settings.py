@@ -26,6 +26,10 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="KPERF_", frozen=True, extra="ignore")
 
+    host: str = Field(
+        default="127.0.0.1", min_length=1, description="address `kperf serve` listens on"
+    )
+    port: int = Field(default=8000, ge=1, le=65535, description="port `kperf serve` listens on")
     workers: int = Field(default=2, ge=1, le=64, description="solver worker processes in the pool")
     queue_size: int = Field(
         default=16,

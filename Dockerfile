@@ -7,6 +7,8 @@
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build
+# marks the classic builder's untagged build-stage image: docker image prune --filter label=...
+LABEL kperf.stage=build
 # the host's pip index settings, forwarded by scripts/build-image.sh when it has any; they
 # live in this stage only, which is not part of the image
 ARG PIP_INDEX_URL

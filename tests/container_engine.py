@@ -101,17 +101,27 @@ class Engine:
         )
 
     def remove_own(self) -> None:
-        """Remove the containers, volumes, networks and images named with this engine's prefix."""
+        """Remove the containers, volumes, networks (and on a shared daemon, images) named with
+        this engine's prefix; a private daemon's images go with its data root."""
         for kind, listing in (
             ("container", ["ps", "-aq", "--filter", f"name={self.prefix}"]),
             ("volume", ["volume", "ls", "-q", "--filter", f"name={self.prefix}"]),
             ("network", ["network", "ls", "-q", "--filter", f"name={self.prefix}"]),
-            ("image", ["image", "ls", "-q", "--filter", f"reference={self.prefix}*"]),
         ):
             ids = sorted(set(self.docker(*listing, check=False).split()))
             if ids:
-                extra = {"container": ["-f", "-v"], "image": ["-f"]}.get(kind, [])
+                extra = ["-f", "-v"] if kind == "container" else []
                 self.docker(kind, "rm", *extra, *ids, check=False)
+        if self.private:
+            return
+        listing = ["image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]
+        refs = self.docker(*listing, "--filter", f"reference={self.prefix}*", check=False).split()
+        for ref in refs:  # the base stays while the classic builder's build stage uses it
+            self.docker("image", "rm", ref, check=False)
+        # that untagged build stage (Dockerfile: LABEL kperf.stage=build), then the base
+        self.docker("image", "prune", "-f", "--filter", "label=kperf.stage=build", check=False)
+        for ref in refs:
+            self.docker("image", "rm", ref, check=False)
 
     def close(self) -> None:
         """Remove what the tests made; stop and delete a private daemon."""

@@ -15,7 +15,6 @@ Prints medians (min-max); everything it started is removed. Acceptance: image ov
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import sys
 import time
@@ -28,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 # run as a script (bench/ on sys.path): the engine helper lives in the tests package
 sys.path.insert(0, str(REPO))
 from bench.common import command_line  # noqa: E402
+from tests.app.service_helpers import free_port  # noqa: E402
 from tests.container_engine import Engine, build_base_image, build_image, open_engine  # noqa: E402
 
 MAX_OVER_BASE_BYTES = 150 * 1000 * 1000
@@ -39,14 +39,8 @@ def _timed(fn: Callable[..., object], *args: object) -> float:
     return time.monotonic() - t0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _start_once(engine: Engine, image: str, run: int) -> tuple[float, float, float]:
-    name, port = f"{engine.prefix}-start-{run}", _free_port()
+    name, port = f"{engine.prefix}-start-{run}", free_port()
     t0 = time.monotonic()
     engine.docker(
         *("run", "-d", "--name", name, "--network", "host"),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -25,6 +24,7 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 
+from tests.app.service_helpers import free_port
 from tests.container_engine import (
     Engine,
     EngineUnavailable,
@@ -59,12 +59,6 @@ def _unavailable(reason: str) -> NoReturn:
     if os.environ.get("KPERF_TEST_REQUIRE_CONTAINER") == "1":
         pytest.fail(f"KPERF_TEST_REQUIRE_CONTAINER=1 but {reason}")
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

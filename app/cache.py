@@ -184,6 +184,13 @@ class ResultCache:
                 self._store = SqliteStore(self.path, self._on_error)
             return self._store
 
+    def status(self) -> tuple[str, str | None]:
+        """The persistent layer for /readyz: ``off``, ``ok`` or ``bypassed`` (and why)."""
+        store = self.store
+        if store is None:
+            return "off", None
+        return ("ok", None) if store.available else ("bypassed", store.disabled_reason)
+
     def get(self, key: str) -> dict[str, Any] | None:
         text = self.memory.get(key)
         if text is None and self.store is not None:

@@ -22,10 +22,18 @@ from pydantic import BaseModel
 from app.cache import ResultCache, cache_key
 from app.logging import request_started_var
 from app.metrics import Metrics
-from app.pool import PoolError, WorkerCrashed, WorkerMemoryExceeded, WorkerPool, WorkerTimeout
+from app.pool import (
+    PoolClosed,
+    PoolSaturated,
+    WorkerCrashed,
+    WorkerMemoryExceeded,
+    WorkerPool,
+    WorkerTimeout,
+)
 from app.settings import Settings
 from app.store import MemoryStore, Store
 from device_profiles import DeviceProfile
+from solver.errors import SolverTimeout
 
 CACHE_HEADER = "X-Cache"
 #: time kept back from the hard deadline to turn a kill into a written 504
@@ -108,16 +116,22 @@ def versions_for(profile: DeviceProfile | None) -> dict[str, str]:
     return versions
 
 
-def _outcome_label(exc: BaseException | None) -> str:
-    if exc is None:
-        return "ok"
-    if isinstance(exc, WorkerTimeout):
+def _outcome_label(exc: BaseException) -> str:
+    """The ``outcome`` label of a job that raised ``exc`` (see ``kperf_solve_duration_seconds``)."""
+    if isinstance(exc, WorkerTimeout | SolverTimeout):
         return "timeout"
     if isinstance(exc, WorkerMemoryExceeded):
         return "memory"
     if isinstance(exc, WorkerCrashed):
         return "crash"
     return "error"
+
+
+def _answer_label(value: Any) -> str:
+    """``partial`` for a best-so-far answer (a job document with ``"status": "timeout"``)."""
+    if isinstance(value, dict) and value.get("status") == "timeout":
+        return "partial"
+    return "ok"
 
 
 async def run_job(
@@ -134,14 +148,15 @@ async def run_job(
 
     The bound counts from the request's arrival (reading, validating and the cache lookup
     included), less a margin for writing the answer; batch items (``admitted``) count from
-    their own dispatch instead.
+    their own dispatch instead. Every 504 names the client's ``time_limit_s``, not what was
+    left of it when the job started.
     """
     hard_deadline_s = service.settings.hard_deadline_s(time_limit_s)
     started = request_started_var.get()
+    elapsed_s, margin_s = 0.0, 0.0
     if started is not None and not admitted:
-        spent_s = time.perf_counter() - started
-        hard_deadline_s = max(0.0, hard_deadline_s - spent_s - ANSWER_MARGIN_S)
-        time_limit_s = max(0.05, time_limit_s - spent_s)
+        elapsed_s, margin_s = time.perf_counter() - started, ANSWER_MARGIN_S
+    called = time.perf_counter()
     try:
         outcome = await service.pool.run(
             fn,
@@ -150,19 +165,28 @@ async def run_job(
             hard_deadline_s=hard_deadline_s,
             pass_time_limit=pass_time_limit,
             admitted=admitted,
+            elapsed_s=elapsed_s,
+            margin_s=margin_s,
         )
-    except PoolError as exc:
-        if not isinstance(exc, WorkerTimeout | WorkerMemoryExceeded | WorkerCrashed):
-            service.metrics.rejected.labels("queue_full").inc()
-            raise
-        service.metrics.solve_time.labels(kind, _outcome_label(exc)).observe(
-            hard_deadline_s if isinstance(exc, WorkerTimeout) else 0.0
-        )
+    except PoolSaturated:
+        service.metrics.rejected.labels("queue_full").inc()
+        raise
+    except PoolClosed:
         raise
     except Exception as exc:
-        service.metrics.solve_time.labels(kind, "error").observe(0.0)
-        raise exc
-    service.metrics.solve_time.labels(kind, "ok").observe(outcome.solve_time_s)
+        if isinstance(exc, WorkerTimeout) and not exc.dispatched:
+            service.metrics.rejected.labels("deadline").inc()
+        service.metrics.solve_time.labels(kind, _outcome_label(exc)).observe(
+            time.perf_counter() - called
+        )
+        if isinstance(exc, SolverTimeout):
+            # the solver names the limit it was given (what queueing left); the client's is
+            # the one to report
+            raise SolverTimeout(time_limit_s) from None
+        raise
+    service.metrics.solve_time.labels(kind, _answer_label(outcome.value)).observe(
+        outcome.solve_time_s
+    )
     return outcome.value
 
 

@@ -22,15 +22,37 @@ class Liveness(BaseModel):
 class ReadinessChecks(BaseModel):
     profiles_loaded: bool = Field(description="at least one device profile validated at start-up")
     z3_usable: bool = Field(description="Z3 imports and decides a trivial formula")
-    pool_alive: bool = Field(description="at least one solver worker process is alive")
+    pool_alive: bool = Field(
+        description="at least one solver worker is loaded and alive (dead ones are replaced "
+        "at once; see workers_starting)"
+    )
+
+
+class PersistentCache(BaseModel):
+    state: Literal["off", "ok", "bypassed"] = Field(
+        description="'off': no KPERF_CACHE_PATH; 'bypassed': the file failed (corrupt, "
+        "unreadable, unwritable) and answers come from the solver and the in-memory cache only"
+    )
+    reason: str | None = Field(default=None, description="why the persistent cache is bypassed")
+
+
+class WorkerInfo(BaseModel):
+    pid: int = Field(description="process id of the worker")
+    state: Literal["starting", "idle", "busy"]
 
 
 class Readiness(BaseModel):
     status: Literal["ready", "not ready"]
     checks: ReadinessChecks
-    workers_alive: int = Field(description="live solver worker processes")
+    workers_alive: int = Field(description="loaded solver worker processes (idle or busy)")
     workers_idle: int = Field(description="worker processes waiting for a job")
+    workers_busy: int = Field(description="worker processes running a job")
+    workers_starting: int = Field(description="replacement workers still loading")
     queue_depth: int = Field(description="requests waiting for a free worker")
+    persistent_cache: PersistentCache = Field(
+        description="state of the persistent result cache (never makes the service unready)"
+    )
+    workers: list[WorkerInfo] = Field(description="every solver worker process")
 
 
 def _z3_usable() -> bool:
@@ -59,18 +81,29 @@ async def healthz() -> Liveness:
 )
 async def readyz(service: ServiceDep) -> JSONResponse:
     """Readiness: profiles loaded, Z3 usable, worker pool alive."""
+    pool = service.pool
     checks = ReadinessChecks(
         profiles_loaded=bool(service.profiles),
         z3_usable=await asyncio.to_thread(_z3_usable),
-        pool_alive=service.pool.running and service.pool.alive_workers > 0,
+        pool_alive=pool.running and pool.alive_workers > 0,
     )
     ready = checks.profiles_loaded and checks.z3_usable and checks.pool_alive
+    cache_state, cache_reason = service.cache.status()
     body = Readiness(
         status="ready" if ready else "not ready",
         checks=checks,
-        workers_alive=service.pool.alive_workers,
-        workers_idle=service.pool.idle_workers,
-        queue_depth=service.pool.waiting,
+        workers_alive=pool.alive_workers,
+        workers_idle=pool.idle_workers,
+        workers_busy=pool.busy_workers,
+        workers_starting=pool.starting_workers,
+        queue_depth=pool.waiting,
+        persistent_cache=PersistentCache.model_validate(
+            {"state": cache_state, "reason": cache_reason}
+        ),
+        workers=[
+            WorkerInfo.model_validate({"pid": pid, "state": state})
+            for pid, state in pool.worker_states()
+        ],
     )
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from app.schemas.base import RequestModel
 from app.settings import TIME_LIMIT_CEILING_S
 from solver.search_space import (
     DEFAULT_BUFFER_DEPTHS,
@@ -22,11 +23,7 @@ DEFAULT_TIME_LIMIT_S = 10.0
 Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ValueRange(_Model):
+class ValueRange(RequestModel):
     """Every multiple of ``multiple_of`` between ``min`` and ``max`` inclusive."""
 
     min: int = Field(ge=1, le=MAX_TILE)
@@ -45,7 +42,7 @@ class ValueRange(_Model):
 TileValues = list[int] | ValueRange
 
 
-class SearchSpaceSpec(_Model):
+class SearchSpaceSpec(RequestModel):
     """Candidate values per dimension: an explicit list or a range."""
 
     tile_m: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TM, elements")
@@ -62,7 +59,7 @@ class SearchSpaceSpec(_Model):
     )
 
 
-class GemmWsDeviceParams(_Model):
+class GemmWsDeviceParams(RequestModel):
     """Inline machine figures instead of a profile id (§2.2 / §4.2 of the GeMM-WS paper)."""
 
     sm_count: int = Field(ge=1, le=100_000, description="streaming multiprocessors")
@@ -87,7 +84,7 @@ class GemmWsDeviceParams(_Model):
     )
 
 
-class OptimizeTilingRequest(_Model):
+class OptimizeTilingRequest(RequestModel):
     m: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
     n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
     k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")

@@ -4,25 +4,40 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, Field, Strict, ValidationError
 
+from app.schemas.base import RequestModel
 from app.schemas.devices import drop_read_only_keys
 from device_profiles import DeviceProfile
+
+
+def _inline_profile(value: object) -> object:
+    """Before-validator of an inline profile: without what GET /devices/{id} adds, and strict.
+
+    DeviceProfile (device_profiles/) keeps pydantic's lax mode for its files; figures sent in a
+    request get the strict types of every other request field.
+    """
+    value = drop_read_only_keys(value)
+    if not isinstance(value, dict):
+        return value
+    try:
+        return DeviceProfile.model_validate(value, strict=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "device_params"
+        raise ValueError(f"{where}: {first['msg']}") from None
+
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Dim3 = Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class LaunchConfig(_Model):
+class LaunchConfig(RequestModel):
     grid: Dim3 = Field(description="blocks per grid [x, y, z]; n_b is their product")
     block: Dim3 = Field(description="threads per block [x, y, z]; n_t is their product")
 
 
-class Resources(_Model):
+class Resources(RequestModel):
     registers_per_thread: int | None = Field(
         None,
         ge=0,
@@ -35,11 +50,11 @@ class Resources(_Model):
     )
 
 
-class PredictKernelRequest(_Model):
+class PredictKernelRequest(RequestModel):
     ptx: str = Field(min_length=1, description="PTX module text")
     kernel: str | None = Field(None, description="entry name; required when several .entry")
     device: str | None = Field(None, description="device profile id (GET /devices)")
-    device_params: Annotated[DeviceProfile | None, BeforeValidator(drop_read_only_keys)] = Field(
+    device_params: Annotated[DeviceProfile | None, BeforeValidator(_inline_profile)] = Field(
         None,
         description="an inline device profile with a complete many_bsp section (a "
         "GET /devices/{id} body is accepted as is)",
@@ -53,7 +68,11 @@ class PredictKernelRequest(_Model):
         description="iterations per loop, keyed by the header's label; a label declared in a "
         "nested { } block is named label@line (e.g. LAB_WAIT@712)",
     )
-    memory_transactions: dict[int, Annotated[int, Field(ge=1, le=1024)]] = Field(
+    # keys stay lax: a JSON object's keys are strings ("12"), and the worker re-validates the
+    # dumped request in Python mode, where strict would refuse them; "x" is still a 422
+    memory_transactions: dict[
+        Annotated[int, Strict(False)], Annotated[int, Field(ge=1, le=1024)]
+    ] = Field(
         default_factory=dict,
         description="n_ma overrides keyed by the 1-based line of the instruction in `ptx`",
     )

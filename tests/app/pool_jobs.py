@@ -73,3 +73,8 @@ def greedy_optimize(request_json: dict[str, object], time_limit_s: float) -> int
 
 def broken_optimize(request_json: dict[str, object], time_limit_s: float) -> None:
     raise AssertionError("the cache should have answered; the solver must not run")
+
+
+def die_optimize(request_json: dict[str, object], time_limit_s: float) -> None:
+    """Kills its worker every time, like a request that triggers a segfault in the solver."""
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -168,7 +168,8 @@ _FIXED: dict[type[Exception], tuple[int, str, str, dict[str, str] | None]] = {
     # the request needs more memory than this server's per-worker cap: a 4xx like the other
     # size limits (a retry would fail the same way)
     WorkerMemoryExceeded: (422, "Memory limit exceeded", "body", None),
-    # a worker died under this request: the pool replaced it, but the answer is a server bug
+    # this request killed its worker twice (it is retried once on a fresh worker, since the
+    # first death may not be its fault): a server bug; the pool replaced both workers
     WorkerCrashed: (500, "Worker crashed", "body", None),
 }
 

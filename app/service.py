@@ -36,7 +36,7 @@ from device_profiles import DeviceProfile
 from solver.errors import SolverTimeout
 
 CACHE_HEADER = "X-Cache"
-#: time kept back from the hard deadline to turn a kill into a written 504
+#: time kept back from the request's bound to write the answer (a 504 included)
 ANSWER_MARGIN_S = 0.06
 T = TypeVar("T", bound=BaseModel)
 

@@ -1,4 +1,4 @@
-"""The worker pool: deadlines, back-pressure, crashes and the memory cap.
+"""The worker pool: supervision, deadlines, back-pressure, crashes and the memory cap.
 
 Timing bounds are the issue's (limit + 20 % + 100 ms) plus a stated allowance for the event
 loop of a loaded 2-core machine; they are measured around ``WorkerPool.run`` in this process.

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 
 from app.convert.optimize import to_problem
 from app.errors import HANDLERS
-from app.jobs import optimize_via_pool
+from app.jobs import optimize_model_via_pool
 from app.schemas.batch import (
     BatchItem,
     ItemProblem,
@@ -46,7 +46,7 @@ async def _solve_one(
         # fail fast on bad devices/search spaces, no worker needed
         service.check_search_space(to_problem(problem)[1].space.size)
         async with slots:
-            answer, hit = await optimize_via_pool(service, problem, None, admitted=True)
+            answer, hit = await optimize_model_via_pool(service, problem, admitted=True)
     except Exception as exc:  # noqa: BLE001 - each item carries its own error
         return BatchItem(index=index, status="error", error=await _as_problem(request, index, exc))
     return BatchItem(index=index, status="ok", cache="hit" if hit else "miss", result=answer)

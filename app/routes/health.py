@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
-from app.service import ServiceDep
+from app.service import Service, ServiceDep
+from app.store import StoreUnavailable
 
 router = APIRouter(tags=["health"])
 
@@ -25,12 +26,22 @@ class ReadinessChecks(BaseModel):
     pool_alive: bool = Field(description="at least one solver worker process is alive")
 
 
+class StoreReadiness(BaseModel):
+    """The shared store: a degraded store does not make the service unready (it answers from
+    its own cache and solver, and reconnects by itself)."""
+
+    backend: str = Field(description="memory, sqlite or redis (KPERF_STORE_URL)")
+    status: Literal["ok", "degraded: store"]
+    reason: str | None = Field(description="the last store error while degraded")
+
+
 class Readiness(BaseModel):
     status: Literal["ready", "not ready"]
     checks: ReadinessChecks
     workers_alive: int = Field(description="live solver worker processes")
     workers_idle: int = Field(description="worker processes waiting for a job")
     queue_depth: int = Field(description="requests waiting for a free worker")
+    store: StoreReadiness
 
 
 def _z3_usable() -> bool:
@@ -46,6 +57,21 @@ def _z3_usable() -> bool:
         return False
 
 
+async def _store_readiness(service: Service) -> StoreReadiness:
+    """One round trip to the store (through its circuit breaker: a store known to be down is
+    not called again before its back-off ends), then its state."""
+    try:
+        await asyncio.to_thread(service.store.ping)
+    except StoreUnavailable:
+        pass  # counted and logged by the store; reported below
+    health = service.store.health()
+    return StoreReadiness(
+        backend=health.backend,
+        status="ok" if health.ok else "degraded: store",
+        reason=health.reason,
+    )
+
+
 @router.get("/healthz", response_model=Liveness)
 async def healthz() -> Liveness:
     """Liveness: the event loop answers (no dependency is checked)."""
@@ -58,7 +84,7 @@ async def healthz() -> Liveness:
     responses={503: {"model": Readiness, "description": "a dependency is not ready"}},
 )
 async def readyz(service: ServiceDep) -> JSONResponse:
-    """Readiness: profiles loaded, Z3 usable, worker pool alive."""
+    """Readiness: profiles loaded, Z3 usable, worker pool alive; the store's state besides."""
     checks = ReadinessChecks(
         profiles_loaded=bool(service.profiles),
         z3_usable=await asyncio.to_thread(_z3_usable),
@@ -71,6 +97,7 @@ async def readyz(service: ServiceDep) -> JSONResponse:
         workers_alive=service.pool.alive_workers,
         workers_idle=service.pool.idle_workers,
         queue_depth=service.pool.waiting,
+        store=await _store_readiness(service),
     )
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 

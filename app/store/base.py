@@ -10,11 +10,22 @@ from __future__ import annotations
 import abc
 import threading
 import time
+from dataclasses import dataclass
 
 
 class StoreUnavailable(RuntimeError):
     """The backend cannot be reached or refused the operation; callers degrade, never 5xx
     for a read they can answer without it."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """What /readyz reports of the store: its backend and whether the last attempt worked."""
+
+    backend: str
+    ok: bool
+    #: the last error while degraded (``ConnectionError: ...``), else None
+    reason: str | None = None
 
 
 class Store(abc.ABC):
@@ -47,6 +58,13 @@ class Store(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""
+
+    def ping(self) -> None:  # noqa: B027 - an in-process store is always reachable
+        """A cheap round trip; raises StoreUnavailable when the backend cannot be reached."""
+
+    def health(self) -> StoreHealth:
+        """The backend's state as last observed (wrappers that watch errors override it)."""
+        return StoreHealth(backend=self.name, ok=True)
 
 
 class MemoryStore(Store):

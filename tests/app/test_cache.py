@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 import app.jobs
-from app.cache import MemoryLRU, ResultCache, SqliteStore, cache_key
+from app.cache import MemoryLRU, ResultCache, cache_key
 from app.client import KperfClient
+from app.store import StoreUnavailable, make_store
+from app.store.sqlite_store import SqliteStore
 from tests.app import pool_jobs
 from tests.app.service_helpers import (
     clean_environ,
@@ -38,23 +41,60 @@ def test_key_ignores_field_order_but_not_values_or_versions() -> None:
 
 
 def test_lru_evicts_the_least_recently_used() -> None:
-    lru = MemoryLRU(2)
-    lru.put("a", "1")
-    lru.put("b", "2")
-    assert lru.get("a") == "1"  # "b" is now the least recently used
-    lru.put("c", "3")
-    assert (lru.get("a"), lru.get("b"), lru.get("c")) == ("1", None, "3")
+    lru = MemoryLRU(max_bytes=1000, max_entry_bytes=1000, max_items=2)
+    lru.put("a", b"1")
+    lru.put("b", b"2")
+    assert lru.get("a") == b"1"  # "b" is now the least recently used
+    lru.put("c", b"3")
+    assert (lru.get("a"), lru.get("b"), lru.get("c")) == (b"1", None, b"3")
     assert len(lru) == 2
 
 
+def test_lru_is_bounded_in_bytes() -> None:
+    lru = MemoryLRU(max_bytes=100, max_entry_bytes=60)
+    for key in "abcdefgh":
+        assert lru.put(key, b"x" * 29)  # 30 bytes with its key: three fit in 100
+        assert lru.size_bytes <= 100
+    assert len(lru) == 3
+    assert [lru.get(k) is not None for k in "efgh"] == [False, True, True, True]
+    # replacing an entry accounts for the old size, not both
+    lru.put("h", b"y" * 9)
+    assert lru.size_bytes == 30 + 30 + 10
+
+
+def test_entry_above_the_cap_is_not_held_and_evicts_nothing() -> None:
+    lru = MemoryLRU(max_bytes=1000, max_entry_bytes=100)
+    lru.put("small", b"s" * 50)
+    assert not lru.put("huge", b"h" * 200)
+    assert lru.get("huge") is None
+    assert lru.get("small") == b"s" * 50
+    assert lru.size_bytes == 55
+
+
+@pytest.mark.parametrize("bounds", [(0, 100, 10), (1000, 100, 0)])
+def test_zero_bytes_or_items_disables_the_lru(bounds: tuple[int, int, int]) -> None:
+    lru = MemoryLRU(*bounds)
+    assert not lru.put("k", b"v")
+    assert lru.get("k") is None and lru.size_bytes == 0
+
+
 def test_sqlite_store_survives_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "cache.sqlite3"
-    first = ResultCache(0, path)
-    first.put("k", {"answer": 42})
-    first.close()
-    second = ResultCache(0, path)
-    assert second.get("k") == {"answer": 42}
-    assert second.get("other") is None
+    url = f"sqlite://{tmp_path / 'cache.sqlite3'}"
+    first = ResultCache(MemoryLRU(0, 0), make_store(url))
+    asyncio.run(first.put("k", b'{"answer":42}'))
+    assert first.shared is not None
+    first.shared.close()
+    second = ResultCache(MemoryLRU(1000, 1000), make_store(url))
+    assert asyncio.run(second.get("k")) == b'{"answer":42}'
+    assert second.memory.get("k") == b'{"answer":42}', "a store hit is promoted into the LRU"
+    assert asyncio.run(second.get("other")) is None
+
+
+def test_the_in_process_store_is_not_a_second_copy() -> None:
+    cache = ResultCache.in_front_of(MemoryLRU(100, 100), make_store("memory://"))
+    assert cache.shared is None
+    asyncio.run(cache.put("k", b"x" * 500))  # above the entry cap: not held anywhere
+    assert asyncio.run(cache.get("k")) is None
 
 
 @pytest.mark.parametrize(
@@ -70,24 +110,29 @@ def test_sqlite_store_survives_reopen(tmp_path: Path) -> None:
 )
 def test_bad_cache_file_is_bypassed(tmp_path: Path, make_bad_path) -> None:
     errors: list[str] = []
-    cache = ResultCache(4, make_bad_path(tmp_path), on_error=errors.append)
-    cache.put("k", {"v": 1})  # still served from memory
-    assert cache.get("k") == {"v": 1}
-    assert cache.store is not None and not cache.store.available
-    assert errors, "the failure was reported"
+    store = make_store(f"sqlite://{make_bad_path(tmp_path)}", on_error=errors.append)
+    cache = ResultCache(MemoryLRU(1000, 1000), store)
+    asyncio.run(cache.put("k", b"{}"))  # still served from memory
+    assert asyncio.run(cache.get("k")) == b"{}"
+    assert errors == ["put"], "the failure was reported once (then the breaker holds off)"
+    assert not store.health().ok
+    assert "open" in (store.health().reason or "")
 
 
-def test_store_failing_after_open_is_bypassed(tmp_path: Path) -> None:
+def test_store_failing_after_open_recovers_by_itself(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite3"
     store = SqliteStore(path)
-    assert store.available
+    store.put("results", "k", b"v")
     conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE results")  # e.g. another process wiped the file
+    conn.execute("DROP TABLE store_entries")  # e.g. another process wiped the file
     conn.commit()
     conn.close()
-    assert store.get("k") is None
-    store.put("k", "{}")
-    assert not store.available
+    with pytest.raises(StoreUnavailable):
+        store.get("results", "k")
+    # the next call opens the file again and recreates the table
+    assert store.get("results", "k") is None
+    store.put("results", "k", b"w")
+    assert store.get("results", "k") == b"w"
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -149,7 +194,9 @@ def test_corrupt_cache_file_does_not_stop_the_service(tmp_path: Path) -> None:
         assert first.response.status == "optimal"
         assert (first.cache, second.cache) == ("miss", "hit")  # the LRU still works
         metrics = (await client.http.get("/metrics")).text
-        assert metric_value(metrics, "kperf_cache_errors_total", operation="open") == 1
+        # reaching the store at start-up failed, and was counted
+        assert metric_value(metrics, "kperf_store_errors_total", operation="ping") == 1
+        assert (await client.readyz())["store"]["status"] == "degraded: store"
 
     in_app(scenario, make_settings(cache_path=path))
     assert path.read_bytes() == b"\x00garbage" * 1000, "the bad file is left for inspection"

@@ -231,7 +231,7 @@ async def cached_solve(
     The key (canonical JSON of a request that may hold megabytes of PTX) is hashed off the
     event loop, and so are the store's reads and writes.
     """
-    key = await asyncio.to_thread(cache_key, kind, canonical_request, versions_for(profile))
+    key = await asyncio.to_thread(lambda: cache_key(kind, canonical_request, versions_for(profile)))
     stored = await service.cache.get(key)
     if stored is not None:
         service.metrics.cache.labels("hit").inc()

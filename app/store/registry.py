@@ -71,7 +71,7 @@ def make_store(
     on_error: Callable[[str], None] | None = None,
     on_decode_failure: Callable[[str, str], None] | None = None,
     backoff_initial_s: float = 0.5,
-    backoff_max_s: float = 10.0,
+    backoff_max_s: float = 2.0,
 ) -> CheckedStore:
     """The backend of ``url`` with the circuit breaker and the checked envelope around it.
 

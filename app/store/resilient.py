@@ -6,7 +6,8 @@ failure, from ``backoff_initial_s`` up to ``backoff_max_s``) every call fails at
 probe (the others still fail fast); its success closes the breaker, its failure opens it
 again for longer. Each backend failure is reported through ``on_error(operation)`` (the
 store-errors metric); calls refused by the open breaker are not backend errors and are not
-counted.
+counted. The cap is short (2 s) because a probe costs little: one request waits at most about
+two socket timeouts, and a store that is back is used again within the cap.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class ResilientStore(Store):
         *,
         on_error: Callable[[str], None] | None = None,
         backoff_initial_s: float = 0.5,
-        backoff_max_s: float = 10.0,
+        backoff_max_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not 0 < backoff_initial_s <= backoff_max_s:

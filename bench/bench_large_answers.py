@@ -24,7 +24,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import shlex
 import signal
 import statistics
 import subprocess
@@ -40,6 +39,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 # run as a script (bench/ on sys.path): the request is built from the tests' paper data
 sys.path.insert(0, str(REPO))
+from bench.common import append_results, command_line  # noqa: E402
 from bench.load_test import free_port, percentile, rss_bytes  # noqa: E402
 from tests.paper_cases import large_answer_body  # noqa: E402
 
@@ -247,9 +247,7 @@ def main() -> int:
     parser.add_argument("--cache-memory-bytes", type=int, default=64 * MIB)
     parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args()
-    command = ".venv/bin/python bench/bench_large_answers.py " + " ".join(
-        shlex.quote(a) for a in sys.argv[1:]
-    )
+    command = command_line()
     body = large_answer_body(args.extra_instructions)
     body["detail"] = args.detail
     with tempfile.TemporaryDirectory() as tmp:
@@ -275,12 +273,11 @@ def main() -> int:
     text, ok = report(run, args, args.cache_memory_bytes, command)
     print(text)
     if args.record:
-        with open(REPO / "bench" / "RESULTS.md", "a", encoding="utf-8") as results:
-            results.write(
-                f"\n## Large answers: {args.concurrency} concurrent cache hits "
-                f"(detail={args.detail}, store {args.store})\n\n"
-                f"Run {time.strftime('%Y-%m-%d')}. {text}\n"
-            )
+        append_results(
+            f"Large answers: {args.concurrency} concurrent cache hits (detail={args.detail}, "
+            f"store {args.store})",
+            text,
+        )
     return 0 if ok else 1
 
 

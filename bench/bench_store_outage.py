@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shlex
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.bench_large_answers import start_server, stop_server  # noqa: E402
+from bench.common import append_results, command_line  # noqa: E402
 from bench.load_test import percentile  # noqa: E402
 from tests.app.redis_helpers import RedisServer  # noqa: E402
 
@@ -154,9 +154,7 @@ def main() -> int:
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args()
-    command = ".venv/bin/python bench/bench_store_outage.py " + " ".join(
-        shlex.quote(a) for a in sys.argv[1:]
-    )
+    command = command_line()
     with tempfile.TemporaryDirectory() as tmp:
         redis = RedisServer(Path(tmp))
         redis.start()
@@ -178,11 +176,7 @@ def main() -> int:
     text, ok = report(run, command, args)
     print(text)
     if args.record:
-        with open(REPO / "bench" / "RESULTS.md", "a", encoding="utf-8") as results:
-            results.write(
-                f"\n## Shared store: Redis killed under load\n\nRun {time.strftime('%Y-%m-%d')}. "
-                f"{text}\n"
-            )
+        append_results("Shared store: Redis killed under load", text)
     return 0 if ok else 1
 
 

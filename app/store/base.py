@@ -18,6 +18,13 @@ class StoreUnavailable(RuntimeError):
     for a read they can answer without it."""
 
 
+def check_ttl_s(ttl_s: float | None) -> float | None:
+    """``ttl_s`` unchanged when None (no expiry) or positive; every backend refuses the rest."""
+    if ttl_s is not None and not ttl_s > 0:
+        raise ValueError(f"ttl_s must be positive, got {ttl_s}")
+    return ttl_s
+
+
 @dataclass(frozen=True, slots=True)
 class StoreHealth:
     """What /readyz reports of the store: its backend and whether the last attempt worked."""
@@ -88,11 +95,8 @@ class MemoryStore(Store):
 
     @staticmethod
     def _expiry(ttl_s: float | None) -> float | None:
-        if ttl_s is None:
-            return None
-        if not ttl_s > 0:
-            raise ValueError(f"ttl_s must be positive, got {ttl_s}")
-        return time.monotonic() + ttl_s
+        ttl_s = check_ttl_s(ttl_s)
+        return None if ttl_s is None else time.monotonic() + ttl_s
 
     def get(self, namespace: str, key: str) -> bytes | None:
         with self._lock:

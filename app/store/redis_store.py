@@ -21,7 +21,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from app.store.base import Store, StoreUnavailable
+from app.store.base import Store, StoreUnavailable, check_ttl_s
 
 R = TypeVar("R")
 
@@ -35,11 +35,8 @@ def _glob_escape(text: str) -> str:
 
 
 def _ttl_ms(ttl_s: float | None) -> int | None:
-    if ttl_s is None:
-        return None
-    if not ttl_s > 0:
-        raise ValueError(f"ttl_s must be positive, got {ttl_s}")
-    return max(1, round(ttl_s * 1000))
+    ttl_s = check_ttl_s(ttl_s)
+    return None if ttl_s is None else max(1, round(ttl_s * 1000))
 
 
 class RedisStore(Store):

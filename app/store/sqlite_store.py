@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from app.store.base import Store, StoreUnavailable
+from app.store.base import Store, StoreUnavailable, check_ttl_s
 
 R = TypeVar("R")
 
@@ -31,11 +31,8 @@ _LIVE = "(expires_unix_s IS NULL OR expires_unix_s > ?)"
 
 
 def _expiry(ttl_s: float | None) -> float | None:
-    if ttl_s is None:
-        return None
-    if not ttl_s > 0:
-        raise ValueError(f"ttl_s must be positive, got {ttl_s}")
-    return time.time() + ttl_s
+    ttl_s = check_ttl_s(ttl_s)
+    return None if ttl_s is None else time.time() + ttl_s
 
 
 class SqliteStore(Store):

@@ -132,16 +132,22 @@ class ResultCache:
     one), so ten clients fetching one 36 MB answer hold it once, not ten times.
     """
 
-    def __init__(self, memory: MemoryLRU, shared: Store | None) -> None:
+    def __init__(
+        self, memory: MemoryLRU, shared: Store | None, *, store_ttl_s: float | None = None
+    ) -> None:
         self.memory = memory
         self.shared = shared
+        #: entries expire from the shared store (None: never)
+        self.store_ttl_s = store_ttl_s
         self._reading: dict[str, asyncio.Task[Body | None]] = {}
         self._sending: weakref.WeakValueDictionary[str, Body] = weakref.WeakValueDictionary()
 
     @classmethod
-    def in_front_of(cls, memory: MemoryLRU, store: Store) -> ResultCache:
+    def in_front_of(
+        cls, memory: MemoryLRU, store: Store, *, store_ttl_s: float | None = None
+    ) -> ResultCache:
         """The cache for ``store``: no second layer when the store is this process's memory."""
-        return cls(memory, None if store.name == "memory" else store)
+        return cls(memory, None if store.name == "memory" else store, store_ttl_s=store_ttl_s)
 
     async def get(self, key: str) -> Body | None:
         """The body stored under ``key``, or None (a miss, or the store unavailable)."""
@@ -175,9 +181,12 @@ class ResultCache:
     async def put(self, key: str, body: bytes) -> None:
         """Keep ``body`` in the LRU (when small enough) and in the shared store (best effort)."""
         self.memory.put(key, body)
-        if self.shared is None:
+        shared = self.shared
+        if shared is None:
             return
         try:
-            await asyncio.to_thread(self.shared.put, RESULTS_NAMESPACE, key, body)
+            await asyncio.to_thread(
+                lambda: shared.put(RESULTS_NAMESPACE, key, body, ttl_s=self.store_ttl_s)
+            )
         except StoreUnavailable:
             pass

@@ -99,7 +99,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     memory = MemoryLRU(
         settings.cache_memory_bytes, settings.cache_max_entry_bytes, settings.cache_memory_items
     )
-    cache = ResultCache.in_front_of(memory, store)
+    store_ttl_s = settings.cache_store_ttl_s or None  # 0: never expires
+    cache = ResultCache.in_front_of(memory, store, store_ttl_s=store_ttl_s)
     app.state.service = Service(
         settings=settings, metrics=metrics, pool=pool, cache=cache, store=store
     )

@@ -107,6 +107,12 @@ class Settings(BaseSettings):
         description="shared store: memory://, sqlite:///path or redis://host:port/db; "
         "default sqlite at cache_path when that is set, else memory://",
     )
+    cache_store_ttl_s: float = Field(
+        default=7 * 24 * 3600.0,
+        ge=0,
+        description="result-cache entries expire from the shared store after this long (0: "
+        "never); only expiring keys may be evicted by Redis's volatile-lru policy",
+    )
     store_timeout_s: float = Field(
         default=0.25,
         gt=0,

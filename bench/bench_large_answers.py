@@ -49,6 +49,12 @@ RSS_HEADROOM_BYTES = 150 * 1000 * 1000
 HEALTH_P99_LIMIT_S = 0.100
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` itself, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def process_rss_bytes(pid: int) -> int:
     """VmRSS of ``pid`` alone (the HTTP server holding the cache, not its workers)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -71,6 +77,8 @@ class HitRun:
     rss_server_bytes: list[int] = field(default_factory=list)
     rss_before_bytes: int = 0
     rss_total_after_bytes: int = 0
+    #: CPU seconds the server process (all its threads, not the workers) spent on the hits
+    server_cpu_s: float = 0.0
 
 
 async def _post(http: httpx.AsyncClient, body: bytes) -> tuple[int, str, int, float]:
@@ -131,6 +139,7 @@ async def measure_concurrent_hits(
                 raise RuntimeError(f"the first request answered {status}")
             run = HitRun(miss_s, size, cache, rss_before_bytes=rss_before)
             hits_start = time.monotonic()
+            cpu_start_s = process_cpu_s(pid)
             stop = asyncio.Event()
             sampler = asyncio.create_task(_sample_rss(pid, stop, run.rss_server_bytes))
             try:
@@ -147,6 +156,7 @@ async def measure_concurrent_hits(
                 stop.set()
                 await sampler
             hits_end = time.monotonic()
+            run.server_cpu_s = process_cpu_s(pid) - cpu_start_s
     finally:
         stop_probe.set()
         samples: list[tuple[float, float]] = receive.recv() if receive.poll(30) else []
@@ -209,7 +219,7 @@ def report(
         f"Command: `{command}` (server: `kperf serve`, KPERF_WORKERS=1, "
         "KPERF_DEFAULT_TIME_LIMIT_S=60, "
         f"KPERF_CACHE_MEMORY_BYTES={memory_bytes}, store {args.store}; client on the same "
-        "2-core machine)",
+        f"2-core machine, load average {os.getloadavg()[0]:.1f} at the end)",
         "",
         f"- answer: {run.miss_bytes} bytes (detail={args.detail}, {args.extra_instructions} "
         f"extra instructions); first request {run.miss_cache} in {run.miss_s * ms:.0f} ms, "
@@ -219,7 +229,8 @@ def report(
         f"- {args.rounds} rounds x {args.concurrency} concurrent requests: X-Cache "
         f"{statistics.mode(run.hit_cache)} {run.hit_cache.count('hit')}/{len(run.hit_cache)}, "
         f"statuses {sorted(set(run.statuses))}, per request p50 "
-        f"{percentile(run.hit_s, 50) * ms:.0f} ms, max {max(run.hit_s) * ms:.0f} ms",
+        f"{percentile(run.hit_s, 50) * ms:.0f} ms, max {max(run.hit_s) * ms:.0f} ms; server "
+        f"CPU {run.server_cpu_s / len(run.hit_s) * ms:.1f} ms per request",
         f"- /healthz every 20 ms during the hits: {len(run.health_s)} probes, p50 "
         f"{percentile(run.health_s, 50) * ms:.1f} ms, p99 **{health_p99 * ms:.1f} ms**, max "
         f"{max(run.health_s, default=0) * ms:.1f} ms",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -105,7 +106,7 @@ def report(run: Run, command: str, args: argparse.Namespace) -> tuple[str, bool]
         f"Command: `{command}` (two `kperf serve` instances, KPERF_WORKERS=2, "
         "KPERF_QUEUE_SIZE=64, KPERF_STORE_URL=redis://127.0.0.1:<port>/0; redis-server 7 "
         "without persistence, SIGKILLed at 1/4 of the run and restarted at 3/4; clients on the "
-        "same 2-core machine)",
+        f"same 2-core machine, load average {os.getloadavg()[0]:.1f} at the end)",
         "",
         "| phase | requests | statuses | p50 ms | p99 ms | B answers from the store (hit/all) |",
         "|---|---|---|---|---|---|",

@@ -28,6 +28,8 @@ _SCHEMA = (
     "expires_unix_s REAL, PRIMARY KEY (namespace, key))"
 )
 _LIVE = "(expires_unix_s IS NULL OR expires_unix_s > ?)"
+#: every this many puts, expired rows are deleted
+PURGE_EVERY_PUTS = 100
 
 
 def _expiry(ttl_s: float | None) -> float | None:
@@ -43,6 +45,7 @@ class SqliteStore(Store):
         self.busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._puts = 0
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -94,13 +97,19 @@ class SqliteStore(Store):
 
     def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
         expires = _expiry(ttl_s)
-        self._run(
-            lambda conn: conn.execute(
+        self._puts += 1
+        purge = self._puts % PURGE_EVERY_PUTS == 0
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "INSERT OR REPLACE INTO store_entries (namespace, key, value, expires_unix_s) "
                 "VALUES (?, ?, ?, ?)",
                 (namespace, key, value, expires),
             )
-        )
+            if purge:  # expired rows are invisible; this gives their space back now and then
+                conn.execute("DELETE FROM store_entries WHERE expires_unix_s <= ?", (time.time(),))
+
+        self._run(write)
 
     def put_if_absent(
         self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import app.jobs
 from app.cache import Body, MemoryLRU, ResultCache, cache_key
 from app.client import KperfClient
 from app.store import MemoryStore, StoreUnavailable, make_store
-from app.store.sqlite_store import SqliteStore
+from app.store.sqlite_store import PURGE_EVERY_PUTS, SqliteStore
 from tests.app import pool_jobs
 from tests.app.service_helpers import (
     clean_environ,
@@ -139,6 +140,21 @@ def test_concurrent_lookups_share_one_read_and_one_copy_of_a_large_body() -> Non
         assert cache.memory.size_bytes == 0, "never entered the LRU"
 
     asyncio.run(scenario())
+
+
+def test_results_expire_from_the_shared_store(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.sqlite3")
+    cache = ResultCache(MemoryLRU(0, 0), store, store_ttl_s=0.05)
+    asyncio.run(cache.put("k", b"v"))
+    assert _data(asyncio.run(cache.get("k"))) == b"v"
+    time.sleep(0.1)
+    assert asyncio.run(cache.get("k")) is None
+    # the expired row is deleted by a later put (every PURGE_EVERY_PUTS puts)
+    for i in range(PURGE_EVERY_PUTS):
+        store.put("other", str(i), b"x")
+    conn = sqlite3.connect(tmp_path / "s.sqlite3")
+    assert conn.execute("SELECT count(*) FROM store_entries WHERE key = 'k'").fetchone() == (0,)
+    conn.close()
 
 
 def test_an_unavailable_store_is_a_miss_not_an_error() -> None:

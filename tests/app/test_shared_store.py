@@ -153,6 +153,8 @@ def test_a_corrupt_result_in_redis_is_dropped_counted_and_recomputed(redis_url: 
     raw = redis.Redis.from_url(redis_url)
     keys = list(raw.scan_iter(match="kperf:7:results:*"))
     assert len(keys) == 1
+    # results expire (KPERF_CACHE_STORE_TTL_S, a week): Redis may evict them (volatile-lru)
+    assert 6 * 24 * 3600 < raw.ttl(keys[0]) <= 7 * 24 * 3600  # type: ignore[operator]
     raw.set(keys[0], raw.get(keys[0])[:-10] + b"corrupted!")  # type: ignore[index]
     # a new process (empty LRU) reads the bad value: a miss, answered by the solver
     cache, after, metrics = in_app(solve, settings)

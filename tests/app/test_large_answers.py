@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 from app.client import KperfClient
 from app.convert.predict import encode_view, to_core, to_response
-from app.schemas.predict import PredictKernelRequest
+from app.schemas.predict import PredictKernelRequest, PredictKernelResponse
 from bench.bench_large_answers import RSS_HEADROOM_BYTES, measure_concurrent_hits
 from bench.load_test import percentile
 from perfmodel.manybsp import predict_kernel
@@ -120,10 +122,55 @@ def test_the_size_setting_is_part_of_the_key() -> None:
     def both(path: Path) -> list[str]:
         return [run(path, 1 << 20), run(path, 1024), run(path, 1 << 20)]
 
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         assert both(Path(tmp) / "c.sqlite3") == ["full/miss", "summary/miss", "full/hit"]
+
+
+def test_hits_are_sent_without_validating_or_serialising(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent never builds a response model for a hit (the worker encoded the body)."""
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a cache hit must not validate or serialise the answer")
+
+    async def scenario(client: KperfClient) -> None:
+        first = await client.http.post("/predict-kernel", json=HOTSPOT)
+        for name in ("model_validate", "model_validate_json", "model_dump", "model_dump_json"):
+            monkeypatch.setattr(PredictKernelResponse, name, forbidden)
+        monkeypatch.setattr(TypeAdapter, "dump_json", forbidden)
+        monkeypatch.setattr(TypeAdapter, "validate_json", forbidden)
+        second = await client.http.post("/predict-kernel", json=HOTSPOT)
+        assert (first.headers["x-cache"], second.headers["x-cache"]) == ("miss", "hit")
+        assert second.content == first.content
+
+    in_app(scenario)
+
+
+def test_a_large_body_is_streamed_whole_and_not_held_above_the_entry_cap() -> None:
+    body = {**large_answer_body(2_000), "detail": "full"}  # about 0.8 MB of JSON
+
+    async def scenario(client: KperfClient) -> list[str]:
+        states = []
+        for _ in range(2):
+            response = await client.http.post("/predict-kernel", json=body)
+            assert response.status_code == 200
+            assert int(response.headers["content-length"]) == len(response.content) > 500_000
+            assert (
+                len(response.json()["instructions"])
+                == response.json()["lists"]["instructions_total"]
+            )
+            states.append(response.headers["x-cache"])
+        return states
+
+    # below the cap: the second request is an LRU hit
+    assert in_app(scenario) == ["miss", "hit"]
+    # above it, with nothing behind the LRU: never held, computed again
+    assert in_app(scenario, make_settings(cache_max_entry_bytes=100_000)) == ["miss", "miss"]
+    # above it, with a store behind: a hit from the store
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = make_settings(
+            cache_max_entry_bytes=100_000, store_url=f"sqlite://{tmp}/store.sqlite3"
+        )
+        assert in_app(scenario, settings) == ["miss", "hit"]
 
 
 # ------------------------------------------------------------- the issue's acceptance

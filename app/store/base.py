@@ -18,6 +18,16 @@ class StoreUnavailable(RuntimeError):
     for a read they can answer without it."""
 
 
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs (``redis://:***@host:6379/0``)."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")
+    if not sep or not at:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{path}"
+
+
 def check_ttl_s(ttl_s: float | None) -> float | None:
     """``ttl_s`` unchanged when None (no expiry) or positive; every backend refuses the rest."""
     if ttl_s is not None and not ttl_s > 0:

@@ -21,7 +21,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from app.store.base import Store, StoreUnavailable, check_ttl_s
+from app.store.base import Store, StoreUnavailable, check_ttl_s, redact
 
 R = TypeVar("R")
 
@@ -58,7 +58,7 @@ class RedisStore(Store):
             )
         except ValueError as exc:
             raise ValueError(
-                f"bad Redis URL {url!r} ({exc}); expected redis://host:port/db"
+                f"bad Redis URL {redact(url)!r} ({exc}); expected redis://host:port/db"
             ) from exc
 
     def _prefix(self, namespace: str) -> str:

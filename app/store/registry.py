@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from app.store.base import MemoryStore, Store
+from app.store.base import MemoryStore, Store, redact
 from app.store.checked import CheckedStore
 from app.store.resilient import ResilientStore
 
@@ -19,7 +19,9 @@ DEFAULT_TIMEOUT_S = 0.25
 
 def _memory(url: str, timeout_s: float) -> Store:
     if url.rstrip("/") != "memory:":
-        raise ValueError(f"the in-process store takes no location: write memory://, got {url!r}")
+        raise ValueError(
+            f"the in-process store takes no location: write memory://, got {redact(url)!r}"
+        )
     return MemoryStore()
 
 
@@ -28,7 +30,9 @@ def _sqlite(url: str, timeout_s: float) -> Store:
 
     path = url[len("sqlite://") :]
     if not path:
-        raise ValueError(f"no file in {url!r}: write sqlite:///absolute/path/to/file.sqlite3")
+        raise ValueError(
+            f"no file in {redact(url)!r}: write sqlite:///absolute/path/to/file.sqlite3"
+        )
     return SqliteStore(Path(path))
 
 
@@ -53,7 +57,7 @@ def scheme_of(url: str) -> str:
     scheme, sep, _ = url.partition("://")
     if not sep or scheme not in BACKENDS:
         raise ValueError(
-            f"unknown store URL {url!r}: the scheme must be one of "
+            f"unknown store URL {redact(url)!r}: the scheme must be one of "
             f"{', '.join(sorted(BACKENDS))} (for example {EXAMPLES})"
         )
     return scheme

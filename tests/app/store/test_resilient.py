@@ -11,6 +11,7 @@ import pytest
 
 from app.settings import Settings
 from app.store import BACKENDS, MemoryStore, ResilientStore, StoreUnavailable, make_backend
+from app.store.base import redact
 from app.store.redis_store import RedisStore
 from app.store.sqlite_store import SqliteStore
 from tests.app.redis_helpers import RedisServer, redis_server, redis_url
@@ -139,6 +140,28 @@ def test_urls_name_their_backend(url: str, kind: type) -> None:
 def test_bad_urls_are_refused_with_the_valid_forms(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_backend(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://:s3cret@cache:port/0", "postgres://admin:s3cret@db/kperf"]
+)
+def test_messages_never_show_a_password(url: str) -> None:
+    with pytest.raises(ValueError) as info:
+        make_backend(url)
+    assert "s3cret" not in str(info.value) and ":***@" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+        ("redis://user:pw@h/0", "redis://user:***@h/0"),
+        ("redis://h:6379/0", "redis://h:6379/0"),
+        ("sqlite:///data/a@b.sqlite3", "sqlite:///data/a@b.sqlite3"),  # @ in a path is no user
+    ],
+)
+def test_redact(url: str, shown: str) -> None:
+    assert redact(url) == shown
 
 
 def test_registry_lists_every_scheme_the_settings_accept() -> None:

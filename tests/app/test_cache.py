@@ -143,17 +143,20 @@ def test_concurrent_lookups_share_one_read_and_one_copy_of_a_large_body() -> Non
 
 
 def test_results_expire_from_the_shared_store(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "s.sqlite3")
-    cache = ResultCache(MemoryLRU(0, 0), store, store_ttl_s=0.05)
+    path = tmp_path / "s.sqlite3"
+    store = SqliteStore(path)
+    cache = ResultCache(MemoryLRU(0, 0), store, store_ttl_s=3600)
     asyncio.run(cache.put("k", b"v"))
-    assert _data(asyncio.run(cache.get("k"))) == b"v"
+    conn = sqlite3.connect(path)
+    (expires,) = conn.execute("SELECT expires_unix_s FROM store_entries").fetchone()
+    assert time.time() + 3500 < expires <= time.time() + 3600
+    store.put("results", "old", b"v", ttl_s=0.05)
     time.sleep(0.1)
-    assert asyncio.run(cache.get("k")) is None
+    assert asyncio.run(cache.get("old")) is None
     # the expired row is deleted by a later put (every PURGE_EVERY_PUTS puts)
     for i in range(PURGE_EVERY_PUTS):
         store.put("other", str(i), b"x")
-    conn = sqlite3.connect(tmp_path / "s.sqlite3")
-    assert conn.execute("SELECT count(*) FROM store_entries WHERE key = 'k'").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM store_entries WHERE key = 'old'").fetchone() == (0,)
     conn.close()
 
 

@@ -2,11 +2,13 @@
 no persistence, killed at teardown (even when the test fails).
 
 Tests that need it skip, saying why, only when no ``redis-server`` binary can be found
-(``apt-get install redis-server``; .ci/run installs it).
+(``apt-get install redis-server``); .ci/run installs it and sets ``KPERF_TEST_REQUIRE_REDIS=1``,
+which turns that skip into a failure.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -18,10 +20,8 @@ from pathlib import Path
 import pytest
 
 REDIS_SERVER = shutil.which("redis-server")
-needs_redis = pytest.mark.skipif(
-    REDIS_SERVER is None,
-    reason="redis-server not on PATH (apt-get install redis-server): real-Redis tests skipped",
-)
+#: read at import, before any test's environment clean-up
+REQUIRE_REDIS = os.environ.get("KPERF_TEST_REQUIRE_REDIS") == "1"
 
 
 def _free_port() -> int:
@@ -91,7 +91,10 @@ class RedisServer:
 def redis_server() -> Iterator[RedisServer]:
     """A running redis-server for this test module, stopped at teardown."""
     if REDIS_SERVER is None:
-        pytest.skip("redis-server not on PATH (apt-get install redis-server)")
+        reason = "redis-server not on PATH (apt-get install redis-server): real-Redis tests"
+        if REQUIRE_REDIS:
+            pytest.fail(f"{reason} are required here (KPERF_TEST_REQUIRE_REDIS=1)")
+        pytest.skip(f"{reason} skipped")
     with tempfile.TemporaryDirectory(prefix="kperf-redis-") as directory:
         server = RedisServer(Path(directory))
         server.start()

@@ -54,10 +54,18 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
-        self.cache_errors = Counter(
-            "kperf_cache_errors",
-            "persistent cache operations that failed and were bypassed",
+        self.store_errors = Counter(
+            "kperf_store_errors",
+            "shared store (KPERF_STORE_URL) operations that failed and were answered without "
+            "the store, by operation (get, put, ping, ...)",
             ["operation"],
+            registry=self.registry,
+        )
+        self.store_decode_failures = Counter(
+            "kperf_store_decode_failures",
+            "stored values dropped because they did not decode (foreign, corrupt, other "
+            "version), by namespace kind and reason",
+            ["namespace", "reason"],
             registry=self.registry,
         )
         self.queue_depth = Gauge(

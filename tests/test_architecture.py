@@ -80,6 +80,11 @@ APP_DIR = Path(__file__).resolve().parents[1] / "app"
         (".", ("app.routes",)),
         # conversions sit beside the schemas: they know neither routes nor jobs
         ("convert", ("app.routes", "app.jobs", "app.service")),
+        # the store knows bytes, not HTTP, schemas or the service that holds it
+        (
+            "store",
+            ("fastapi", "starlette", "pydantic", "app.service", "app.cache", "app.settings"),
+        ),
     ],
 )
 def test_app_layers_import_one_way(package: str, forbidden: tuple[str, ...]) -> None:

@@ -3,9 +3,12 @@ response schema. Used by the route (early 4xx checks) and by the worker job alik
 
 from __future__ import annotations
 
+from pydantic import TypeAdapter
+
 from app.schemas.predict import (
     FuCycles,
     InstructionOut,
+    ListsInfo,
     PredictKernelRequest,
     PredictKernelResponse,
     SuperstepModel,
@@ -121,6 +124,14 @@ def to_response(result: PredictResult, clock_mhz: float | None) -> PredictKernel
         instructions=_instructions(result),
         warnings=list(result.warnings),
         warp_roles=[_role(r) for r in result.roles],
+        lists=ListsInfo(
+            detail="full",
+            offset=0,
+            instructions_total=len(result.costs),
+            level1_supersteps_total=len(result.level1),
+            level2_supersteps_total=len(result.level2),
+            note=None,
+        ),
     )
 
 
@@ -140,6 +151,48 @@ def _role(r: RoleResult) -> WarpRoleOut:
         bounds_kernel=r.bounds_kernel,
         level1_supersteps=[_step(r, s) for s in r.level1],
     )
+
+
+_RESPONSE_JSON = TypeAdapter(PredictKernelResponse)
+
+
+def encode_view(
+    full: PredictKernelResponse, request: PredictKernelRequest, summary_above_bytes: int
+) -> bytes:
+    """The JSON body of the answer the request asked for (``detail``, ``list_offset``,
+    ``list_limit``) from the full answer; ``auto`` leaves the lists out above
+    ``summary_above_bytes``."""
+    start = request.list_offset
+    stop = None if request.list_limit is None else start + request.list_limit
+    totals = full.lists
+    if request.detail != "summary":
+        page = full.model_copy(
+            update={
+                "instructions": full.instructions[start:stop],
+                "level1_supersteps": full.level1_supersteps[start:stop],
+                "level2_supersteps": full.level2_supersteps[start:stop],
+                "lists": totals.model_copy(update={"detail": "full", "offset": start}),
+            }
+        )
+        body = _RESPONSE_JSON.dump_json(page)
+        if request.detail == "full" or len(body) <= summary_above_bytes:
+            return body
+        note = (
+            f"lists left out: with them this answer is {len(body)} bytes, above this server's "
+            f"limit of {summary_above_bytes} bytes for full answers; ask for detail=full, or "
+            "page with list_offset and list_limit"
+        )
+    else:
+        note = "lists left out: detail=summary was asked"
+    summary = full.model_copy(
+        update={
+            "instructions": [],
+            "level1_supersteps": [],
+            "level2_supersteps": [],
+            "lists": totals.model_copy(update={"detail": "summary", "offset": start, "note": note}),
+        }
+    )
+    return _RESPONSE_JSON.dump_json(summary)
 
 
 def _instructions(result: PredictResult) -> list[InstructionOut]:

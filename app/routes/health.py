@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
-from app.service import ServiceDep
+from app.service import Service, ServiceDep
+from app.store import StoreUnavailable
 
 router = APIRouter(tags=["health"])
 
@@ -28,17 +29,18 @@ class ReadinessChecks(BaseModel):
     )
 
 
-class PersistentCache(BaseModel):
-    state: Literal["off", "ok", "bypassed"] = Field(
-        description="'off': no KPERF_CACHE_PATH; 'bypassed': the file failed (corrupt, "
-        "unreadable, unwritable) and answers come from the solver and the in-memory cache only"
-    )
-    reason: str | None = Field(default=None, description="why the persistent cache is bypassed")
-
-
 class WorkerInfo(BaseModel):
     pid: int = Field(description="process id of the worker")
     state: Literal["starting", "idle", "busy"]
+
+
+class StoreReadiness(BaseModel):
+    """The shared store: a degraded store does not make the service unready (it answers from
+    its own cache and solver, and reconnects by itself)."""
+
+    backend: str = Field(description="memory, sqlite or redis (KPERF_STORE_URL)")
+    status: Literal["ok", "degraded: store"]
+    reason: str | None = Field(description="the last store error while degraded")
 
 
 class Readiness(BaseModel):
@@ -49,10 +51,12 @@ class Readiness(BaseModel):
     workers_busy: int = Field(description="worker processes running a job")
     workers_starting: int = Field(description="replacement workers still loading")
     queue_depth: int = Field(description="requests waiting for a free worker")
-    persistent_cache: PersistentCache = Field(
-        description="state of the persistent result cache (never makes the service unready)"
-    )
     workers: list[WorkerInfo] = Field(description="every solver worker process")
+    store: StoreReadiness = Field(
+        description="the shared store (result cache, calibrated profiles, measurements): "
+        "'degraded: store' with the reason after an error (a corrupt SQLite file, Redis "
+        "unreachable), never making the service unready"
+    )
 
 
 def _z3_usable() -> bool:
@@ -68,6 +72,21 @@ def _z3_usable() -> bool:
         return False
 
 
+async def _store_readiness(service: Service) -> StoreReadiness:
+    """One round trip to the store (through its circuit breaker: a store known to be down is
+    not called again before its back-off ends), then its state."""
+    try:
+        await asyncio.to_thread(service.store.ping)
+    except StoreUnavailable:
+        pass  # counted and logged by the store; reported below
+    health = service.store.health()
+    return StoreReadiness(
+        backend=health.backend,
+        status="ok" if health.ok else "degraded: store",
+        reason=health.reason,
+    )
+
+
 @router.get("/healthz", response_model=Liveness)
 async def healthz() -> Liveness:
     """Liveness: the event loop answers (no dependency is checked)."""
@@ -80,7 +99,7 @@ async def healthz() -> Liveness:
     responses={503: {"model": Readiness, "description": "a dependency is not ready"}},
 )
 async def readyz(service: ServiceDep) -> JSONResponse:
-    """Readiness: profiles loaded, Z3 usable, worker pool alive."""
+    """Readiness: profiles loaded, Z3 usable, worker pool alive; the store's state besides."""
     pool = service.pool
     checks = ReadinessChecks(
         profiles_loaded=bool(service.profiles),
@@ -88,7 +107,6 @@ async def readyz(service: ServiceDep) -> JSONResponse:
         pool_alive=pool.running and pool.alive_workers > 0,
     )
     ready = checks.profiles_loaded and checks.z3_usable and checks.pool_alive
-    cache_state, cache_reason = service.cache.status()
     body = Readiness(
         status="ready" if ready else "not ready",
         checks=checks,
@@ -97,13 +115,11 @@ async def readyz(service: ServiceDep) -> JSONResponse:
         workers_busy=pool.busy_workers,
         workers_starting=pool.starting_workers,
         queue_depth=pool.waiting,
-        persistent_cache=PersistentCache.model_validate(
-            {"state": cache_state, "reason": cache_reason}
-        ),
         workers=[
             WorkerInfo.model_validate({"pid": pid, "state": state})
             for pid, state in pool.worker_states()
         ],
+        store=await _store_readiness(service),
     )
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 

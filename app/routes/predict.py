@@ -13,11 +13,10 @@ router = APIRouter(tags=["predict"])
 
 
 @router.post("/predict-kernel", response_model=PredictKernelResponse)
-async def predict(
-    request: PredictKernelRequest, service: ServiceDep, response: Response
-) -> PredictKernelResponse:
+async def predict(request: PredictKernelRequest, service: ServiceDep) -> Response:
     """Predict a PTX kernel's execution cycles with the Many-BSP model."""
     # size limit and device checked here (413/422 without taking a worker); the analysis
     # itself (to_core -> predict_kernel -> to_response) runs in a worker: app/jobs.py
     to_core(request, service.settings.max_ptx_bytes)
-    return await predict_via_pool(service, request, response)
+    answer = await predict_via_pool(service, request)
+    return answer.response()

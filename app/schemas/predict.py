@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, Strict, ValidationError
 
@@ -29,6 +29,8 @@ def _inline_profile(value: object) -> object:
 
 
 PositiveInt = Annotated[int, Field(gt=0)]
+#: most items per list in one page of a /predict-kernel answer
+MAX_LIST_LIMIT = 100_000
 Dim3 = Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]
 
 
@@ -78,6 +80,28 @@ class PredictKernelRequest(RequestModel):
     )
     clock_mhz: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="clock for predicted_time_us (MHz)"
+    )
+    detail: Literal["auto", "summary", "full"] = Field(
+        "auto",
+        description="what the instruction and superstep lists hold. `auto` (default): the "
+        "requested items, unless that answer would exceed the server's size limit for full "
+        "answers (KPERF_PREDICT_SUMMARY_ABOVE_BYTES, 1 MiB by default), in which case the "
+        "lists are left empty and `lists` says why and how many items there are; `summary`: "
+        "always empty lists (every figure, the lengths in `lists`); `full`: the requested "
+        "items whatever the size (a kernel of 90,000 instructions answers about 36 MB). "
+        "Page through long lists with `list_offset` and `list_limit`",
+    )
+    list_offset: int = Field(
+        0,
+        ge=0,
+        description="index of the first item returned in each list (instructions, "
+        "level1_supersteps, level2_supersteps); with list_limit, pages through long lists",
+    )
+    list_limit: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LIST_LIMIT,
+        description="most items returned per list, from list_offset; default: to the end",
     )
 
 
@@ -141,6 +165,22 @@ class WarpRoleOut(BaseModel):
     level1_supersteps: list[SuperstepModel]
 
 
+class ListsInfo(BaseModel):
+    """What the instruction and superstep lists of this answer hold (see the request's
+    `detail`, `list_offset` and `list_limit`)."""
+
+    detail: Literal["full", "summary"] = Field(
+        description="`full`: the lists hold the requested items; `summary`: they are empty"
+    )
+    offset: int = Field(description="index of the first item of each list in this answer")
+    instructions_total: int = Field(description="items of `instructions` in the full answer")
+    level1_supersteps_total: int = Field(description="items of `level1_supersteps` in full")
+    level2_supersteps_total: int = Field(description="items of `level2_supersteps` in full")
+    note: str | None = Field(
+        None, description="why the lists were left out, and how to ask for them"
+    )
+
+
 class PredictKernelResponse(BaseModel):
     kernel: str
     device: str
@@ -183,3 +223,4 @@ class PredictKernelResponse(BaseModel):
         "path, each modelled on its own; the fields above are those of the slowest "
         "(bounds_kernel). Empty when all warps run the same code",
     )
+    lists: ListsInfo = Field(description="what the three lists hold: full, a page, or empty")

@@ -57,9 +57,10 @@ def test_readyz_reports_a_bypassed_persistent_cache(tmp_path: Path) -> None:
         return body
 
     body = in_app(scenario, make_settings(cache_path=corrupt))
-    cache = body["persistent_cache"]
-    assert isinstance(cache, dict) and cache["state"] == "bypassed"
-    assert "not a database" in str(cache["reason"])
+    store = body["store"]
+    assert isinstance(store, dict) and store["backend"] == "sqlite"
+    assert store["status"] == "degraded: store"
+    assert "not a database" in str(store["reason"])
 
 
 def test_readyz_reports_each_worker_and_true_counts(tmp_path: Path) -> None:
@@ -68,7 +69,7 @@ def test_readyz_reports_each_worker_and_true_counts(tmp_path: Path) -> None:
         return body
 
     body = in_app(scenario, make_settings(workers=2, cache_path=tmp_path / "ok.sqlite3"))
-    assert body["persistent_cache"] == {"state": "ok", "reason": None}
+    assert body["store"] == {"backend": "sqlite", "status": "ok", "reason": None}
     workers = body["workers"]
     assert isinstance(workers, list) and [w["state"] for w in workers] == ["idle", "idle"]
     assert (body["workers_alive"], body["workers_idle"], body["workers_busy"]) == (2, 2, 0)

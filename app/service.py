@@ -132,8 +132,8 @@ def _outcome_label(exc: BaseException) -> str:
 
 
 def _answer_label(value: Any) -> str:
-    """``partial`` for a best-so-far answer (a job document with ``"status": "timeout"``)."""
-    if isinstance(value, dict) and value.get("status") == "timeout":
+    """``partial`` for a best-so-far answer: only a solve that ran out of time is uncacheable."""
+    if isinstance(value, EncodedAnswer) and not value.cacheable:
         return "partial"
     return "ok"
 

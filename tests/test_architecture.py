@@ -24,6 +24,9 @@ from device_profiles import ModelNotServed, ProfileError, UnknownDevice
         ("perfmodel.ptx", ("fastapi", "starlette", "app", "pydantic")),
         # reads validated device profiles (device_profiles uses pydantic for its file schema)
         ("perfmodel.manybsp", ("fastapi", "starlette", "app")),
+        # Many-BSP measurements carry predict requests, so calibration reads profiles too
+        ("perfmodel.calibration", ("fastapi", "starlette", "app")),
+        ("solver.calibration_loop", ("fastapi", "starlette", "app")),
     ],
 )
 def test_core_packages_do_not_import_the_http_layer(

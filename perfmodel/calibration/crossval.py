@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import numpy as np
 
-from perfmodel.calibration.engine import (
-    FigureSpec,
-    FloatArray,
-    IntArray,
-    ResidualModel,
-    fit_internal,
-)
+from perfmodel.calibration.engine import FitProblem, FloatArray, IntArray, fit_internal
 
 
 def fold_rows(n: int, folds: int, seed: int) -> list[IntArray]:
@@ -22,17 +14,11 @@ def fold_rows(n: int, folds: int, seed: int) -> list[IntArray]:
 
 
 def cross_validated_predictions(
-    model: ResidualModel,
-    measured: FloatArray,
-    specs: Sequence[FigureSpec],
-    folds: int,
-    seed: int,
-    n_starts: int,
-    report: Callable[[FloatArray, IntArray], FloatArray],
+    problem: FitProblem, folds: int, seed: int
 ) -> tuple[FloatArray | None, list[str]]:
     """Each measurement predicted by the fit of the other folds (None and a warning when a
     fold leaves too few measurements to fit)."""
-    n, p = len(measured), len(specs)
+    n, p = len(problem.measured), len(problem.specs)
     rows = fold_rows(n, folds, seed)
     smallest_training = n - max(len(r) for r in rows)
     if smallest_training <= p:
@@ -46,6 +32,6 @@ def cross_validated_predictions(
     rng = np.random.default_rng(seed)
     for held_out in rows:
         train = np.setdiff1d(all_rows, held_out)
-        fitted = fit_internal(model.subset(train), measured[train], specs, rng, n_starts)
-        predicted[held_out] = report(fitted.x, held_out)
+        fitted = fit_internal(problem.subset(train), rng)
+        predicted[held_out] = problem.report(fitted.x, held_out)
     return predicted, []

@@ -8,8 +8,9 @@ Choices and their reasons: docs/model-notes.md, "Calibration".
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -84,6 +85,25 @@ class FigureSpec:
     def value_per_internal(self, x: float) -> float:
         """|d value / d x|, for the standard error of the value (delta method)."""
         return 1.0 / (x * x) if self.reciprocal else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FitProblem:
+    """What a fit needs: the model, the measured values (in its unit), one spec per fitted
+    figure, how many starts, and ``report(x, rows)``: the service's own predictions of
+    ``rows`` for internal values ``x`` (residuals are reported with it, the fit uses
+    ``model``)."""
+
+    model: ResidualModel
+    measured: FloatArray
+    specs: Sequence[FigureSpec]
+    n_starts: int
+    report: Callable[[FloatArray, IntArray], FloatArray]
+
+    def subset(self, rows: IntArray) -> FitProblem:
+        return dataclasses.replace(
+            self, model=self.model.subset(rows), measured=self.measured[rows]
+        )
 
 
 @dataclass(slots=True)
@@ -209,22 +229,16 @@ def _rms(residuals: FloatArray) -> float:
     return float(np.sqrt(np.mean(residuals**2)))
 
 
-def fit_internal(
-    model: ResidualModel,
-    measured: FloatArray,
-    specs: Sequence[FigureSpec],
-    rng: np.random.Generator,
-    n_starts: int,
-) -> EngineFit:
+def fit_internal(problem: FitProblem, rng: np.random.Generator) -> EngineFit:
     """Fit every figure the data determine; the others keep their base values.
 
     A figure in the Jacobian's null space at the optimum (structurally undetermined), or else
-    one whose standard error exceeds its own size (undetermined by these noisy data), is fixed
-    at its base value and the rest are fitted again, until the free figures are all
-    determined. With no more
-    measurements than figures nothing is fitted (no degree of freedom would be left to tell a
-    fit from an interpolation of the noise).
+    one whose standard error exceeds both its fitted and base values (undetermined by these
+    noisy data), is fixed at its base value and the rest are fitted again, until the free
+    figures are all determined. With no more measurements than figures nothing is fitted (no
+    degree of freedom would be left to tell a fit from an interpolation of the noise).
     """
+    model, measured, specs = problem.model, problem.measured, problem.specs
     n, p = len(measured), len(specs)
     names = [s.name for s in specs]
     x_base = np.array([s.to_internal(s.base_value) for s in specs], dtype=np.float64)
@@ -240,7 +254,8 @@ def fit_internal(
     free_rms: float | None = None
     while not fixed.all():
         free = np.flatnonzero(~fixed)
-        x = _multistart(model, measured, specs, free, np.where(fixed, x_base, x), rng, n_starts)
+        start = np.where(fixed, x_base, x)
+        x = _multistart(model, measured, specs, free, start, rng, problem.n_starts)
         if free_rms is None:
             free_rms = _rms(relative_residuals(model, x, measured))
         scale = np.array([max(abs(float(x[i])), specs[i].typical) for i in free.tolist()])

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from perfmodel.calibration import validate
-from perfmodel.calibration.engine import FigureSpec, FloatArray, IntArray
+from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
 from perfmodel.calibration.gemm_ws_model import (
     THROUGHPUTS,
     GemmWsResidualModel,
@@ -141,13 +141,12 @@ def fit_gemm_ws(
     Figures the measurements do not determine keep their base values (identifiable false);
     ``folds`` > 0 adds k-fold cross-validation (0 turns it off). Deterministic in ``seed``.
     """
-    names = validate.fit_names(fit, GEMM_WS_FIGURES)
-    validate.seed(seed)
     measurements = list(measurements)
-    validate.measurement_count(len(measurements), len(names))
+    names, k, fold_warnings = validate.fit_arguments(
+        fit, GEMM_WS_FIGURES, len(measurements), folds, seed
+    )
     for i, m in enumerate(measurements):
         check_measurement(m, f"measurements[{i}].")
-    k, fold_warnings = validate.folds(folds, len(measurements))
     wave_model = WaveTimeModel(wave_time_model)
     measured = np.array([m.measured_time_us for m in measurements], dtype=np.float64)
     specs = _specs(base, names, measured)
@@ -180,15 +179,12 @@ def fit_gemm_ws(
         if excess
         else []
     )
+    problem = FitProblem(model, measured, specs, N_STARTS, report)
     result = calibrate(
+        problem,
         model_name=GEMM_WS_MODEL,
-        model=model,
-        measured=measured,
-        specs=specs,
         folds=k,
         seed=seed,
-        n_starts=N_STARTS,
-        report=report,
         method=METHOD,
         warnings=[*fold_warnings, *warnings],
     )

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfmodel.calibration import validate
-from perfmodel.calibration.engine import FigureSpec, FloatArray, IntArray
+from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
 from perfmodel.calibration.records import (
     MANY_BSP_FIGURES,
     MANY_BSP_MODEL,
@@ -258,17 +258,14 @@ def fit_many_bsp(
     folds: int = 5,
     seed: int = 0,
 ) -> CalibrationResult:
-    """Fit ``fit`` (default: MANY_BSP_FIGURES) of ``base`` to measured kernel cycles.
-
-    Figures the measurements do not determine keep their base values (identifiable false);
-    ``folds`` > 0 adds k-fold cross-validation (0 turns it off). Deterministic in ``seed``.
-    """
-    names = validate.fit_names(fit, MANY_BSP_FIGURES)
-    validate.seed(seed)
+    """Fit ``fit`` (default: MANY_BSP_FIGURES) of ``base`` to measured kernel cycles; each
+    request's device must be ``base`` (its figures are the starting point). Same contract as
+    :func:`perfmodel.calibration.gemm_ws.fit_gemm_ws` otherwise."""
     measurements = list(measurements)
-    validate.measurement_count(len(measurements), len(names))
+    names, k, fold_warnings = validate.fit_arguments(
+        fit, MANY_BSP_FIGURES, len(measurements), folds, seed
+    )
     runs = analyse_runs(base, measurements)
-    k, fold_warnings = validate.folds(folds, len(measurements))
     measured = np.array([m.measured_cycles for m in measurements], dtype=np.float64)
     specs = _specs(base.device, names, measured)
     model = ManyBspResidualModel(runs, base.device, names)
@@ -276,15 +273,12 @@ def fit_many_bsp(
     def report(x: FloatArray, rows: IntArray) -> FloatArray:
         return model.subset(rows).predict_exact(x)
 
+    problem = FitProblem(model, measured, specs, N_STARTS, report)
     return calibrate(
+        problem,
         model_name=MANY_BSP_MODEL,
-        model=model,
-        measured=measured,
-        specs=specs,
         folds=k,
         seed=seed,
-        n_starts=N_STARTS,
-        report=report,
         method=METHOD,
         warnings=fold_warnings,
     )

@@ -3,7 +3,7 @@ and the result records built from them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -11,9 +11,8 @@ from perfmodel.calibration.crossval import cross_validated_predictions
 from perfmodel.calibration.engine import (
     EngineFit,
     FigureSpec,
+    FitProblem,
     FloatArray,
-    IntArray,
-    ResidualModel,
     fit_internal,
 )
 from perfmodel.calibration.records import CalibrationResult, ErrorSummary, FittedFigure, Residual
@@ -21,38 +20,32 @@ from perfmodel.errors import CalibrationInputError
 
 
 def calibrate(
+    problem: FitProblem,
     *,
     model_name: str,
-    model: ResidualModel,
-    measured: FloatArray,
-    specs: Sequence[FigureSpec],
     folds: int,
     seed: int,
-    n_starts: int,
-    report: Callable[[FloatArray, IntArray], FloatArray],
     method: str,
     warnings: Sequence[str] = (),
 ) -> CalibrationResult:
-    """``report(x, rows)`` gives the model's own predictions of ``rows`` for internal figure
-    values ``x`` (what the service would answer); residuals and errors are computed with it,
-    the fit itself with ``model``."""
-    fit = fit_internal(model, measured, specs, np.random.default_rng(seed), n_starts)
+    """Fit, report the residuals with ``problem.report``, and cross-validate over ``folds``
+    folds (0: none). Deterministic in ``seed``."""
+    measured = problem.measured
+    fit = fit_internal(problem, np.random.default_rng(seed))
     rows = np.arange(len(measured))
-    predicted = report(fit.x, rows)
+    predicted = problem.report(fit.x, rows)
     all_warnings = [*warnings, *fit.warnings]
     cv_error = None
     cv_residuals: tuple[Residual, ...] = ()
     if folds:
-        cv_predicted, cv_warnings = cross_validated_predictions(
-            model, measured, specs, folds, seed, n_starts, report
-        )
+        cv_predicted, cv_warnings = cross_validated_predictions(problem, folds, seed)
         all_warnings += cv_warnings
         if cv_predicted is not None:
             cv_error = error_summary(cv_predicted, measured)
             cv_residuals = residual_records(cv_predicted, measured, rows.tolist())
     return CalibrationResult(
         model=model_name,
-        fitted=fitted_figures(specs, fit),
+        fitted=fitted_figures(problem.specs, fit),
         training_error=error_summary(predicted, measured),
         cross_validation_error=cv_error,
         residuals=residual_records(predicted, measured, rows.tolist()),

@@ -83,3 +83,19 @@ def whole(value: object, field: str, minimum: int = 1) -> int:
     if value < minimum:
         raise CalibrationInputError(field, f"must be at least {minimum}, got {value}")
     return value
+
+
+def fit_arguments(
+    fit: Sequence[str] | None,
+    allowed: tuple[str, ...],
+    n: int,
+    fold_count: int,
+    seed_value: int,
+) -> tuple[tuple[str, ...], int, list[str]]:
+    """The checks every fit makes before looking at the measurements themselves: the figure
+    names (in order), then the folds to use and any warning about them."""
+    names = fit_names(fit, allowed)
+    seed(seed_value)
+    measurement_count(n, len(names))
+    k, warnings = folds(fold_count, n)
+    return names, k, warnings

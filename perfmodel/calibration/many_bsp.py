@@ -57,16 +57,20 @@ _STEP = 1e-6
 
 @dataclass(frozen=True, slots=True)
 class AnalysedKernel:
-    """One distinct analysed launch, all but its block count: block totals, the launch with
-    n_b = 0, and n_sm x rho, the n_b at which eq. (22)'s K reaches 1."""
+    """One distinct analysed launch, all but its block count: the block totals of each warp
+    role (one for an SPMD kernel; the kernel is its slowest role, docs/model-notes.md "Warp
+    roles"), the launch with n_b = 0, and n_sm x rho, the n_b at which eq. (22)'s K is 1."""
 
-    totals: BlockTotals
+    role_totals: tuple[BlockTotals, ...]
     launch: LaunchShape
     full_wave_blocks: int
 
-    def cycles(self, n_b: int, device: ManyBspDevice) -> float:
+    def role_cycles(self, n_b: int, device: ManyBspDevice) -> list[float]:
         launch = dataclasses.replace(self.launch, n_b=n_b)
-        return kernel_from_totals(self.totals, launch, device).kernel_exec_cycle
+        return [kernel_from_totals(t, launch, device).kernel_exec_cycle for t in self.role_totals]
+
+    def cycles(self, n_b: int, device: ManyBspDevice) -> float:
+        return max(self.role_cycles(n_b, device))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +109,16 @@ def _analysis_key(req: PredictRequest) -> tuple[object, ...]:
 
 def _analyse(
     base: DeviceFigures, request: PredictRequest, field: str
-) -> tuple[BlockTotals, LaunchShape]:
+) -> tuple[tuple[BlockTotals, ...], LaunchShape]:
     try:
         result = predict_kernel(dataclasses.replace(request, device=base))
     except ModelInputError as exc:
         raise CalibrationInputError(f"{field}.request.{exc.field}", exc.reason) from exc
-    totals = block_totals(result.costs, result.level1, result.estimate.w)
+    if result.roles:
+        totals = tuple(block_totals(r.costs, r.level1, r.estimate.w) for r in result.roles)
+    else:
+        totals = (block_totals(result.costs, result.level1, result.estimate.w),)
+    # eq. (21) occupancy counts the whole block, whatever the role
     launch = LaunchShape(0, result.n_t, result.registers_per_thread, result.shared_bytes_per_block)
     return totals, launch
 
@@ -152,8 +160,9 @@ class ManyBspResidualModel:
     of each fitted figure, in the order of ``names``.
 
     n_b enters eq. (22), (24) and (25) only as ``a + b n_b + c max(0, n_b / (n_sm rho) - 1)``,
-    so :meth:`predict` evaluates each distinct kernel at n_b = 0, n_sm rho and 2 n_sm rho and
-    interpolates every run of it exactly (tested against :meth:`predict_exact`).
+    so :meth:`predict` evaluates each distinct kernel (each of its warp roles) at n_b = 0,
+    n_sm rho and 2 n_sm rho and interpolates every run of it exactly, then takes the slowest
+    role (tested against :meth:`predict_exact`).
     """
 
     def __init__(self, runs: AnalysedRuns, base: ManyBspDevice, names: Sequence[str]) -> None:
@@ -177,9 +186,11 @@ class ManyBspResidualModel:
         out = np.empty(self._runs.blocks.size, dtype=np.float64)
         for kernel, rows in zip(self._runs.kernels, self._rows, strict=True):
             wave = kernel.full_wave_blocks
-            at_0, at_1, at_2 = (kernel.cycles(n, device) for n in (0, wave, 2 * wave))
             u = self._runs.blocks[rows] / wave
-            out[rows] = at_0 + (at_1 - at_0) * u + (at_2 - 2 * at_1 + at_0) * np.maximum(0, u - 1)
+            at = [np.array(kernel.role_cycles(n, device)) for n in (0, wave, 2 * wave)]
+            slope, bend = at[1] - at[0], at[2] - 2 * at[1] + at[0]
+            per_role = at[0] + np.outer(u, slope) + np.outer(np.maximum(0, u - 1), bend)
+            out[rows] = per_role.max(axis=1)  # the slowest role bounds the kernel
         return out
 
     def predict_exact(self, x: FloatArray) -> FloatArray:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from device_profiles import get_profile
 from perfmodel.calibration import (
     MANY_BSP_FIGURES,
     CalibrationInputError,
@@ -25,9 +26,10 @@ from perfmodel.calibration import (
 )
 from perfmodel.calibration.engine import ROBUST_SCALE
 from perfmodel.calibration.many_bsp import ManyBspResidualModel, analyse_runs
-from perfmodel.manybsp import DeviceFigures, PredictRequest
+from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile
 from perfmodel.manybsp.kernel import estimate_kernel
 from perfmodel.manybsp.types import LaunchShape
+from tests.nvcc_entries import NVCC_DIR
 from tests.perfmodel.manybsp.conftest import CASES, paper_request, paper_result
 
 #: eq. (27) as printed in §2-§7: |measured - kernel_exec_cycle| / measured, percent
@@ -180,15 +182,42 @@ def test_interpolation_in_the_block_count_is_exact(seed: int) -> None:
             req = paper_request(case)
             grid = (int(rng.integers(1, 200)), int(rng.integers(1, 4)), int(rng.integers(1, 3)))
             data.append(ManyBspMeasurement(dataclasses.replace(req, grid=grid), 1.0))
+    _check_fast_model_against_predictor(data, rng, block_ovh=2000, warp_ovh=50)
+
+
+def _check_fast_model_against_predictor(
+    data: list[ManyBspMeasurement], rng: np.random.Generator, block_ovh: float, warp_ovh: float
+) -> None:
+    """The fit's interpolated model = its per-run evaluation = the full predictor, for random
+    mu and launch overheads."""
     base = data[0].request.device
     model = ManyBspResidualModel(analyse_runs(base, data), base.device, MANY_BSP_FIGURES)
-    for _ in range(5):
-        x = np.array([1 / rng.uniform(0.5, 6.0), rng.uniform(0, 2000), rng.uniform(0, 50)])
+    for _ in range(4):
+        x = np.array(
+            [1 / rng.uniform(0.5, 6.0), rng.uniform(0, block_ovh), rng.uniform(0, warp_ovh)]
+        )
         np.testing.assert_allclose(model.predict(x), model.predict_exact(x), rtol=1e-10)
     figures = _with(base, mu=1 / x[0], block_launch_overhead_cycles=x[1])
     figures = _with(figures, warp_launch_overhead_cycles=x[2])
     expected = [predict_many_bsp_cycles(figures, m.request) for m in data]
     np.testing.assert_allclose(model.predict_exact(x), expected, rtol=1e-12)
+
+
+def test_a_warp_specialized_kernel_is_its_slowest_role_at_every_trial() -> None:
+    """CUTLASS ping-pong GEMM (sm_90a): predict_kernel answers the max over the warp roles;
+    the fit's model evaluates every role and takes the max too (on this kernel a consumer
+    role stays the slowest for these figures)."""
+    mx = device_from_profile(get_profile("940mx"))
+    ptx = (NVCC_DIR / "cutlass_ws_gemm.pingpong_64x128x64.sm_90a.ptx").read_text()
+    data = [
+        ManyBspMeasurement(
+            PredictRequest(ptx, mx, (gx, 1, 1), (384, 1, 1), registers_per_thread=168), 1.0
+        )
+        for gx in (1, 3, 8, 40)
+    ]
+    runs = analyse_runs(mx, data)
+    assert len(runs.kernels) == 1 and len(runs.kernels[0].role_totals) > 1
+    _check_fast_model_against_predictor(data, np.random.default_rng(0), 5e4, 5e3)
 
 
 def test_hidden_figures_are_recovered_from_three_kernels_at_several_grids() -> None:

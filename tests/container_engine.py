@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +82,15 @@ class Engine:
 
     def image_size_bytes(self, ref: str) -> int:
         return int(self.docker("image", "inspect", "-f", "{{.Size}}", ref))
+
+    def installed_bytes(self, ref: str, packages: Sequence[str]) -> int:
+        """Bytes of the files of ``packages`` (directories of the image's site-packages)."""
+        code = (
+            "import os, sysconfig; root = sysconfig.get_paths()['purelib']; "
+            f"print(sum(os.path.getsize(os.path.join(d, f)) for p in {list(packages)!r} "
+            "for d, _, fs in os.walk(os.path.join(root, p)) for f in fs))"
+        )
+        return int(self.docker("run", "--rm", "--network", "none", ref, "python", "-c", code))
 
     def wait_healthy(self, container: str, timeout_s: float = 120) -> float:
         """Seconds until the container's HEALTHCHECK reports healthy (raise if it does not)."""

@@ -14,6 +14,9 @@ LABEL kperf.stage=build
 ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_TRUSTED_HOST
+# extras to install with the service: KPERF_EXTRAS=pictures for the SVG pictures
+# (matplotlib, ~95 MB); without them those requests are answered 406
+ARG KPERF_EXTRAS=""
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_NO_INPUT=1
 RUN python3 -m venv /opt/kperf
 WORKDIR /src
@@ -22,11 +25,12 @@ COPY app ./app
 COPY solver ./solver
 COPY perfmodel ./perfmodel
 COPY device_profiles ./device_profiles
+COPY render ./render
 # A regular (not editable) install of the service alone. pip trusts the system CA store, which
 # the offline base extends with the site's CAs. pip itself is not needed at run time.
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then \
         export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi \
-    && /opt/kperf/bin/pip install -q . \
+    && /opt/kperf/bin/pip install -q ".${KPERF_EXTRAS:+[$KPERF_EXTRAS]}" \
     && /opt/kperf/bin/pip uninstall -q -y pip setuptools
 
 FROM ${BASE_IMAGE} AS runtime
@@ -43,7 +47,8 @@ ENV PATH=/opt/kperf/bin:$PATH \
     KPERF_PORT=8000 \
     KPERF_WORKERS=2 \
     KPERF_CACHE_PATH=/var/cache/kperf/results.sqlite3 \
-    KPERF_LOG_JSON=true
+    KPERF_LOG_JSON=true \
+    MPLCONFIGDIR=/var/cache/kperf/matplotlib
 # the persistent result cache: a restarted container answers known problems without solving
 VOLUME ["/var/cache/kperf"]
 USER 10001:10001

@@ -96,9 +96,18 @@ def _optimize_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
-async def _optimize(args: argparse.Namespace, out: TextIO) -> int:
+def _write_svg(path: Path, svg: bytes, err: TextIO) -> None:
+    path.write_bytes(svg)
+    err.write(f"wrote {path} ({len(svg)} bytes)\n")
+
+
+async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     async with _client(args) as client:
         answer = await client.optimize(_optimize_body(args))
+        if args.svg is not None:
+            # the same request again, as a picture: answered from the cache, then drawn
+            svg = await client.optimize_svg(_optimize_body(args), args.candidate_rank)
+            _write_svg(args.svg, svg, err)
     result = answer.response
     if args.json:
         _print_json(result.model_dump(mode="json"), out)
@@ -284,7 +293,7 @@ def _param(text: str) -> tuple[str, Any]:
         return key, value
 
 
-async def _predict(args: argparse.Namespace, out: TextIO) -> int:
+async def _predict(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ptx = args.kernel.read_text(encoding="utf-8")
     body: dict[str, Any] = {
         "ptx": ptx,
@@ -306,6 +315,8 @@ async def _predict(args: argparse.Namespace, out: TextIO) -> int:
     body.update(dict(args.param))
     async with _client(args) as client:
         result = await client.predict(body)
+        if args.svg is not None:
+            _write_svg(args.svg, await client.predict_svg(body), err)
     if args.json:
         _print_json(result, out)
         return 0
@@ -386,8 +397,18 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--top-k", type=int, default=None)
     optimize.add_argument("--time-limit-s", type=float, default=None)
     optimize.add_argument("--timeline", action="store_true", help="include per-stage times")
+    optimize.add_argument(
+        "--svg", type=Path, default=None, metavar="FILE", help="also write the timeline as SVG"
+    )
+    optimize.add_argument(
+        "--candidate-rank",
+        type=int,
+        default=1,
+        metavar="RANK",
+        help="with --svg: draw this shortlist rank (default 1, the best)",
+    )
     client_options(optimize)
-    optimize.set_defaults(handler=_optimize, kind="out")
+    optimize.set_defaults(handler=_optimize, kind="out_err")
 
     batch = sub.add_parser("batch", help="solve many problems from a JSON / JSON-lines file")
     batch.add_argument("file", type=Path, help="JSON list, {'problems': [...]}, or JSON lines")
@@ -449,8 +470,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="extra request field as JSON, e.g. --param 'memory_transactions={\"12\": 4}'",
     )
+    predict.add_argument(
+        "--svg",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the superstep breakdown as SVG",
+    )
     client_options(predict)
-    predict.set_defaults(handler=_predict, kind="out")
+    predict.set_defaults(handler=_predict, kind="out_err")
 
     devices = sub.add_parser("devices", help="list device profiles, or show one")
     devices.add_argument("device_id", nargs="?", default=None)

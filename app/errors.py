@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.convert.predict import PTXTooLarge
+from app.negotiation import PicturesUnavailable
 from app.pool import (
     PoolClosed,
     PoolSaturated,
@@ -164,6 +165,8 @@ _FIXED: dict[type[Exception], tuple[int, str, str, dict[str, str] | None]] = {
     SolverTimeout: (504, "Solver timeout", "time_limit_s", None),
     WorkerTimeout: (504, "Solve timed out", "time_limit_s", None),
     PTXTooLarge: (413, "Content too large", "ptx", None),
+    # Accept: image/svg+xml on a server installed without the pictures extra
+    PicturesUnavailable: (406, "Not acceptable", "accept", None),
     PoolClosed: (503, "Service unavailable", "body", {"Retry-After": "1"}),
     # the request needs more memory than this server's per-worker cap: a 4xx like the other
     # size limits (a retry would fail the same way)

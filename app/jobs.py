@@ -11,6 +11,10 @@ those bytes as they are, with no validation or serialisation on its event loop.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
+from types import ModuleType
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -19,13 +23,26 @@ from app.convert import optimize as optimize_convert
 from app.convert import predict as predict_convert
 from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
 from app.schemas.predict import PredictKernelRequest
-from app.service import CachedAnswer, EncodedAnswer, Service, cached_solve, run_job
+from app.service import (
+    CachedAnswer,
+    EncodedAnswer,
+    RequestFieldError,
+    Service,
+    cached_solve,
+    run_job,
+)
 from device_profiles import get_profile
+from perfmodel.gemm_ws import Tiling, simulate
 from perfmodel.manybsp import predict_kernel
 from solver import optimize_tiling
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
+RENDER_KIND = "render-svg"
+#: worker time for one picture: the first one in a worker imports matplotlib (~0.5-1.5 s);
+#: the timeline of the longest pipeline (2^20 stages, tile_k = 1) simulates in 3-10 s on a
+#: loaded 2-core machine. Not the request's time_limit_s, which budgets the solve.
+RENDER_TIME_LIMIT_S = 30.0
 
 
 _OPTIMIZE_JSON = TypeAdapter(OptimizeTilingResponse)
@@ -144,3 +161,134 @@ async def predict_via_pool(service: Service, request: PredictKernelRequest) -> C
         profile=profile,
         compute=compute,
     )
+
+
+# ---------------------------------------------------------------------------- pictures
+
+
+def _render() -> ModuleType:
+    """The render package, imported in the worker on the first picture (matplotlib is slow
+    to import; the service's own process never imports it)."""
+    if "numpy" not in sys.modules:
+        # numpy's OpenBLAS reserves address space per core it sees; pictures need no BLAS,
+        # and the worker's RLIMIT_AS cap must not be spent on it on a many-core host
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    import render
+
+    return render
+
+
+async def _render_job(
+    service: Service, fn: Any, kwargs: dict[str, Any], *, answer_was_computed: bool
+) -> bytes:
+    svg: bytes = await run_job(
+        service,
+        RENDER_KIND,
+        fn,
+        kwargs,
+        RENDER_TIME_LIMIT_S,
+        pass_time_limit=False,
+        # a request that was solved was admitted to the queue once already (as a batch is)
+        admitted=answer_was_computed,
+    )
+    return svg
+
+
+def timeline_svg_job(request_json: dict[str, Any], candidate: dict[str, Any], rank: int) -> bytes:
+    """Worker side of the SVG answer of POST /optimize-tiling: simulate the ranked candidate
+    (the answer keeps no per-stage events) and draw its timeline."""
+    request = OptimizeTilingRequest.model_validate(request_json)
+    device, problem = optimize_convert.to_problem(request)
+    tiling = Tiling(
+        candidate["tile_m"], candidate["tile_n"], candidate["tile_k"], candidate["buffer_depth"]
+    )
+    sim = simulate(problem.shape, tiling, problem.machine, problem.wave_model)
+    svg: bytes = _render().timeline_svg(
+        sim, problem.machine, device=device, dtype=request.dtype, rank=rank
+    )
+    return svg
+
+
+async def optimize_svg_via_pool(
+    service: Service, request: OptimizeTilingRequest, candidate_rank: int
+) -> tuple[bytes, bool]:
+    """The answer (cache, else a solve), then the timeline of its ranked candidate; returns
+    the SVG and whether the answer drawn came from the cache."""
+    answer, hit = await optimize_model_via_pool(service, request)
+    if candidate_rank > len(answer.candidates):
+        raise RequestFieldError(
+            "candidate_rank",
+            f"the shortlist has {len(answer.candidates)} candidates; ask for 1.."
+            f"{len(answer.candidates)} (or raise top_k)",
+        )
+    kwargs = {
+        "request_json": request.model_dump(mode="json"),
+        "candidate": answer.candidates[candidate_rank - 1].model_dump(mode="json"),
+        "rank": candidate_rank,
+    }
+    return await _render_job(service, timeline_svg_job, kwargs, answer_was_computed=not hit), hit
+
+
+def breakdown_svg_job(request_json: dict[str, Any], answer: dict[str, Any]) -> bytes:
+    """Worker side of the SVG answer of POST /predict-kernel: draw the answer's breakdown."""
+    request = PredictKernelRequest.model_validate(request_json)
+    terms = predict_convert.terms_of(answer, predict_convert.resolve_device(request))
+    svg: bytes = _render().breakdown_svg(answer, terms)
+    return svg
+
+
+def _breakdown_fields(body: bytes) -> dict[str, Any]:
+    document = json.loads(body)
+    return {k: v for k, v in document.items() if k in predict_convert.BREAKDOWN_FIELDS}
+
+
+async def predict_svg_via_pool(
+    service: Service, request: PredictKernelRequest
+) -> tuple[bytes, bool]:
+    """The full answer (cache, else the analysis), then its superstep breakdown; returns the
+    SVG and whether the answer drawn came from the cache. The picture shows every level-1
+    superstep, so it draws the full answer whatever ``detail`` and paging the request gave."""
+    full = request.model_copy(update={"detail": "full", "list_offset": 0, "list_limit": None})
+    answer = await predict_via_pool(service, full)
+    # parsed off the event loop: a full answer lists every instruction
+    fields = await asyncio.to_thread(_breakdown_fields, answer.body)
+    kwargs = {"request_json": full.model_dump(mode="json"), "answer": fields}
+    svg = await _render_job(service, breakdown_svg_job, kwargs, answer_was_computed=not answer.hit)
+    return svg, answer.hit
+
+
+def calibration_svg_job(
+    measured: list[float], predicted: list[float], labels: list[str] | None, unit: str, title: str
+) -> bytes:
+    """Worker side of a calibration-fit picture (render.calibration_svg)."""
+    try:
+        svg: bytes = _render().calibration_svg(measured, predicted, labels, unit=unit, title=title)
+    except ValueError as exc:
+        # render names the argument first: "predicted: 3 values for 4 measurements"
+        field, _, reason = str(exc).partition(": ")
+        raise RequestFieldError(field, reason) from None
+    return svg
+
+
+async def calibration_svg_via_pool(
+    service: Service,
+    measured: list[float],
+    predicted: list[float],
+    labels: list[str] | None = None,
+    *,
+    unit: str = "µs",
+    title: str = "Calibration fit",
+) -> bytes:
+    """Draw measured vs predicted (+ residuals) in a worker; bad input is a 422 naming it.
+
+    For the SVG answer of POST /calibrate: ``svg_response(await calibration_svg_via_pool(
+    service, measured, predicted, labels), hit=False)``.
+    """
+    kwargs = {
+        "measured": list(measured),
+        "predicted": list(predicted),
+        "labels": list(labels) if labels is not None else None,
+        "unit": unit,
+        "title": title,
+    }
+    return await _render_job(service, calibration_svg_job, kwargs, answer_was_computed=False)

@@ -18,7 +18,7 @@ from app import logging as kperf_logging
 from app.cache import MemoryLRU, ResultCache
 from app.metrics import Metrics
 from app.pool import WorkerPool
-from app.routes import batch, devices, health, optimize, predict
+from app.routes import batch, devices, health, optimize, page, predict
 from app.service import Service
 from app.settings import Settings
 from app.store import Store, StoreUnavailable, make_store
@@ -113,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(optimize.router)
     app.include_router(batch.router)
     app.include_router(predict.router)
+    app.include_router(page.router)
     return app
 
 

@@ -27,6 +27,8 @@ from device_profiles import ModelNotServed, ProfileError, UnknownDevice
         # Many-BSP measurements carry predict requests, so calibration reads profiles too
         ("perfmodel.calibration", ("fastapi", "starlette", "app")),
         ("solver.calibration_loop", ("fastapi", "starlette", "app")),
+        # pictures take core dataclasses or plain dicts; matplotlib loads on the first picture
+        ("render", ("fastapi", "starlette", "app", "matplotlib", "numpy")),
     ],
 )
 def test_core_packages_do_not_import_the_http_layer(

@@ -3,6 +3,9 @@ response schema. Used by the route (early 4xx checks) and by the worker job alik
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pydantic import TypeAdapter
 
 from app.schemas.predict import (
@@ -25,6 +28,7 @@ from perfmodel.manybsp import (
     device_from_profile,
 )
 from perfmodel.manybsp.frontend import UNCOSTED
+from perfmodel.manybsp.kernel import KernelTerms, kernel_terms
 
 #: largest PTX text in UTF-8 bytes when :func:`to_core` is given no limit; the service passes
 #: its setting (KPERF_MAX_PTX_BYTES, same default) instead
@@ -220,3 +224,41 @@ def _instructions(result: PredictResult) -> list[InstructionOut]:
             )
         )
     return out
+
+
+#: the fields of an answer that its breakdown picture reads (render.breakdown_svg)
+BREAKDOWN_FIELDS = frozenset(
+    {
+        "kernel",
+        "device",
+        "n_b",
+        "predicted_cycles",
+        "predicted_time_us",
+        "clock_mhz",
+        "equation",
+        "comp",
+        "novlp",
+        "rho",
+        "K",
+        "tau",
+        "mu",
+        "level1_supersteps",
+    }
+)
+
+
+def terms_of(answer: Mapping[str, Any], figures: DeviceFigures) -> KernelTerms:
+    """The eq. (24)/(25) addends of an answer (its JSON, :data:`BREAKDOWN_FIELDS` at
+    least), with the device's n_sm and block_lnch_ovh."""
+    device = figures.device
+    return kernel_terms(
+        block_launch_overhead_cycles=device.block_launch_overhead_cycles,
+        n_b=int(answer["n_b"]),
+        n_sm=device.n_sm,
+        comp=float(answer["comp"]),
+        novlp=float(answer["novlp"]),
+        rho=int(answer["rho"]),
+        K=float(answer["K"]),
+        tau=int(answer["tau"]),
+        mu=float(answer["mu"]),
+    )

@@ -113,6 +113,49 @@ def estimate_kernel(
     return kernel_from_totals(block_totals(costs, level1, w), launch, device)
 
 
+@dataclass(frozen=True, slots=True)
+class KernelTerms:
+    """The addends of eq. (24)/(25), cycles; :attr:`total` is kernel_exec_cycle."""
+
+    block_launch_overhead: float
+    #: n_b / n_sm x comp / min(mu, (1 + rho) / 2)
+    blocks: float
+    #: eq. (25) only, else 0: (K - 1) x (tau - rho) / (tau - 1) x novlp
+    rounds: float
+    #: novlp / 2
+    tail: float
+    equation: str
+
+    @property
+    def total(self) -> float:
+        # the order of the sum is the equation's, so the total is bit-for-bit the same
+        base = self.block_launch_overhead + self.blocks + self.tail
+        return base + self.rounds if self.equation == "25" else base
+
+
+def kernel_terms(
+    *,
+    block_launch_overhead_cycles: float,
+    n_b: int,
+    n_sm: int,
+    comp: float,
+    novlp: float,
+    rho: int,
+    K: float,  # noqa: N803 - the paper's name
+    tau: int,
+    mu: float,
+) -> KernelTerms:
+    """eq. (24) when rho >= tau, else eq. (25), term by term."""
+    speedup = min(mu, (1 + rho) / 2)
+    blocks = n_b / n_sm * comp / speedup
+    if rho >= tau:  # eq. (24)
+        return KernelTerms(block_launch_overhead_cycles, blocks, 0.0, novlp / 2, "24")
+    # eq. (25): (K - 1) counts the rounds after the first; with fewer blocks than resident
+    # slots (K < 1) there are none, and the term must not turn negative (docs/model-notes.md).
+    rounds = max(0.0, K - 1) * (tau - rho) / (tau - 1) * novlp
+    return KernelTerms(block_launch_overhead_cycles, blocks, rounds, novlp / 2, "25")
+
+
 def kernel_from_totals(
     totals: BlockTotals, launch: LaunchShape, device: ManyBspDevice
 ) -> KernelEstimate:
@@ -150,18 +193,18 @@ def kernel_from_totals(
     # eq. (23) prints a floor; every worked example takes the ceiling (KNN 940MX:
     # ceil(918/573) + 1 = 3). We follow the examples.
     tau = math.ceil(novlp / comp) + 1 if comp > 0 else 1
-    speedup = min(device.mu, (1 + rho) / 2)
-    base = (
-        device.block_launch_overhead_cycles + launch.n_b / device.n_sm * comp / speedup + novlp / 2
+    terms = kernel_terms(
+        block_launch_overhead_cycles=device.block_launch_overhead_cycles,
+        n_b=launch.n_b,
+        n_sm=device.n_sm,
+        comp=comp,
+        novlp=novlp,
+        rho=rho,
+        K=K,
+        tau=tau,
+        mu=device.mu,
     )
-    if rho >= tau:  # eq. (24)
-        kernel = base
-        equation = "24"
-    else:  # eq. (25)
-        # (K - 1) counts the rounds after the first; with fewer blocks than resident slots
-        # (K < 1) there are none, and the term must not turn negative (docs/model-notes.md).
-        kernel = base + max(0.0, K - 1) * (tau - rho) / (tau - 1) * novlp
-        equation = "25"
+    kernel, equation = terms.total, terms.equation
     return KernelEstimate(
         w=w,
         parallel_comp=parallel_comp,

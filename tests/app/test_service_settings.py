@@ -85,3 +85,13 @@ def test_image_installs_the_service_alone_and_ci_runs_the_readme_test_command() 
         "EXPOSE 8000",
     ):
         assert directive in dockerfile
+
+
+def test_dockerfile_copies_every_package_the_project_installs() -> None:
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    include = re.search(r"^include = \[(.*)\]$", pyproject, flags=re.M)
+    assert include is not None
+    packages = [p.strip(' "*') for p in include[1].split(",")]
+    dockerfile = (REPO / "Dockerfile").read_text(encoding="utf-8")
+    missing = [p for p in packages if f"COPY {p} ./{p}\n" not in dockerfile]
+    assert missing == []

@@ -174,8 +174,12 @@ def test_predict_breakdown(client: TestClient) -> None:
     picture = client.post("/predict-kernel", json=body, headers=SVG)
     assert picture.status_code == 200, picture.text
     assert picture.headers["content-type"] == "image/svg+xml"
-    answer = client.post("/predict-kernel", json=body)
-    assert answer.headers["x-cache"] == "hit"  # the picture's analysis was cached
+    # the picture draws the full answer (every superstep), cached as detail=full
+    answer = client.post("/predict-kernel", json={**body, "detail": "full"})
+    assert answer.headers["x-cache"] == "hit"
+    # a paged or summary request still gets the whole picture
+    summary = client.post("/predict-kernel", json={**body, "detail": "summary"}, headers=SVG)
+    assert summary.content == picture.content
     document = answer.json()
     svg = Svg.parse(picture.content)
     steps = document["level1_supersteps"]

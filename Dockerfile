@@ -14,9 +14,6 @@ LABEL kperf.stage=build
 ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_TRUSTED_HOST
-# extras to install with the service: KPERF_EXTRAS=pictures for the SVG pictures
-# (matplotlib, ~95 MB); without them those requests are answered 406
-ARG KPERF_EXTRAS=""
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_NO_INPUT=1
 RUN python3 -m venv /opt/kperf
 WORKDIR /src
@@ -27,11 +24,14 @@ COPY perfmodel ./perfmodel
 COPY device_profiles ./device_profiles
 COPY render ./render
 # A regular (not editable) install of the service alone. pip trusts the system CA store, which
-# the offline base extends with the site's CAs. pip itself is not needed at run time.
+# the offline base extends with the site's CAs. pip itself is not needed at run time, nor are
+# the test suites that numpy, scipy and matplotlib ship inside their packages (~55 MB).
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then \
         export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi \
-    && /opt/kperf/bin/pip install -q ".${KPERF_EXTRAS:+[$KPERF_EXTRAS]}" \
-    && /opt/kperf/bin/pip uninstall -q -y pip setuptools
+    && /opt/kperf/bin/pip install -q . \
+    && /opt/kperf/bin/pip uninstall -q -y pip setuptools \
+    && find /opt/kperf/lib -depth -type d -name tests -path '*/site-packages/*' \
+        -exec rm -rf {} +
 
 FROM ${BASE_IMAGE} AS runtime
 # a fixed numeric uid, so orchestrators can check runAsNonRoot and volumes can be pre-owned

@@ -21,10 +21,10 @@ SVG_RESPONSE = {
     "content": {SVG_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
     "description": "the answer as JSON, or as an SVG picture with `Accept: image/svg+xml`",
 }
-#: documents the 406 of a server installed without the ``pictures`` extra
+#: documents the 406 of an installation whose matplotlib is missing (a broken install)
 NOT_ACCEPTABLE_RESPONSE = {
-    "description": "SVG asked for, but this server is installed without pictures "
-    "(the `pictures` extra); ask for application/json",
+    "description": "SVG asked for, but this installation lacks matplotlib (a dependency of "
+    "kperf: reinstall it); ask for application/json",
     "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
 }
 
@@ -34,8 +34,8 @@ class PicturesUnavailable(RuntimeError):
 
     def __init__(self) -> None:
         super().__init__(
-            "this server is installed without pictures (pip install 'kperf[pictures]', or the "
-            "image built with --build-arg KPERF_EXTRAS=pictures); ask for application/json"
+            "this installation cannot draw: matplotlib, a dependency of kperf, is missing "
+            "(reinstall kperf); ask for application/json"
         )
 
 

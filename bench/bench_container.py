@@ -7,7 +7,7 @@ the image ``--starts`` times (fresh container and volume, one worker, host netwo
 ``docker run`` -> /readyz answers 200, and -> Docker's HEALTHCHECK reports healthy (its first
 probe comes one interval, 5 s, after the start), and ``docker stop`` (SIGTERM -> exit).
 Prints medians (min-max); everything it started is removed. Acceptance: image over base
-<= 150 MB besides numpy + scipy (exit status 1 if not).
+<= 150 MB besides the numerical and plotting stack (exit status 1 if not).
 
     .venv/bin/python bench/bench_container.py --builds 3 --starts 5
 """
@@ -31,7 +31,8 @@ from tests.app.service_helpers import free_port  # noqa: E402
 from tests.container_engine import Engine, build_base_image, build_image, open_engine  # noqa: E402
 from tests.test_container import NUMERIC_PACKAGES  # noqa: E402
 
-MAX_OVER_BASE_BYTES = 150 * 1000 * 1000  # besides numpy + scipy (tests/test_container.py)
+#: besides the numerical and plotting stack (tests/test_container.py)
+MAX_OVER_BASE_BYTES = 150 * 1000 * 1000
 
 
 def _timed(fn: Callable[..., object], *args: object) -> float:
@@ -105,7 +106,7 @@ def main() -> int:
     print(f"image build, no cache: {_summary(builds)}")
     print(
         f"image: {image_bytes / 1e6:.0f} MB, over its base: {over / 1e6:.0f} MB "
-        f"besides numpy + scipy ({numeric_bytes / 1e6:.0f} MB)"
+        f"besides the numerical and plotting stack ({numeric_bytes / 1e6:.0f} MB)"
     )
     print(f"docker run -> /readyz 200: {_summary([s[0] for s in starts])}")
     print(f"docker run -> HEALTHCHECK healthy: {_summary([s[1] for s in starts])}")

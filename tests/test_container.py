@@ -39,10 +39,23 @@ pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 #: the issue's budget for what the image adds to its base (decimal megabytes, as docker prints),
 #: not counting the numerical stack below
 MAX_IMAGE_OVER_BASE_BYTES = 150 * 1000 * 1000
-#: numpy and scipy, which calibration (issue 7: "fit with scipy.optimize") brought after the
-#: budget was set: about 220 MB installed, counted apart and capped on their own
-NUMERIC_PACKAGES = ("numpy", "numpy.libs", "scipy", "scipy.libs")
-MAX_NUMERIC_BYTES = 260 * 1000 * 1000
+#: the numerical and plotting stack, which calibration (issue 7: "fit with scipy.optimize") and
+#: the pictures (issue 12: "matplotlib with its SVG backend") brought after the budget was set:
+#: about 265 MB installed once their bundled test suites are removed, counted apart and capped
+NUMERIC_PACKAGES = (
+    "numpy",
+    "numpy.libs",
+    "scipy",
+    "scipy.libs",
+    "matplotlib",
+    "mpl_toolkits",
+    "PIL",
+    "pillow.libs",
+    "fontTools",
+    "kiwisolver",
+    "contourpy",
+)
+MAX_NUMERIC_BYTES = 300 * 1000 * 1000
 #: Table 1 of the GeMM-WS paper: (1024, 512, 1024) -> (128, 64, 128)
 TABLE_1_BODY = {
     "m": 1024,
@@ -109,10 +122,10 @@ def test_image_holds_the_service_alone(engine: Engine, image: str, base_image: s
     assert not set(scripts.split()) & {"pytest", "mypy", "ruff"}, scripts
 
     numeric = engine.installed_bytes(image, NUMERIC_PACKAGES)
-    assert numeric <= MAX_NUMERIC_BYTES, f"numpy + scipy take {numeric / 1e6:.0f} MB"
+    assert numeric <= MAX_NUMERIC_BYTES, f"numerical + plotting stack: {numeric / 1e6:.0f} MB"
     added = engine.image_size_bytes(image) - engine.image_size_bytes(base_image) - numeric
     assert added <= MAX_IMAGE_OVER_BASE_BYTES, (
-        f"the image adds {added / 1e6:.0f} MB to its base besides numpy + scipy"
+        f"the image adds {added / 1e6:.0f} MB to its base besides the numerical and plotting stack"
     )
 
     config = engine.inspect(

@@ -1,31 +1,35 @@
-"""Result cache: an in-process LRU in front of a persistent SQLite file.
+"""Result cache: a bytes-bounded in-process LRU in front of the shared store.
 
 Keys are SHA-256 digests of a canonical JSON document: the request after validation (defaults
 filled, field order irrelevant), the resolved device profile's content digest, and the model
-version. Values are JSON documents (never pickles: a cache file must not be able to run code).
+version. Values are the encoded response bodies, exactly the bytes sent to the client: a hit is
+answered without validating or serialising anything.
 
-The persistent layer is best-effort by design: a corrupt, unreadable or unwritable file is
-logged, counted and bypassed; the service keeps answering from the solver.
+The LRU holds at most ``max_bytes`` of bodies (and ``max_items`` entries); a body larger than
+``max_entry_bytes`` is never held in memory, only in the shared store. The shared store
+(``app/store``, namespace ``results``) is best-effort by design: when it is unavailable the
+lookup is a miss and the write is skipped (the store counts and logs its errors); the service
+keeps answering from the LRU and the solver. When the store is the in-process backend the LRU
+alone is the cache (an unbounded second copy in the same memory would defeat the bound).
 """
 
 from __future__ import annotations
 
-import abc
+import asyncio
 import hashlib
 import json
-import logging
-import sqlite3
 import threading
-import time
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-log = logging.getLogger("kperf.cache")
+from app.store import Store, StoreUnavailable
 
 #: bump when the stored value format changes, so old entries are never misread
-CACHE_FORMAT_VERSION = 1
+CACHE_FORMAT_VERSION = 2
+#: the store namespace of result-cache entries
+RESULTS_NAMESPACE = "results"
 
 
 def canonical_json(document: Any) -> str:
@@ -33,178 +37,156 @@ def canonical_json(document: Any) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
+#: strings longer than this (a PTX module) enter the key as their SHA-256 digest
+LONG_STRING_CHARS = 1024
+
+
+def _digest_long_strings(value: Any) -> Any:
+    """``value`` with each long string replaced by ``{"$sha256": hex}``: a dict cannot stand
+    where a validated request has a string, and hashing 2 MB of PTX once is ~5x cheaper than
+    escaping it into canonical JSON (which holds the GIL throughout)."""
+    if isinstance(value, str) and len(value) > LONG_STRING_CHARS:
+        return {"$sha256": hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()}
+    if isinstance(value, Mapping):
+        return {k: _digest_long_strings(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_digest_long_strings(v) for v in value]
+    return value
+
+
 def cache_key(kind: str, request: Mapping[str, Any], versions: Mapping[str, str]) -> str:
     """Digest of what determines an answer: job kind, canonical request and versions."""
     document = {
         "format": CACHE_FORMAT_VERSION,
         "kind": kind,
-        "request": request,
+        "request": _digest_long_strings(request),
         "versions": versions,
     }
     return hashlib.sha256(canonical_json(document).encode("ascii")).hexdigest()
 
 
-class CacheBackend(abc.ABC):
-    @abc.abstractmethod
-    def get(self, key: str) -> str | None:
-        """The stored JSON text for ``key``, or None when absent (or unavailable)."""
+class MemoryLRU:
+    """Bodies by key, least recently used evicted first, bounded in bytes and in entries.
 
-    @abc.abstractmethod
-    def put(self, key: str, value: str) -> None:
-        """Store ``value`` under ``key``; failures are swallowed by the implementation."""
+    ``size_bytes`` counts each body and key; a body above ``max_entry_bytes`` is refused (not
+    held), so one huge answer cannot flush every small one. ``max_bytes = 0`` or
+    ``max_items = 0`` disables the cache.
+    """
 
-
-class MemoryLRU(CacheBackend):
-    """At most ``capacity`` entries; the least recently used is evicted first."""
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 0:
-            raise ValueError("capacity must be 0 (disabled) or more")
-        self.capacity = capacity
-        self._data: OrderedDict[str, str] = OrderedDict()
+    def __init__(self, max_bytes: int, max_entry_bytes: int, max_items: int = 1 << 30) -> None:
+        if max_bytes < 0 or max_entry_bytes < 0 or max_items < 0:
+            raise ValueError("max_bytes, max_entry_bytes and max_items must be 0 or more")
+        self.max_bytes = max_bytes
+        self.max_entry_bytes = min(max_entry_bytes, max_bytes)
+        self.max_items = max_items
+        self.size_bytes = 0
+        self._data: OrderedDict[str, bytes] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._data)
 
-    def get(self, key: str) -> str | None:
+    @staticmethod
+    def _cost(key: str, body: bytes) -> int:
+        return len(key) + len(body)
+
+    def get(self, key: str) -> bytes | None:
         with self._lock:
-            value = self._data.get(key)
-            if value is not None:
+            body = self._data.get(key)
+            if body is not None:
                 self._data.move_to_end(key)
-            return value
+            return body
 
-    def put(self, key: str, value: str) -> None:
-        if self.capacity == 0:
-            return
+    def put(self, key: str, body: bytes) -> bool:
+        """Hold ``body``; False when it is above the per-entry cap (or the cache is off)."""
+        cost = self._cost(key, body)
+        if self.max_items == 0 or cost > self.max_entry_bytes:
+            return False
         with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.capacity:
-                self._data.popitem(last=False)
+            old = self._data.pop(key, None)
+            if old is not None:
+                self.size_bytes -= self._cost(key, old)
+            self._data[key] = body
+            self.size_bytes += cost
+            while self.size_bytes > self.max_bytes or len(self._data) > self.max_items:
+                evicted_key, evicted = self._data.popitem(last=False)
+                self.size_bytes -= self._cost(evicted_key, evicted)
+        return True
 
 
-class SqliteStore(CacheBackend):
-    """One table in one SQLite file; any database error disables the store (logged once)."""
+class Body:
+    """An answer's bytes as the cache hands them out. While any Body of a key read from the
+    store is alive (a response still sending it), lookups of that key share it."""
 
-    def __init__(self, path: Path, on_error: Callable[[str], None] | None = None) -> None:
-        self.path = path
-        self._on_error = on_error
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self.disabled_reason: str | None = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(path, timeout=1.0, check_same_thread=False)
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS results "
-                "(key TEXT PRIMARY KEY, value TEXT NOT NULL, created_unix_s REAL NOT NULL)"
-            )
-            # reading a row proves the file is a database, not just that it exists
-            conn.execute("SELECT key FROM results LIMIT 1").fetchall()
-            conn.commit()
-            self._conn = conn
-        except (sqlite3.Error, OSError) as exc:
-            self._disable("open", exc)
+    __slots__ = ("data", "__weakref__")
 
-    @property
-    def available(self) -> bool:
-        return self._conn is not None
-
-    def _disable(self, operation: str, exc: BaseException) -> None:
-        self.disabled_reason = f"{type(exc).__name__}: {exc}"
-        log.error(
-            "persistent cache bypassed",
-            extra={"cache_path": str(self.path), "operation": operation, "error": repr(exc)},
-        )
-        if self._on_error is not None:
-            self._on_error(operation)
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except sqlite3.Error:
-                pass
-        self._conn = None
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            if self._conn is None:
-                return None
-            try:
-                row = self._conn.execute(
-                    "SELECT value FROM results WHERE key = ?", (key,)
-                ).fetchone()
-            except sqlite3.Error as exc:
-                self._disable("get", exc)
-                return None
-        return None if row is None else str(row[0])
-
-    def put(self, key: str, value: str) -> None:
-        with self._lock:
-            if self._conn is None:
-                return
-            try:
-                self._conn.execute(
-                    "INSERT OR REPLACE INTO results (key, value, created_unix_s) VALUES (?, ?, ?)",
-                    (key, value, time.time()),
-                )
-                self._conn.commit()
-            except sqlite3.Error as exc:
-                self._disable("put", exc)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+    def __init__(self, data: bytes) -> None:
+        self.data = data
 
 
 class ResultCache:
-    """LRU first, then the persistent store (a persistent hit is promoted into the LRU)."""
+    """LRU first, then the shared store (a store hit small enough is promoted into the LRU).
+
+    Concurrent lookups of one key share one store read, and a body too large for the LRU is
+    shared by every response still sending it (a weak reference: it is freed with the last
+    one), so ten clients fetching one 36 MB answer hold it once, not ten times.
+    """
 
     def __init__(
-        self,
-        memory_items: int,
-        path: Path | None,
-        on_error: Callable[[str], None] | None = None,
+        self, memory: MemoryLRU, shared: Store | None, *, store_ttl_s: float | None = None
     ) -> None:
-        self.memory = MemoryLRU(memory_items)
-        self.path = path
-        self._on_error = on_error
-        self._store: SqliteStore | None = None
-        self._open_lock = threading.Lock()
+        self.memory = memory
+        self.shared = shared
+        #: entries expire from the shared store (None: never)
+        self.store_ttl_s = store_ttl_s
+        self._reading: dict[str, asyncio.Task[Body | None]] = {}
+        self._sending: weakref.WeakValueDictionary[str, Body] = weakref.WeakValueDictionary()
 
-    @property
-    def store(self) -> SqliteStore | None:
-        """The persistent layer, opened on first use (an app that never serves never opens it)."""
-        if self.path is None:
-            return None
-        with self._open_lock:
-            if self._store is None:
-                self._store = SqliteStore(self.path, self._on_error)
-            return self._store
+    @classmethod
+    def in_front_of(
+        cls, memory: MemoryLRU, store: Store, *, store_ttl_s: float | None = None
+    ) -> ResultCache:
+        """The cache for ``store``: no second layer when the store is this process's memory."""
+        return cls(memory, None if store.name == "memory" else store, store_ttl_s=store_ttl_s)
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        text = self.memory.get(key)
-        if text is None and self.store is not None:
-            text = self.store.get(key)
-            if text is not None:
-                self.memory.put(key, text)
-        if text is None:
-            return None
+    async def get(self, key: str) -> Body | None:
+        """The body stored under ``key``, or None (a miss, or the store unavailable)."""
+        data = self.memory.get(key)
+        if data is not None:
+            return Body(data)
+        body = self._sending.get(key)
+        if body is not None or self.shared is None:
+            return body
+        reading = self._reading.get(key)
+        if reading is None:
+            reading = asyncio.create_task(self._read_shared(self.shared, key))
+            self._reading[key] = reading
+            reading.add_done_callback(lambda _: self._reading.pop(key, None))
+        # shielded: a client that hangs up does not cancel the read the others wait for
+        return await asyncio.shield(reading)
+
+    async def _read_shared(self, store: Store, key: str) -> Body | None:
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            log.error("cache entry is not JSON; ignored", extra={"key": key})
+            data = await asyncio.to_thread(store.get, RESULTS_NAMESPACE, key)
+        except StoreUnavailable:
             return None
-        return value if isinstance(value, dict) else None
+        if data is None:
+            return None
+        body = Body(data)
+        if not self.memory.put(key, data):
+            # too large for the LRU: held only while some response still sends it
+            self._sending[key] = body
+        return body
 
-    def put(self, key: str, value: Mapping[str, Any]) -> None:
-        text = canonical_json(value)
-        self.memory.put(key, text)
-        if self.store is not None:
-            self.store.put(key, text)
-
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
+    async def put(self, key: str, body: bytes) -> None:
+        """Keep ``body`` in the LRU (when small enough) and in the shared store (best effort)."""
+        self.memory.put(key, body)
+        shared = self.shared
+        if shared is None:
+            return
+        try:
+            await asyncio.to_thread(
+                lambda: shared.put(RESULTS_NAMESPACE, key, body, ttl_s=self.store_ttl_s)
+            )
+        except StoreUnavailable:
+            pass

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from app.convert import calibrate as convert
-from app.jobs import calibrate_via_pool, check_many_bsp_runs_via_pool
+from app.jobs import calibrate_via_pool, check_runs_via_pool
 from app.schemas.calibrate import (
     DEFAULT_FOLDS,
     FIGURES,
@@ -82,7 +82,7 @@ async def calibrate(
     _check_count(service, len(measurements), "measurements")
     names = list(fit) if fit is not None else list(FIGURES[model])
     ready, starts = convert.fit_ready(base, model, names, profiles.shipped, base_field)
-    convert.check_limits(model, base, measurements, service.settings.max_ptx_bytes)
+    convert.check_ptx_sizes(model, measurements, service.settings.max_ptx_bytes)
     documents, order = convert.canonical(measurements)
     digest = convert.measurements_digest(documents)
     device_id = convert.calibrated_id(root, base, model, names, digest, MODEL_VERSION)
@@ -102,12 +102,12 @@ async def calibrate(
     except CalibrationInputError as exc:
         # the core names runs by their canonical position: name them as the caller sent them
         raise CalibrationInputError(convert.request_field(exc.field, order), exc.reason) from None
-    fitted = convert.in_request(fitted, order, starts)
+    fitted = convert.in_request(fitted, order, starts, ready, model)
     profile = convert.calibrated_profile(
         device_id=device_id,
         base=ready,
         base_id=base_id,
-        base_digest=convert.profile_sha256(base),
+        base_digest=base.content_sha256(),
         root=root,
         model=model,
         fit=fitted,
@@ -173,15 +173,15 @@ async def add_measurements(
     ready, _ = convert.fit_ready(
         profile, request.model, FIGURES[request.model], profiles.shipped, "device"
     )
-    convert.check_limits(
-        request.model, profile, request.measurements, service.settings.max_ptx_bytes
-    )
+    convert.check_ptx_sizes(request.model, request.measurements, service.settings.max_ptx_bytes)
     documents = [m.model_dump(mode="json") for m in request.measurements]
     record = await asyncio.to_thread(profiles.record, profile.id)
     total = len(record.get(request.model, [])) + len(documents)
     _check_count(service, total, "measurements")
-    if request.model == "many-bsp":
-        await check_many_bsp_runs_via_pool(service, ready, documents)
+    try:
+        await check_runs_via_pool(service, request.model, ready, documents)
+    except CalibrationInputError as exc:
+        raise CalibrationInputError(convert.request_field(exc.field), exc.reason) from None
     await asyncio.to_thread(profiles.append, profile.id, request.model, documents)
     return MeasurementsAdded(
         device=profile.id,

@@ -17,6 +17,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 import httpx
@@ -55,18 +56,31 @@ def _serve(args: argparse.Namespace) -> int:
     from app import logging as kperf_logging
     from app.main import create_app
 
-    overrides = {"workers": args.workers, "cache_path": args.cache_path}
+    overrides = {
+        "host": args.host,
+        "port": args.port,
+        "workers": args.workers,
+        "cache_path": args.cache_path,
+    }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     kperf_logging.configure(settings.log_level, settings.log_json)
+    # SIGTERM (docker stop, systemd, Kubernetes) asks for a graceful stop, which is a success:
+    # uvicorn drains and runs the lifespan shutdown (worker pool, cache), then re-raises the
+    # signal it caught into the handler it found, this one, so the exit status is 0, not 143.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     uvicorn.run(
         create_app(settings),
-        host=args.host,
-        port=args.port,
+        host=settings.host,
+        port=settings.port,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
     )
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 # ---------------------------------------------------------------------------- client commands
@@ -85,9 +99,18 @@ def _optimize_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
-async def _optimize(args: argparse.Namespace, out: TextIO) -> int:
+def _write_svg(path: Path, svg: bytes, err: TextIO) -> None:
+    path.write_bytes(svg)
+    err.write(f"wrote {path} ({len(svg)} bytes)\n")
+
+
+async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     async with _client(args) as client:
         answer = await client.optimize(_optimize_body(args))
+        if args.svg is not None:
+            # the same request again, as a picture: answered from the cache, then drawn
+            svg = await client.optimize_svg(_optimize_body(args), args.candidate_rank)
+            _write_svg(args.svg, svg, err)
     result = answer.response
     if args.json:
         _print_json(result.model_dump(mode="json"), out)
@@ -273,7 +296,7 @@ def _param(text: str) -> tuple[str, Any]:
         return key, value
 
 
-async def _predict(args: argparse.Namespace, out: TextIO) -> int:
+async def _predict(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ptx = args.kernel.read_text(encoding="utf-8")
     body: dict[str, Any] = {
         "ptx": ptx,
@@ -295,6 +318,8 @@ async def _predict(args: argparse.Namespace, out: TextIO) -> int:
     body.update(dict(args.param))
     async with _client(args) as client:
         result = await client.predict(body)
+        if args.svg is not None:
+            _write_svg(args.svg, await client.predict_svg(body), err)
     if args.json:
         _print_json(result, out)
         return 0
@@ -322,6 +347,13 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
                     if figure is not None:
                         rows.append((f"{section}.{name}", figure.value, figure.source))
             out.write(_table(("figure", "value", "source"), rows) + "\n")
+            for model, need in profile.needs_calibration.items():
+                out.write(f"{model}: {need.status}\n")
+                for label, figures in (("calibrate", need.figures), ("cite", need.missing)):
+                    if figures:
+                        out.write(f"  {label}: {', '.join(f.figure for f in figures)}\n")
+                if need.calibrate is not None:
+                    out.write(f"  call: {need.calibrate.cli}\n")
             return 0
         listing = await client.devices()
     if args.json:
@@ -538,8 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the HTTP service (settings from KPERF_* env)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default=None, help="overrides KPERF_HOST (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="overrides KPERF_PORT (8000)")
     serve.add_argument("--workers", type=int, default=None, help="overrides KPERF_WORKERS")
     serve.add_argument(
         "--cache-path", type=Path, default=None, help="overrides KPERF_CACHE_PATH (SQLite file)"
@@ -561,8 +593,18 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--top-k", type=int, default=None)
     optimize.add_argument("--time-limit-s", type=float, default=None)
     optimize.add_argument("--timeline", action="store_true", help="include per-stage times")
+    optimize.add_argument(
+        "--svg", type=Path, default=None, metavar="FILE", help="also write the timeline as SVG"
+    )
+    optimize.add_argument(
+        "--candidate-rank",
+        type=int,
+        default=1,
+        metavar="RANK",
+        help="with --svg: draw this shortlist rank (default 1, the best)",
+    )
     client_options(optimize)
-    optimize.set_defaults(handler=_optimize, kind="out")
+    optimize.set_defaults(handler=_optimize, kind="out_err")
 
     batch = sub.add_parser("batch", help="solve many problems from a JSON / JSON-lines file")
     batch.add_argument("file", type=Path, help="JSON list, {'problems': [...]}, or JSON lines")
@@ -624,8 +666,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="extra request field as JSON, e.g. --param 'memory_transactions={\"12\": 4}'",
     )
+    predict.add_argument(
+        "--svg",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the superstep breakdown as SVG",
+    )
     client_options(predict)
-    predict.set_defaults(handler=_predict, kind="out")
+    predict.set_defaults(handler=_predict, kind="out_err")
 
     def fit_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--name", default=None, help="alias of the new profile")

@@ -30,12 +30,12 @@ from app.schemas.calibrate import (
     MeasurementsAdded,
     RecalibrateRequest,
 )
-from app.schemas.devices import DeviceList
+from app.schemas.devices import DeviceDetail, DeviceList
 from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
 from app.settings import Settings
-from device_profiles import DeviceProfile
 
 IN_PROCESS_URL = "http://kperf.in-process"
+SVG_MEDIA_TYPE = "image/svg+xml"
 
 
 class KperfError(Exception):
@@ -154,8 +154,17 @@ class KperfClient:
             raise RuntimeError("use the client inside 'async with KperfClient(...)'")
         return self._http
 
-    async def _call(self, method: str, path: str, json: Any = None) -> httpx.Response:
-        response = await self.http.request(method, path, json=json)
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        accept: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> httpx.Response:
+        headers = {"Accept": accept} if accept is not None else None
+        response = await self.http.request(method, path, json=json, headers=headers, params=params)
         if response.status_code >= 400:
             try:
                 problem = response.json()
@@ -181,9 +190,9 @@ class KperfClient:
     async def devices(self) -> DeviceList:
         return DeviceList.model_validate((await self._call("GET", "/devices")).json())
 
-    async def device(self, device_id: str) -> DeviceProfile:
+    async def device(self, device_id: str) -> DeviceDetail:
         response = await self._call("GET", f"/devices/{device_id}")
-        return DeviceProfile.model_validate(response.json())
+        return DeviceDetail.model_validate(response.json())
 
     async def optimize(self, request: OptimizeTilingRequest | Mapping[str, Any]) -> OptimizeAnswer:
         body = _request_json(request)
@@ -205,6 +214,24 @@ class KperfClient:
         """POST /predict-kernel; the body as the service documents it in its OpenAPI."""
         body: dict[str, Any] = (await self._call("POST", "/predict-kernel", dict(request))).json()
         return body
+
+    async def optimize_svg(
+        self, request: OptimizeTilingRequest | Mapping[str, Any], candidate_rank: int = 1
+    ) -> bytes:
+        """POST /optimize-tiling as a picture: the timeline of the candidate at that rank."""
+        response = await self._call(
+            "POST",
+            "/optimize-tiling",
+            _request_json(request),
+            accept=SVG_MEDIA_TYPE,
+            params={"candidate_rank": candidate_rank},
+        )
+        return response.content
+
+    async def predict_svg(self, request: Mapping[str, Any]) -> bytes:
+        """POST /predict-kernel as a picture: the superstep breakdown."""
+        response = await self._call("POST", "/predict-kernel", dict(request), accept=SVG_MEDIA_TYPE)
+        return response.content
 
     async def calibrate(self, request: CalibrateRequest | Mapping[str, Any]) -> CalibrateResponse:
         """POST /calibrate: a new calibrated profile; its id is ``answer.device``."""

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.convert.predict import PTXTooLarge
+from app.negotiation import PicturesUnavailable
 from app.pool import (
     PoolClosed,
     PoolSaturated,
@@ -24,9 +25,10 @@ from app.pool import (
     WorkerTimeout,
 )
 from app.profile_store import NameTaken
+from app.schemas.devices import calibrate_hint
 from app.service import RequestFieldError
 from app.store import StoreUnavailable
-from device_profiles import ModelNotServed, UnknownDevice
+from device_profiles import ModelNotServed, UnknownDevice, is_calibratable
 from perfmodel.errors import ModelInputError, PTXSyntaxError
 from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace, SolverTimeout
 
@@ -101,13 +103,25 @@ async def _unknown_device_handler(request: Request, exc: Exception) -> JSONRespo
 
 
 async def _model_not_served_handler(request: Request, exc: Exception) -> JSONResponse:
+    """Names each missing figure, and the calibration call for those a run can fit (the same
+    listing as GET /devices/{id} under needs_calibration)."""
     assert isinstance(exc, ModelNotServed)
-    return problem_response(
-        422,
-        "Model not served by device",
-        str(exc),
-        [{"field": exc.field, "reason": f"missing figure: {m}"} for m in exc.missing],
-    )
+    fit = [m.rsplit(".", 1)[-1] for m in exc.missing if is_calibratable(exc.model, m)]
+    detail = str(exc)
+    if fit:
+        detail += "; calibrate them from measured runs: " + calibrate_hint(
+            exc.model, exc.device_id, fit
+        )
+    if len(fit) < len(exc.missing):
+        detail += "; the others no calibration fits: they must be cited in the device profile"
+    errors = []
+    for m in exc.missing:
+        fits = is_calibratable(exc.model, m)
+        how = "POST /calibrate fits it" if fits else "no calibration fits it: cite it"
+        errors.append(
+            {"field": exc.field, "reason": f"missing figure: {m} ({how})", "calibratable": fits}
+        )
+    return problem_response(422, "Model not served by device", detail, errors)
 
 
 async def _invalid_space_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -161,13 +175,16 @@ _FIXED: dict[type[Exception], tuple[int, str, str, dict[str, str] | None]] = {
     SolverTimeout: (504, "Solver timeout", "time_limit_s", None),
     WorkerTimeout: (504, "Solve timed out", "time_limit_s", None),
     PTXTooLarge: (413, "Content too large", "ptx", None),
+    # Accept: image/svg+xml on a server installed without the pictures extra
+    PicturesUnavailable: (406, "Not acceptable", "accept", None),
     PoolClosed: (503, "Service unavailable", "body", {"Retry-After": "1"}),
     # the shared store (calibrated profiles, measured runs) cannot be reached: retry later
     StoreUnavailable: (503, "Store unavailable", "body", {"Retry-After": "1"}),
     # the request needs more memory than this server's per-worker cap: a 4xx like the other
     # size limits (a retry would fail the same way)
     WorkerMemoryExceeded: (422, "Memory limit exceeded", "body", None),
-    # a worker died under this request: the pool replaced it, but the answer is a server bug
+    # this request killed its worker twice (it is retried once on a fresh worker, since the
+    # first death may not be its fault): a server bug; the pool replaced both workers
     WorkerCrashed: (500, "Worker crashed", "body", None),
 }
 

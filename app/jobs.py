@@ -3,49 +3,83 @@
 Layering: routes call these jobs, jobs call the core (through ``app/convert``), never back.
 
 A worker job receives the validated request as JSON, rebuilds the core problem, solves it and
-returns the response as a JSON document: the pipe then carries a few kilobytes instead of every
-candidate's per-stage events, and the parent stores exactly what it sends.
+returns the response already encoded (:class:`EncodedAnswer`): the response model is built and
+validated in the worker, the pipe carries one bytes object, and the parent stores and sends
+those bytes as they are, with no validation or serialisation on its event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
+from types import ModuleType
 from typing import Any
 
-from fastapi import Response
+from pydantic import TypeAdapter
 
-from app.convert import calibrate as calibrate_convert
 from app.convert import optimize as optimize_convert
 from app.convert import predict as predict_convert
 from app.schemas.calibrate import CalibrationFit
 from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
-from app.schemas.predict import PredictKernelRequest, PredictKernelResponse
-from app.service import Service, cached_solve, run_job
+from app.schemas.predict import PredictKernelRequest
+from app.service import (
+    CachedAnswer,
+    EncodedAnswer,
+    RequestFieldError,
+    Service,
+    cached_solve,
+    run_job,
+)
 from device_profiles import DeviceProfile
-from perfmodel.calibration import fit_gemm_ws, fit_many_bsp, predict_many_bsp_cycles
-from perfmodel.errors import ModelInputError
+from perfmodel.gemm_ws import Tiling, simulate
 from perfmodel.manybsp import predict_kernel
 from solver import optimize_tiling
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
+RENDER_KIND = "render-svg"
 CALIBRATE_KIND = "calibrate"
 CHECK_RUNS_KIND = "check-measurements"
+#: worker time for one picture: the first one in a worker imports matplotlib (~0.5-1.5 s);
+#: the timeline of the longest pipeline (2^20 stages, tile_k = 1) simulates in 3-10 s on a
+#: loaded 2-core machine. Not the request's time_limit_s, which budgets the solve.
+RENDER_TIME_LIMIT_S = 30.0
+
+
+_OPTIMIZE_JSON = TypeAdapter(OptimizeTilingResponse)
 
 
 def _profile(profile_json: dict[str, Any] | None) -> DeviceProfile | None:
     return None if profile_json is None else DeviceProfile.model_validate(profile_json)
 
 
+def _profile_json(profile: DeviceProfile | None) -> dict[str, Any] | None:
+    return None if profile is None else profile.model_dump(mode="json")
+
+
+async def request_profile(
+    service: Service, request: OptimizeTilingRequest | PredictKernelRequest
+) -> DeviceProfile | None:
+    """The profile ``request.device`` names (shipped id, calibrated id or name); None for
+    inline device_params (with both given, the conversion refuses the request). Resolved
+    once per request, in the parent: jobs get the profile itself, workers never look up."""
+    if request.device is None or request.device_params is not None:
+        return None
+    return await service.resolve_profile(request.device)
+
+
 def optimize_job(
     request_json: dict[str, Any], profile_json: dict[str, Any] | None, time_limit_s: float
-) -> dict[str, Any]:
+) -> EncodedAnswer:
     """Worker side of POST /optimize-tiling: solve within ``time_limit_s``, return the body.
     ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline)."""
     request = OptimizeTilingRequest.model_validate(request_json)
     device, problem = optimize_convert.to_problem(request, _profile(profile_json))
     result = optimize_tiling(problem, top_k=request.top_k, time_limit_s=time_limit_s)
-    return optimize_convert.to_response(request, device, problem, result).model_dump(mode="json")
+    answer = optimize_convert.to_response(request, device, problem, result)
+    return EncodedAnswer(_OPTIMIZE_JSON.dump_json(answer), cacheable=answer.status == "optimal")
 
 
 def canonical_optimize_request(request: OptimizeTilingRequest) -> dict[str, Any]:
@@ -57,104 +91,266 @@ def canonical_optimize_request(request: OptimizeTilingRequest) -> dict[str, Any]
     return request.model_dump(mode="json", exclude={"time_limit_s"})
 
 
-async def request_profile(
-    service: Service, request: OptimizeTilingRequest | PredictKernelRequest
-) -> DeviceProfile | None:
-    """The profile ``request.device`` names; None for inline device_params (with both given,
-    the conversion refuses the request)."""
-    if request.device is None or request.device_params is not None:
-        return None
-    return await service.resolve_profile(request.device)
-
-
 async def optimize_via_pool(
     service: Service,
     request: OptimizeTilingRequest,
     profile: DeviceProfile | None,
-    response: Response | None,
     *,
     admitted: bool = False,
-) -> tuple[OptimizeTilingResponse, bool]:
-    """Cache, then the worker pool; returns the answer and whether it was a cache hit.
-    ``profile``: what ``request.device`` resolved to (:func:`request_profile`)."""
+) -> CachedAnswer:
+    """Cache, then the worker pool; the answer's body and whether it was a cache hit.
+    ``profile``: what ``request.device`` resolved to (:func:`request_profile`); its content
+    digest is part of the cache key, so a recalibrated profile never gets an old answer."""
     time_limit_s = service.resolve_time_limit(
         request.time_limit_s if "time_limit_s" in request.model_fields_set else None
     )
     request_json = request.model_dump(mode="json")
-    profile_json = None if profile is None else profile.model_dump(mode="json")
 
-    async def compute() -> tuple[OptimizeTilingResponse, bool]:
-        body = await run_job(
+    async def compute() -> EncodedAnswer:
+        answer: EncodedAnswer = await run_job(
             service,
             OPTIMIZE_KIND,
             optimize_job,
-            {"request_json": request_json, "profile_json": profile_json},
+            {"request_json": request_json, "profile_json": _profile_json(profile)},
             time_limit_s,
             admitted=admitted,
         )
-        # validated off the event loop: a long timeline is megabytes of JSON
-        answer = await asyncio.to_thread(OptimizeTilingResponse.model_validate, body)
-        return answer, answer.status == "optimal"
+        return answer
 
     return await cached_solve(
         service,
-        response,
         kind=OPTIMIZE_KIND,
         canonical_request=canonical_optimize_request(request),
         profile=profile,
-        model=OptimizeTilingResponse,
         compute=compute,
     )
 
 
+async def optimize_model_via_pool(
+    service: Service,
+    request: OptimizeTilingRequest,
+    profile: DeviceProfile | None,
+    *,
+    admitted: bool = False,
+) -> tuple[OptimizeTilingResponse, bool]:
+    """:func:`optimize_via_pool` as a response model (decoded off the event loop)."""
+    answer = await optimize_via_pool(service, request, profile, admitted=admitted)
+    model = await asyncio.to_thread(OptimizeTilingResponse.model_validate_json, answer.body)
+    return model, answer.hit
+
+
 def predict_job(
-    request_json: dict[str, Any], profile_json: dict[str, Any] | None, max_ptx_bytes: int
-) -> dict[str, Any]:
-    """Worker side of POST /predict-kernel: PTX analysis + Many-BSP model, body as JSON."""
+    request_json: dict[str, Any],
+    profile_json: dict[str, Any] | None,
+    max_ptx_bytes: int,
+    summary_above_bytes: int,
+) -> EncodedAnswer:
+    """Worker side of POST /predict-kernel: PTX analysis + Many-BSP model, the body encoded
+    with the lists the request asked for (``detail``, ``list_offset``, ``list_limit``);
+    ``profile_json`` as for :func:`optimize_job`."""
     request = PredictKernelRequest.model_validate(request_json)
     core = predict_convert.to_core(request, max_ptx_bytes, _profile(profile_json))
     result = predict_kernel(core)
     clock = core.clock_mhz if core.clock_mhz is not None else core.device.clock_mhz
-    return predict_convert.to_response(result, clock).model_dump(mode="json")
+    full = predict_convert.to_response(result, clock)
+    # the prediction is a pure function of the request and the profile: always cacheable
+    return EncodedAnswer(
+        predict_convert.encode_view(full, request, summary_above_bytes), cacheable=True
+    )
+
+
+def canonical_predict_request(
+    request_json: dict[str, Any], summary_above_bytes: int
+) -> dict[str, Any]:
+    """The request, plus the server's size limit when that limit decides the lists (auto)."""
+    if request_json.get("detail") != "auto":
+        return request_json
+    return {**request_json, "summary_above_bytes": summary_above_bytes}
 
 
 async def predict_via_pool(
-    service: Service,
-    request: PredictKernelRequest,
-    profile: DeviceProfile | None,
-    response: Response | None,
-) -> PredictKernelResponse:
-    """Cache, then a worker (the PTX analysis is CPU-bound and input-sized)."""
+    service: Service, request: PredictKernelRequest, profile: DeviceProfile | None
+) -> CachedAnswer:
+    """Cache, then a worker (the PTX analysis is CPU-bound and input-sized); ``profile`` as
+    for :func:`optimize_via_pool`."""
     request_json = request.model_dump(mode="json")
-    profile_json = None if profile is None else profile.model_dump(mode="json")
+    summary_above_bytes = service.settings.predict_summary_above_bytes
 
-    async def compute() -> tuple[PredictKernelResponse, bool]:
-        body = await run_job(
+    async def compute() -> EncodedAnswer:
+        answer: EncodedAnswer = await run_job(
             service,
             PREDICT_KIND,
             predict_job,
             {
                 "request_json": request_json,
-                "profile_json": profile_json,
+                "profile_json": _profile_json(profile),
                 "max_ptx_bytes": service.settings.max_ptx_bytes,
+                "summary_above_bytes": summary_above_bytes,
             },
             service.settings.default_time_limit_s,
             pass_time_limit=False,
         )
-        # the prediction is a pure function of the request and the profile: always cacheable
-        answer = await asyncio.to_thread(PredictKernelResponse.model_validate, body)
-        return answer, True
+        return answer
 
-    answer, _ = await cached_solve(
+    return await cached_solve(
         service,
-        response,
         kind=PREDICT_KIND,
-        canonical_request=request_json,
+        canonical_request=canonical_predict_request(request_json, summary_above_bytes),
         profile=profile,
-        model=PredictKernelResponse,
         compute=compute,
     )
-    return answer
+
+
+# ---------------------------------------------------------------------------- pictures
+
+
+def _render() -> ModuleType:
+    """The render package, imported in the worker on the first picture (matplotlib is slow
+    to import; the service's own process never imports it)."""
+    if "numpy" not in sys.modules:
+        # numpy's OpenBLAS reserves address space per core it sees; pictures need no BLAS,
+        # and the worker's RLIMIT_AS cap must not be spent on it on a many-core host
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    import render
+
+    return render
+
+
+async def _render_job(
+    service: Service, fn: Any, kwargs: dict[str, Any], *, answer_was_computed: bool
+) -> bytes:
+    svg: bytes = await run_job(
+        service,
+        RENDER_KIND,
+        fn,
+        kwargs,
+        RENDER_TIME_LIMIT_S,
+        pass_time_limit=False,
+        # a request that was solved was admitted to the queue once already (as a batch is)
+        admitted=answer_was_computed,
+    )
+    return svg
+
+
+def timeline_svg_job(
+    request_json: dict[str, Any],
+    profile_json: dict[str, Any] | None,
+    candidate: dict[str, Any],
+    rank: int,
+) -> bytes:
+    """Worker side of the SVG answer of POST /optimize-tiling: simulate the ranked candidate
+    (the answer keeps no per-stage events) and draw its timeline."""
+    request = OptimizeTilingRequest.model_validate(request_json)
+    device, problem = optimize_convert.to_problem(request, _profile(profile_json))
+    tiling = Tiling(
+        candidate["tile_m"], candidate["tile_n"], candidate["tile_k"], candidate["buffer_depth"]
+    )
+    sim = simulate(problem.shape, tiling, problem.machine, problem.wave_model)
+    svg: bytes = _render().timeline_svg(
+        sim, problem.machine, device=device, dtype=request.dtype, rank=rank
+    )
+    return svg
+
+
+async def optimize_svg_via_pool(
+    service: Service,
+    request: OptimizeTilingRequest,
+    profile: DeviceProfile | None,
+    candidate_rank: int,
+) -> tuple[bytes, bool]:
+    """The answer (cache, else a solve), then the timeline of its ranked candidate; returns
+    the SVG and whether the answer drawn came from the cache."""
+    answer, hit = await optimize_model_via_pool(service, request, profile)
+    if candidate_rank > len(answer.candidates):
+        raise RequestFieldError(
+            "candidate_rank",
+            f"the shortlist has {len(answer.candidates)} candidates; ask for 1.."
+            f"{len(answer.candidates)} (or raise top_k)",
+        )
+    kwargs = {
+        "request_json": request.model_dump(mode="json"),
+        "profile_json": _profile_json(profile),
+        "candidate": answer.candidates[candidate_rank - 1].model_dump(mode="json"),
+        "rank": candidate_rank,
+    }
+    return await _render_job(service, timeline_svg_job, kwargs, answer_was_computed=not hit), hit
+
+
+def breakdown_svg_job(
+    request_json: dict[str, Any], profile_json: dict[str, Any] | None, answer: dict[str, Any]
+) -> bytes:
+    """Worker side of the SVG answer of POST /predict-kernel: draw the answer's breakdown."""
+    request = PredictKernelRequest.model_validate(request_json)
+    figures = predict_convert.resolve_device(request, _profile(profile_json))
+    terms = predict_convert.terms_of(answer, figures)
+    svg: bytes = _render().breakdown_svg(answer, terms)
+    return svg
+
+
+def _breakdown_fields(body: bytes) -> dict[str, Any]:
+    document = json.loads(body)
+    return {k: v for k, v in document.items() if k in predict_convert.BREAKDOWN_FIELDS}
+
+
+async def predict_svg_via_pool(
+    service: Service, request: PredictKernelRequest, profile: DeviceProfile | None
+) -> tuple[bytes, bool]:
+    """The full answer (cache, else the analysis), then its superstep breakdown; returns the
+    SVG and whether the answer drawn came from the cache. The picture shows every level-1
+    superstep, so it draws the full answer whatever ``detail`` and paging the request gave."""
+    full = request.model_copy(update={"detail": "full", "list_offset": 0, "list_limit": None})
+    answer = await predict_via_pool(service, full, profile)
+    # parsed off the event loop: a full answer lists every instruction
+    fields = await asyncio.to_thread(_breakdown_fields, answer.body)
+    kwargs = {
+        "request_json": full.model_dump(mode="json"),
+        "profile_json": _profile_json(profile),
+        "answer": fields,
+    }
+    svg = await _render_job(service, breakdown_svg_job, kwargs, answer_was_computed=not answer.hit)
+    return svg, answer.hit
+
+
+def calibration_svg_job(
+    measured: list[float], predicted: list[float], labels: list[str] | None, unit: str, title: str
+) -> bytes:
+    """Worker side of a calibration-fit picture (render.calibration_svg)."""
+    try:
+        svg: bytes = _render().calibration_svg(measured, predicted, labels, unit=unit, title=title)
+    except ValueError as exc:
+        # render names the argument first: "predicted: 3 values for 4 measurements"
+        field, _, reason = str(exc).partition(": ")
+        raise RequestFieldError(field, reason) from None
+    return svg
+
+
+async def calibration_svg_via_pool(
+    service: Service,
+    measured: list[float],
+    predicted: list[float],
+    labels: list[str] | None = None,
+    *,
+    unit: str = "µs",
+    title: str = "Calibration fit",
+) -> bytes:
+    """Draw measured vs predicted (+ residuals) in a worker; bad input is a 422 naming it.
+
+    For the SVG answer of POST /calibrate: ``svg_response(await calibration_svg_via_pool(
+    service, measured, predicted, labels), hit=False)``.
+    """
+    kwargs = {
+        "measured": list(measured),
+        "predicted": list(predicted),
+        "labels": list(labels) if labels is not None else None,
+        "unit": unit,
+        "title": title,
+    }
+    return await _render_job(service, calibration_svg_job, kwargs, answer_was_computed=False)
+
+
+# ---------------------------------------------------------------------------- calibration
+# perfmodel.calibration (numpy, scipy) is imported by these jobs in the worker, on the first
+# calibration: the service's own process never loads it (app/convert/calibration_core.py)
 
 
 def calibrate_job(
@@ -165,27 +361,20 @@ def calibrate_job(
     folds: int,
 ) -> dict[str, Any]:
     """Worker side of POST /calibrate and /recalibrate: fit ``model``'s figures of the base
-    profile (with a value for every figure, see fit_ready) to the runs, in canonical order."""
+    profile (with a value for every figure, see fit_ready) to the runs, in canonical order.
+    The answer is small and never cached: a plain dict, validated by the parent."""
+    from app.convert import calibration_core
+
     base = DeviceProfile.model_validate(base_json)
-    if model == "gemm-ws":
-        machine, gemm_runs = calibrate_convert.gemm_ws_core(base, measurements_json)
-        result = fit_gemm_ws(machine, gemm_runs, fit=fit, folds=folds)
-    else:
-        device, kernel_runs = calibrate_convert.many_bsp_core(base, measurements_json)
-        result = fit_many_bsp(device, kernel_runs, fit=fit, folds=folds)
-    return calibrate_convert.to_fit(result).model_dump(mode="json")
+    return calibration_core.fit(model, base, measurements_json, fit, folds).model_dump(mode="json")
 
 
-def check_many_bsp_runs_job(base_json: dict[str, Any], measurements_json: list[Any]) -> None:
-    """Worker side of appending Many-BSP runs: analyse each on the device, so that a run no
-    fit could use is refused now (its error names it) rather than at recalibration."""
-    base = DeviceProfile.model_validate(base_json)
-    device, runs = calibrate_convert.many_bsp_core(base, measurements_json)
-    for i, run in enumerate(runs):
-        try:
-            predict_many_bsp_cycles(device, run.request)
-        except ModelInputError as exc:
-            raise ModelInputError(f"measurements.{i}.{exc.field}", exc.reason) from None
+def check_runs_job(model: str, base_json: dict[str, Any], measurements_json: list[Any]) -> None:
+    """Worker side of appending runs: check each against the device, so that a run no fit
+    could use is refused now (its error names it) rather than at recalibration."""
+    from app.convert import calibration_core
+
+    calibration_core.check_runs(model, DeviceProfile.model_validate(base_json), measurements_json)
 
 
 async def calibrate_via_pool(
@@ -213,17 +402,17 @@ async def calibrate_via_pool(
         time_limit_s,
         pass_time_limit=False,
     )
-    return CalibrationFit.model_validate(body)
+    return await asyncio.to_thread(CalibrationFit.model_validate, body)
 
 
-async def check_many_bsp_runs_via_pool(
-    service: Service, base: DeviceProfile, documents: list[dict[str, Any]]
+async def check_runs_via_pool(
+    service: Service, model: str, base: DeviceProfile, documents: list[dict[str, Any]]
 ) -> None:
     await run_job(
         service,
         CHECK_RUNS_KIND,
-        check_many_bsp_runs_job,
-        {"base_json": base.model_dump(mode="json"), "measurements_json": documents},
+        check_runs_job,
+        {"model": model, "base_json": base.model_dump(mode="json"), "measurements_json": documents},
         service.settings.default_time_limit_s,
         pass_time_limit=False,
     )

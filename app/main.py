@@ -1,11 +1,12 @@
 """ASGI application: ``app.main:app``, built by :func:`create_app` from :class:`Settings`.
 
-The lifespan starts the solver worker pool and opens the result cache; everything the routes
-share lives in ``app.state.service`` (see ``app/service.py``).
+The lifespan starts the solver worker pool and reaches the shared store (``KPERF_STORE_URL``);
+everything the routes share lives in ``app.state.service`` (see ``app/service.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,18 +15,28 @@ from fastapi import FastAPI
 
 from app import errors, middleware, openapi
 from app import logging as kperf_logging
-from app.cache import ResultCache
+from app.cache import MemoryLRU, ResultCache
 from app.metrics import Metrics
 from app.pool import WorkerPool
-from app.routes import batch, calibrate, devices, health, optimize, predict
+from app.routes import batch, calibrate, devices, health, optimize, page, predict
 from app.service import Service
 from app.settings import Settings
+from app.store import Store, StoreUnavailable, make_store
 from device_profiles import default_profiles
 
 log = logging.getLogger("kperf.app")
 
 #: imported by each worker before it reports ready, so no request pays for the import
 WORKER_PRELOAD = ("solver", "perfmodel.manybsp", "app.jobs")
+
+
+async def _probe_store(store: Store) -> None:
+    """Reach the store once at start-up; an unreachable one is logged (by the store) and the
+    service starts degraded, answering from its own cache and solver."""
+    try:
+        await asyncio.to_thread(store.ping)
+    except StoreUnavailable:
+        pass
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -37,21 +48,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         kperf_logging.configure(settings.log_level, settings.log_json)
         service: Service = app.state.service
         service.profiles = default_profiles()
-        service.cache.store  # noqa: B018 - open (or log and bypass) the SQLite file now
+        await _probe_store(service.store)  # open the file / reach Redis now, or log and go on
         await service.pool.start()
         log.info(
             "service started",
             extra={
                 "workers": settings.workers,
                 "queue_size": settings.queue_size,
-                "cache_path": str(settings.cache_path) if settings.cache_path else None,
+                "store": service.store.name,
+                "store_ok": service.store.health().ok,
             },
         )
         try:
             yield
         finally:
             await service.pool.stop()
-            service.cache.close()
+            await asyncio.to_thread(service.store.close)
             log.info("service stopped")
 
     app = FastAPI(
@@ -75,12 +87,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         on_restart=lambda reason: metrics.worker_restarts.labels(reason).inc(),
         on_queue_depth=metrics.queue_depth.set,
     )
-    cache = ResultCache(
-        settings.cache_memory_items,
-        settings.cache_path,
-        on_error=lambda operation: metrics.cache_errors.labels(operation).inc(),
+    # the shared store is built here but opened (or reached) only by the lifespan
+    store = make_store(
+        settings.effective_store_url,
+        timeout_s=settings.store_timeout_s,
+        on_error=lambda operation: metrics.store_errors.labels(operation).inc(),
+        on_decode_failure=lambda kind, reason: metrics.store_decode_failures.labels(
+            kind, reason
+        ).inc(),
     )
-    app.state.service = Service(settings=settings, metrics=metrics, pool=pool, cache=cache)
+    memory = MemoryLRU(
+        settings.cache_memory_bytes, settings.cache_max_entry_bytes, settings.cache_memory_items
+    )
+    store_ttl_s = settings.cache_store_ttl_s or None  # 0: never expires
+    cache = ResultCache.in_front_of(memory, store, store_ttl_s=store_ttl_s)
+    app.state.service = Service(
+        settings=settings, metrics=metrics, pool=pool, cache=cache, store=store
+    )
     app.state.settings = settings
     errors.install(app)
     openapi.install(app)
@@ -91,6 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(batch.router)
     app.include_router(predict.router)
     app.include_router(calibrate.router)
+    app.include_router(page.router)
     return app
 
 

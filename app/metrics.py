@@ -40,7 +40,10 @@ class Metrics:
         )
         self.solve_time = Histogram(
             "kperf_solve_duration_seconds",
-            "time spent inside a worker per job, in seconds, by job kind and outcome",
+            "seconds per job by kind and outcome: ok (complete answer) and partial (best so "
+            "far at the time limit) count the time inside the worker; timeout (504: the solver "
+            "found nothing, the worker was killed, or too little budget was left to start), "
+            "crash, memory and error count the time in the pool until the failure",
             ["kind", "outcome"],
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
@@ -51,10 +54,18 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
-        self.cache_errors = Counter(
-            "kperf_cache_errors",
-            "persistent cache operations that failed and were bypassed",
+        self.store_errors = Counter(
+            "kperf_store_errors",
+            "shared store (KPERF_STORE_URL) operations that failed and were answered without "
+            "the store, by operation (get, put, ping, ...)",
             ["operation"],
+            registry=self.registry,
+        )
+        self.store_decode_failures = Counter(
+            "kperf_store_decode_failures",
+            "stored values dropped because they did not decode (foreign, corrupt, other "
+            "version), by namespace kind and reason",
+            ["namespace", "reason"],
             registry=self.registry,
         )
         self.queue_depth = Gauge(
@@ -64,13 +75,15 @@ class Metrics:
         )
         self.worker_restarts = Counter(
             "kperf_worker_restarts",
-            "solver worker processes replaced, by reason (timeout, crash, memory)",
+            "solver worker processes replaced, by reason (timeout: killed overrunning; crash: "
+            "died during a job; idle: died between jobs; memory: over the address-space cap)",
             ["reason"],
             registry=self.registry,
         )
         self.rejected = Counter(
             "kperf_rejected_requests",
-            "requests refused before solving, by reason (queue_full, body_too_large)",
+            "requests refused before solving, by reason (queue_full, body_too_large, deadline: "
+            "too little of the time limit left to start a solve)",
             ["reason"],
             registry=self.registry,
         )

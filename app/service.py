@@ -2,8 +2,10 @@
 
 Routes get the :class:`Service` through the ``ServiceDep`` dependency and call
 :func:`cached_solve` + :func:`run_job`: cache lookup (``X-Cache: hit|miss``), back-pressure and
-deadline in the worker pool, metrics. The core (``solver/``, ``perfmodel/``) is called only
-inside worker processes, through module-level functions.
+deadline in the worker pool, metrics. Answers travel as encoded JSON bytes from the worker to
+the client and the cache (:class:`EncodedAnswer`, :class:`CachedAnswer`). The core
+(``solver/``, ``perfmodel/``) is called only inside worker processes, through module-level
+functions.
 """
 
 from __future__ import annotations
@@ -11,27 +13,33 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, Response
-from pydantic import BaseModel
+from fastapi.responses import StreamingResponse
 
 from app.cache import ResultCache, cache_key
-from app.convert.calibrate import profile_sha256
 from app.logging import request_started_var
 from app.metrics import Metrics
-from app.pool import PoolError, WorkerCrashed, WorkerMemoryExceeded, WorkerPool, WorkerTimeout
+from app.pool import (
+    PoolClosed,
+    PoolSaturated,
+    WorkerCrashed,
+    WorkerMemoryExceeded,
+    WorkerPool,
+    WorkerTimeout,
+)
 from app.profile_store import ProfileStore
 from app.settings import Settings
 from app.store import MemoryStore, Store
 from device_profiles import DeviceProfile, default_profiles
+from solver.errors import SolverTimeout
 
 CACHE_HEADER = "X-Cache"
-#: time kept back from the hard deadline to turn a kill into a written 504
+#: time kept back from the request's bound to write the answer (a 504 included)
 ANSWER_MARGIN_S = 0.06
-T = TypeVar("T", bound=BaseModel)
 
 
 def _package_version() -> str:
@@ -113,26 +121,35 @@ ServiceDep = Annotated[Service, Depends(get_service)]
 
 def profile_digest(profile: DeviceProfile) -> str:
     """Content digest of a device profile: any edited figure changes every cache key."""
-    return profile_sha256(profile)[:16]
+    return profile.content_sha256()[:16]
 
 
 def versions_for(profile: DeviceProfile | None) -> dict[str, str]:
+    """What besides the request decides an answer: the model release and the profile's content
+    (a calibrated profile resolved by id gets its own digest, so recalibrating changes the key).
+    """
     versions = {"model": MODEL_VERSION}
     if profile is not None:
         versions["profile"] = f"{profile.id}@{profile_digest(profile)}"
     return versions
 
 
-def _outcome_label(exc: BaseException | None) -> str:
-    if exc is None:
-        return "ok"
-    if isinstance(exc, WorkerTimeout):
+def _outcome_label(exc: BaseException) -> str:
+    """The ``outcome`` label of a job that raised ``exc`` (see ``kperf_solve_duration_seconds``)."""
+    if isinstance(exc, WorkerTimeout | SolverTimeout):
         return "timeout"
     if isinstance(exc, WorkerMemoryExceeded):
         return "memory"
     if isinstance(exc, WorkerCrashed):
         return "crash"
     return "error"
+
+
+def _answer_label(value: Any) -> str:
+    """``partial`` for a best-so-far answer: only a solve that ran out of time is uncacheable."""
+    if isinstance(value, EncodedAnswer) and not value.cacheable:
+        return "partial"
+    return "ok"
 
 
 async def run_job(
@@ -149,14 +166,15 @@ async def run_job(
 
     The bound counts from the request's arrival (reading, validating and the cache lookup
     included), less a margin for writing the answer; batch items (``admitted``) count from
-    their own dispatch instead.
+    their own dispatch instead. Every 504 names the client's ``time_limit_s``, not what was
+    left of it when the job started.
     """
     hard_deadline_s = service.settings.hard_deadline_s(time_limit_s)
     started = request_started_var.get()
+    elapsed_s, margin_s = 0.0, 0.0
     if started is not None and not admitted:
-        spent_s = time.perf_counter() - started
-        hard_deadline_s = max(0.0, hard_deadline_s - spent_s - ANSWER_MARGIN_S)
-        time_limit_s = max(0.05, time_limit_s - spent_s)
+        elapsed_s, margin_s = time.perf_counter() - started, ANSWER_MARGIN_S
+    called = time.perf_counter()
     try:
         outcome = await service.pool.run(
             fn,
@@ -165,54 +183,99 @@ async def run_job(
             hard_deadline_s=hard_deadline_s,
             pass_time_limit=pass_time_limit,
             admitted=admitted,
+            elapsed_s=elapsed_s,
+            margin_s=margin_s,
         )
-    except PoolError as exc:
-        if not isinstance(exc, WorkerTimeout | WorkerMemoryExceeded | WorkerCrashed):
-            service.metrics.rejected.labels("queue_full").inc()
-            raise
-        service.metrics.solve_time.labels(kind, _outcome_label(exc)).observe(
-            hard_deadline_s if isinstance(exc, WorkerTimeout) else 0.0
-        )
+    except PoolSaturated:
+        service.metrics.rejected.labels("queue_full").inc()
+        raise
+    except PoolClosed:
         raise
     except Exception as exc:
-        service.metrics.solve_time.labels(kind, "error").observe(0.0)
-        raise exc
-    service.metrics.solve_time.labels(kind, "ok").observe(outcome.solve_time_s)
+        if isinstance(exc, WorkerTimeout) and not exc.dispatched:
+            service.metrics.rejected.labels("deadline").inc()
+        service.metrics.solve_time.labels(kind, _outcome_label(exc)).observe(
+            time.perf_counter() - called
+        )
+        if isinstance(exc, SolverTimeout):
+            # the solver names the limit it was given (what queueing left); the client's is
+            # the one to report
+            raise SolverTimeout(time_limit_s) from None
+        raise
+    service.metrics.solve_time.labels(kind, _answer_label(outcome.value)).observe(
+        outcome.solve_time_s
+    )
     return outcome.value
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedAnswer:
+    """A worker's answer: the JSON body exactly as it will be sent, and whether it may be
+    cached (a "timeout" answer depends on the machine's speed; only complete ones are)."""
+
+    body: bytes
+    cacheable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CachedAnswer:
+    """The body to send and whether it came from the cache."""
+
+    body: bytes
+    hit: bool
+    #: what must stay alive while the body is sent (the cache's shared copy of a large body)
+    holder: object = None
+
+    def response(self) -> Response:
+        """The HTTP answer: these bytes as they are, with ``X-Cache``."""
+        headers = {CACHE_HEADER: "hit" if self.hit else "miss"}
+        return json_bytes_response(self.body, headers, holder=self.holder)
+
+
+#: bodies above this are sent in chunks of this size, so the connection's write buffer never
+#: holds a second copy of a large answer (the bytes are shared with the cache)
+STREAM_CHUNK_BYTES = 256 * 1024
+
+
+def json_bytes_response(body: bytes, headers: dict[str, str], *, holder: object = None) -> Response:
+    """An ``application/json`` response of already-encoded ``body`` (nothing re-serialised);
+    ``holder`` is kept alive until the last chunk is sent."""
+    if len(body) <= STREAM_CHUNK_BYTES:
+        return Response(body, media_type="application/json", headers=headers)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        keep = holder  # noqa: F841 - referenced by the generator until it finishes
+        for start in range(0, len(body), STREAM_CHUNK_BYTES):
+            yield body[start : start + STREAM_CHUNK_BYTES]
+
+    return StreamingResponse(
+        chunks(),
+        media_type="application/json",
+        headers={**headers, "content-length": str(len(body))},
+    )
 
 
 async def cached_solve(
     service: Service,
-    response: Response | None,
     *,
     kind: str,
     canonical_request: dict[str, Any],
     profile: DeviceProfile | None,
-    model: type[T],
-    compute: Callable[[], Awaitable[tuple[T, bool]]],
-) -> tuple[T, bool]:
-    """Answer from the cache, else ``compute()`` and store the answer when it is cacheable.
+    compute: Callable[[], Awaitable[EncodedAnswer]],
+) -> CachedAnswer:
+    """Answer from the cache, else ``compute()`` and store its body when it is cacheable.
 
-    ``compute`` returns the response model and whether it may be cached (a "timeout" answer
-    depends on the machine's speed, so only complete answers are stored). Returns the model
-    and whether it was a cache hit; sets ``X-Cache`` on ``response``.
+    Hits are the stored bytes, sent as they are: nothing is validated or serialised again.
+    The key (canonical JSON of a request that may hold megabytes of PTX) is hashed off the
+    event loop, and so are the store's reads and writes.
     """
-    key = cache_key(kind, canonical_request, versions_for(profile))
-    stored = await asyncio.to_thread(service.cache.get, key)
+    key = await asyncio.to_thread(lambda: cache_key(kind, canonical_request, versions_for(profile)))
+    stored = await service.cache.get(key)
     if stored is not None:
-        try:
-            value = model.model_validate(stored)
-        except ValueError:
-            stored = None  # an entry from an incompatible schema: recompute
-        else:
-            service.metrics.cache.labels("hit").inc()
-            if response is not None:
-                response.headers[CACHE_HEADER] = "hit"
-            return value, True
+        service.metrics.cache.labels("hit").inc()
+        return CachedAnswer(stored.data, hit=True, holder=stored)
     service.metrics.cache.labels("miss").inc()
-    if response is not None:
-        response.headers[CACHE_HEADER] = "miss"
-    value, cacheable = await compute()
-    if cacheable:
-        await asyncio.to_thread(service.cache.put, key, value.model_dump(mode="json"))
-    return value, False
+    answer = await compute()
+    if answer.cacheable:
+        await service.cache.put(key, answer.body)
+    return CachedAnswer(answer.body, hit=False)

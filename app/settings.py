@@ -13,6 +13,8 @@ from typing import Literal, Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.store.registry import scheme_of
+
 #: the largest max_time_limit_s a server may be configured with; request schemas accept up to
 #: this, and the configured maximum is enforced per request (app/service.py)
 TIME_LIMIT_CEILING_S = 3600.0
@@ -26,6 +28,10 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="KPERF_", frozen=True, extra="ignore")
 
+    host: str = Field(
+        default="127.0.0.1", min_length=1, description="address `kperf serve` listens on"
+    )
+    port: int = Field(default=8000, ge=1, le=65535, description="port `kperf serve` listens on")
     workers: int = Field(default=2, ge=1, le=64, description="solver worker processes in the pool")
     queue_size: int = Field(
         default=16,
@@ -86,9 +92,44 @@ class Settings(BaseSettings):
     cache_memory_items: int = Field(
         default=1024, ge=0, description="entries kept in the in-process LRU cache (0 disables it)"
     )
+    cache_memory_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=0,
+        description="bytes of answers kept in the in-process LRU cache (0 disables it)",
+    )
+    cache_max_entry_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=0,
+        description="largest answer held in the in-process LRU (capped at cache_memory_bytes); "
+        "larger ones are kept only in the shared store",
+    )
     cache_path: Path | None = Field(
         default=None,
-        description="SQLite file of the persistent result cache; unset disables persistence",
+        description="SQLite file of the persistent result cache; unset disables persistence "
+        "(used when store_url is unset)",
+    )
+    store_url: str | None = Field(
+        default=None,
+        description="shared store: memory://, sqlite:///path or redis://host:port/db; "
+        "default sqlite at cache_path when that is set, else memory://",
+    )
+    cache_store_ttl_s: float = Field(
+        default=7 * 24 * 3600.0,
+        ge=0,
+        description="result-cache entries expire from the shared store after this long (0: "
+        "never); only expiring keys may be evicted by Redis's volatile-lru policy",
+    )
+    store_timeout_s: float = Field(
+        default=0.25,
+        gt=0,
+        le=10,
+        description="socket timeout of a network store (Redis) per operation",
+    )
+    predict_summary_above_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="/predict-kernel answers larger than this leave their lists out unless "
+        "the request asks for detail=full",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", description="threshold of the kperf and uvicorn loggers"
@@ -101,6 +142,15 @@ class Settings(BaseSettings):
         # KPERF_CACHE_PATH= (empty) in a compose file means "no persistent cache"
         if isinstance(value, str) and not value.strip():
             return None
+        return value
+
+    @field_validator("store_url", mode="before")
+    @classmethod
+    def _known_store(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        if isinstance(value, str):
+            scheme_of(value)  # ValueError listing the valid schemes
         return value
 
     @field_validator("log_level", mode="before")
@@ -132,6 +182,15 @@ class Settings(BaseSettings):
                 f"({self.max_body_bytes}): the PTX travels inside the body"
             )
         return self
+
+    @property
+    def effective_store_url(self) -> str:
+        """``store_url``, else SQLite at ``cache_path`` when set, else the in-process store."""
+        if self.store_url is not None:
+            return self.store_url
+        if self.cache_path is not None:
+            return f"sqlite://{self.cache_path.absolute()}"
+        return "memory://"
 
     def hard_deadline_s(self, time_limit_s: float) -> float:
         """Wall-clock budget of one solve: the issue's bound, limit + 20 % + 100 ms."""

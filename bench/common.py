@@ -7,6 +7,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def command_line() -> str:
@@ -25,3 +26,10 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
+
+
+def append_results(title: str, text: str) -> None:
+    """Append a section to bench/RESULTS.md (at the end, dated)."""
+    path = Path(__file__).resolve().parent / "RESULTS.md"
+    with open(path, "a", encoding="utf-8") as results:
+        results.write(f"\n## {title}\n\nRun {time.strftime('%Y-%m-%d')}. {text}\n")

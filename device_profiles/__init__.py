@@ -9,15 +9,28 @@ from device_profiles.loader import (
     load_profile_file,
     load_profiles,
 )
-from device_profiles.schema import DeviceProfile
+from device_profiles.schema import CALIBRATABLE_FIGURES, DeviceProfile
+from device_profiles.status import (
+    FigureNeed,
+    ModelStatus,
+    calibration_status,
+    is_calibratable,
+    model_status,
+)
 
 __all__ = [
+    "CALIBRATABLE_FIGURES",
+    "FigureNeed",
     "ModelNotServed",
+    "ModelStatus",
     "DeviceProfile",
     "ProfileError",
     "UnknownDevice",
+    "calibration_status",
     "default_profiles",
     "get_profile",
+    "is_calibratable",
     "load_profile_file",
     "load_profiles",
+    "model_status",
 ]

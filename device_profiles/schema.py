@@ -6,17 +6,31 @@ files with an unknown ``schema_version`` are refused rather than half-read.
 
 A profile may serve several models. Each model reads its own optional section:
 ``gemm_ws`` (Liu & Grover, warp-specialization GEMM model) and the Many-BSP sections. Which
-models a profile can serve follows from which sections are present.
+models a profile can serve follows from which sections are present; which of the missing
+figures a calibration run can fit is :mod:`device_profiles.status`.
+
+Schema versions: 1 is the original format; 2 adds the optional ``estimate`` flag on cited
+numbers (an uncalibrated starting value derived in docs/model-notes.md rather than a figure a
+source states). A version-1 file may not flag estimates, so a reader that knows only version 1
+never half-reads a file that relies on them.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1,)
+SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
+
+_ESTIMATE_DESCRIPTION = (
+    "true for an uncalibrated starting value derived in docs/model-notes.md (the source names "
+    "what it was derived from); listed by GET /devices/{id} under needs_calibration "
+    "(schema_version 2)"
+)
 
 
 class _Strict(BaseModel):
@@ -29,6 +43,7 @@ class Figure(_Strict):
     value: float
     source: str = Field(min_length=3, description="citation: paper + section/table, or document")
     note: str | None = None
+    estimate: bool = Field(False, description=_ESTIMATE_DESCRIPTION)
 
 
 class PositiveFigure(Figure):
@@ -88,6 +103,7 @@ class InstructionClassFigures(_Strict):
     latency_cycles: float = Field(ge=0, description="comp latency, or comm latency (cycles)")
     source: str = Field(min_length=3)
     note: str | None = None
+    estimate: bool = Field(False, description=_ESTIMATE_DESCRIPTION)
 
 
 class BarrierOverheadPoint(_Strict):
@@ -96,6 +112,8 @@ class BarrierOverheadPoint(_Strict):
     threads_per_block: int = Field(gt=0)
     overhead_cycles: float = Field(ge=0)
     source: str = Field(min_length=3)
+    note: str | None = None
+    estimate: bool = Field(False, description=_ESTIMATE_DESCRIPTION)
 
 
 #: instruction classes every Many-BSP profile must carry (the classifier falls back to them)
@@ -121,6 +139,24 @@ REQUIRED_MANY_BSP_FIGURES: tuple[str, ...] = (
     "shared_memory_per_sm_bytes",
     "mu",
 )
+
+#: figures of the GeMM-WS model (§4.2) a profile must carry to serve it
+REQUIRED_GEMM_WS_FIGURES: tuple[str, ...] = (
+    "t_init_us",
+    "t_epilogue_us",
+    "load_startup_latency_us",
+    "compute_startup_latency_us",
+    "load_throughput_elements_per_us",
+    "compute_throughput_macs_per_us",
+)
+
+#: model name -> the section names of the figures a calibration run fits from measured runs
+#: (POST /calibrate, ``kperf calibrate``): what no public source gives for a device but
+#: measurements on it determine. Every other required figure must be cited in the file.
+CALIBRATABLE_FIGURES: dict[str, tuple[str, ...]] = {
+    "many-bsp": ("mu", "block_launch_overhead_cycles", "warp_launch_overhead_cycles"),
+    "gemm-ws": REQUIRED_GEMM_WS_FIGURES,
+}
 
 
 class ManyBspSection(_Strict):
@@ -217,7 +253,7 @@ class CalibrationProvenance(_Strict):
 
 
 class DeviceProfile(_Strict):
-    schema_version: Literal[1]
+    schema_version: Literal[1, 2]
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     name: str
     architecture: str | None = None
@@ -231,11 +267,39 @@ class DeviceProfile(_Strict):
         default=None, description="provenance of a calibrated profile; none in shipped files"
     )
 
+    @model_validator(mode="after")
+    def _estimates_need_version_2(self) -> DeviceProfile:
+        if self.schema_version == 1 and self.estimated_figures():
+            raise ValueError(
+                "estimate flags need schema_version 2 (flagged: "
+                + ", ".join(self.estimated_figures())
+                + ")"
+            )
+        return self
+
+    def content_sha256(self) -> str:
+        """SHA-256 (hex) of the profile's JSON: any edited figure, note or flag changes it
+        (cache keys and calibrated ids are built on it)."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+    def estimated_figures(self) -> list[str]:
+        """Dotted names of the numbers flagged as uncalibrated estimates (schema_version 2)."""
+        return sorted({path for path, estimate in _estimate_flags(self, "") if estimate})
+
+    def calibration_needs(self) -> dict[str, list[str]]:
+        """Per model, the dotted names of the figures it needs that a calibration run fits and
+        this profile lacks or carries only as an estimate (see :mod:`device_profiles.status`
+        for the figures no calibration fits, and the reasons)."""
+        from device_profiles.status import calibration_status
+
+        return {
+            model: [need.figure for need in status.needs_calibration]
+            for model, status in calibration_status(self).items()
+        }
+
     def missing_many_bsp_figures(self) -> list[str]:
         """Dotted names of the figures the Many-BSP model needs and this profile lacks."""
-        if self.many_bsp is None:
-            return ["many_bsp"]
-        return self.many_bsp.missing_figures()
+        return (self.many_bsp or ManyBspSection.model_validate({})).missing_figures()
 
     def models_served(self) -> list[str]:
         """Names of the performance models whose figures this profile carries."""
@@ -245,3 +309,19 @@ class DeviceProfile(_Strict):
         if self.many_bsp is not None and not self.missing_many_bsp_figures():
             served.append("many-bsp")
         return served
+
+
+def _estimate_flags(node: object, path: str) -> Iterator[tuple[str, bool]]:
+    """(dotted path, estimate flag) of every cited number under ``node``; a list item is
+    reported under its list's path (``many_bsp.bar_sync_overhead``)."""
+    if isinstance(node, Figure | InstructionClassFigures | BarrierOverheadPoint):
+        yield path, node.estimate
+    elif isinstance(node, BaseModel):
+        for name in type(node).model_fields:
+            yield from _estimate_flags(getattr(node, name), f"{path}.{name}" if path else name)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _estimate_flags(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for item in node:
+            yield from _estimate_flags(item, path)

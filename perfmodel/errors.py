@@ -6,7 +6,9 @@ Hierarchy::
     └── ModelInputError            bad model input; message says how to fix it
         ├── PTXSyntaxError         submitted text is not PTX we can read (line, column)
         ├── UnknownKernel          the requested entry is not in the module
-        └── AmbiguousKernel        no entry named and the module has several
+        ├── AmbiguousKernel        no entry named and the module has several
+        └── CalibrationInputError  measurements or fit options a calibration cannot use
+            └── MeasurementLineError   a line of a JSONL measurements file (1-based line)
 """
 
 from __future__ import annotations
@@ -54,3 +56,20 @@ class AmbiguousKernel(ModelInputError):
             "the module has several .entry functions; name one of: " + ", ".join(entries),
         )
         self.entries = entries
+
+
+class CalibrationInputError(ModelInputError):
+    """Measurements or fit options a calibration cannot use; ``field`` names the input, e.g.
+    ``measurements``, ``measurements[3].measured_time_us``, ``fit`` or ``folds``."""
+
+
+class MeasurementLineError(CalibrationInputError):
+    """A line of a JSONL measurements file is not a measurement of the model asked for.
+
+    ``line`` is 1-based; ``key`` is the offending key of the line's object, if one is.
+    """
+
+    def __init__(self, line: int, key: str | None, reason: str) -> None:
+        super().__init__(f"line {line}" + (f".{key}" if key else ""), reason)
+        self.line = line
+        self.key = key

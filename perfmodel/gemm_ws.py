@@ -22,6 +22,10 @@ from fractions import Fraction
 
 NS_PER_US = 1000
 
+#: bytes per matrix element by dtype name; sizes the shared-memory buffer only (§4.2's
+#: durations are per element whatever the type, docs/model-notes.md GeMM-WS 3)
+ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
 
 class WaveTimeModel(StrEnum):
     """How a wave's duration is read off the last stage (docs/model-notes.md, "wave time")."""
@@ -261,6 +265,37 @@ def simulate(
         total_math_wait_ns=waves * sum(e.math_wait_ns for e in events),
         events=tuple(events),
     )
+
+
+def last_math_start_closed_form_ns(
+    durations: StageDurations, stages: int, buffer_depth: int
+) -> int:
+    """Sm(S) without running the recurrences (docs/model-notes.md GeMM-WS 7).
+
+    With L = T_LOAD-A + T_LOAD-B and T = T_MATH, eq. (1)-(3) give Sm(i) = L + (i - 1) max(L, T)
+    for depth >= 2 and Sm(i) = L + (i - 1)(L + T) for depth 1; equal to :func:`simulate`'s
+    ``events[-1].math_start_ns`` on the same integer durations.
+    """
+    load, t_math = durations.t_load_ns, durations.t_math_ns
+    per_stage = load + t_math if buffer_depth == 1 else max(load, t_math)
+    return load + (stages - 1) * per_stage
+
+
+def overall_time_closed_form_ns(
+    shape: GemmShape,
+    tiling: Tiling,
+    machine: GemmWsMachine,
+    wave_model: WaveTimeModel = WaveTimeModel.PAPER,
+    table: DurationTable | None = None,
+) -> int:
+    """:func:`simulate`'s ``overall_time_ns`` in O(1): the closed form of Sm(S), then the wave
+    and overall times of §2.1.1/§2.2. ``table`` reuses one machine's duration table."""
+    durations = (table or DurationTable(machine)).stage(tiling)
+    last_math_start = last_math_start_closed_form_ns(
+        durations, stage_count(shape, tiling), tiling.buffer_depth
+    )
+    wave = wave_time_ns(last_math_start, durations, machine, wave_model)
+    return overall_time_ns(wave, wave_count(shape, tiling, machine.sm_count), machine)
 
 
 def wave_time_ns(

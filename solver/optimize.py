@@ -15,6 +15,7 @@ from typing import TypeVar
 import z3
 
 from perfmodel.gemm_ws import (
+    ELEMENT_BYTES,
     GemmShape,
     GemmWsMachine,
     Simulation,
@@ -31,7 +32,7 @@ from solver.search_space import MAX_BUFFER_DEPTH, SearchSpace, SearchSummary
 
 _T = TypeVar("_T", int, z3.ArithRef)
 
-ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+__all__ = ["ELEMENT_BYTES", "TilingProblem", "TilingResult", "SolverStatistics", "optimize_tiling"]
 
 
 @dataclass(frozen=True, slots=True)

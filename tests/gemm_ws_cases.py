@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, Tiling, WaveTimeModel, simulate
@@ -18,6 +19,9 @@ A6000 = GemmWsMachine(
     compute_throughput_macs_per_us=24610.0,
     shared_memory_per_block_bytes=101376,
 )
+#: the A6000 with a 5,000 elements/us DMA: MATH-bound, the DMA warp fills the buffer and stalls
+#: (the timeline pictures' second case)
+FAST_DMA = dataclasses.replace(A6000, load_throughput_elements_per_us=5000.0)
 
 #: Table 1: problem (M, N, K) -> optimal tiling (TM, TN, TK).
 TABLE_1 = [

@@ -32,3 +32,17 @@ def paper_http_body(case: dict[str, Any]) -> dict[str, Any]:
         "loop_trip_counts": case["loop_trip_counts"],
         "memory_transactions": case["memory_transactions"],
     }
+
+
+def large_answer_body(extra_instructions: int = 90_000) -> dict[str, Any]:
+    """The hotspot example with ``extra_instructions`` more ``add.s32`` lines before its exit:
+    1.9 MB of PTX (under the 2 MB limit) whose full answer is about 36 MB (90k instructions,
+    90k level-2 supersteps): the reliability issue's "big answer". The added lines come after
+    every line the example's n_ma overrides name, so those keep their meaning."""
+    body = paper_http_body(paper_case("hotspot-gtx-760"))
+    lines = body["ptx"].split("\n")
+    exit_label = lines.index("BB0_13:")
+    body["ptx"] = "\n".join(
+        lines[:exit_label] + ["add.s32 %r9, %r9, 1;"] * extra_instructions + lines[exit_label:]
+    )
+    return body

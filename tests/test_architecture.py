@@ -24,6 +24,11 @@ from device_profiles import ModelNotServed, ProfileError, UnknownDevice
         ("perfmodel.ptx", ("fastapi", "starlette", "app", "pydantic")),
         # reads validated device profiles (device_profiles uses pydantic for its file schema)
         ("perfmodel.manybsp", ("fastapi", "starlette", "app")),
+        # Many-BSP measurements carry predict requests, so calibration reads profiles too
+        ("perfmodel.calibration", ("fastapi", "starlette", "app")),
+        ("solver.calibration_loop", ("fastapi", "starlette", "app")),
+        # pictures take core dataclasses or plain dicts; matplotlib loads on the first picture
+        ("render", ("fastapi", "starlette", "app", "matplotlib", "numpy")),
     ],
 )
 def test_core_packages_do_not_import_the_http_layer(
@@ -80,6 +85,11 @@ APP_DIR = Path(__file__).resolve().parents[1] / "app"
         (".", ("app.routes",)),
         # conversions sit beside the schemas: they know neither routes nor jobs
         ("convert", ("app.routes", "app.jobs", "app.service")),
+        # the store knows bytes, not HTTP, schemas or the service that holds it
+        (
+            "store",
+            ("fastapi", "starlette", "pydantic", "app.service", "app.cache", "app.settings"),
+        ),
     ],
 )
 def test_app_layers_import_one_way(package: str, forbidden: tuple[str, ...]) -> None:
@@ -92,3 +102,12 @@ def test_app_layers_import_one_way(package: str, forbidden: tuple[str, ...]) -> 
         if bad:
             offenders.append(f"{relative}: {', '.join(bad)}")
     assert offenders == []
+
+
+def test_the_service_process_loads_no_numerical_stack() -> None:
+    """Calibration (numpy, scipy) and pictures (matplotlib) run in the workers: the service's
+    own process, which imports app.main, never loads them (import time, resident memory)."""
+    heavy = ("numpy", "scipy", "matplotlib", "perfmodel.calibration")
+    code = f"import sys, app.main;print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

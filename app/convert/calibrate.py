@@ -19,28 +19,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.convert.optimize import gemm_ws_machine
-from app.convert.predict import check_ptx_size, launch_to_core
+from app.convert.predict import PTXTooLarge, check_ptx_size
 from app.schemas.calibrate import (
     CalibrationFit,
-    FittedFigureOut,
-    GemmWsMeasurementIn,
     ManyBspMeasurementIn,
-    ResidualOut,
 )
 from app.schemas.optimize import GemmWsDeviceParams
 from device_profiles import DeviceProfile, ModelNotServed
-from device_profiles.schema import CalibrationErrorSummary, CalibrationProvenance
-from perfmodel.calibration import (
-    CalibrationResult,
-    ErrorSummary,
-    GemmWsMeasurement,
-    ManyBspMeasurement,
-    check_gemm_ws_shared_memory,
+from device_profiles.schema import (
+    REQUIRED_GEMM_WS_FIGURES,
+    CalibrationProvenance,
 )
-from perfmodel.errors import CalibrationInputError, ModelInputError
-from perfmodel.gemm_ws import GemmWsMachine
-from perfmodel.manybsp import DeviceFigures, device_from_profile
+from perfmodel.errors import ModelInputError
 
 #: the profile section each model's figures live in
 SECTIONS = {"gemm-ws": "gemm_ws", "many-bsp": "many_bsp"}
@@ -65,10 +55,6 @@ def measurements_digest(documents: Sequence[Mapping[str, Any]]) -> str:
     return hashlib.sha256(canonical_json(list(documents)).encode()).hexdigest()
 
 
-def profile_sha256(profile: DeviceProfile) -> str:
-    return hashlib.sha256(profile.model_dump_json().encode()).hexdigest()
-
-
 def calibrated_id(
     root: str,
     base: DeviceProfile,
@@ -79,7 +65,7 @@ def calibrated_id(
 ) -> str:
     """``<root>-cal-<12 hex>``: a digest of the base's content, the model, the fitted figures,
     the runs and the service version (a release may fit differently)."""
-    key = "\n".join([profile_sha256(base), model, ",".join(sorted(fit)), digest, model_version])
+    key = "\n".join([base.content_sha256(), model, ",".join(sorted(fit)), digest, model_version])
     return f"{root}-cal-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
@@ -112,18 +98,40 @@ def inline_profile(model: str, params: GemmWsDeviceParams | DeviceProfile) -> De
     )
 
 
-def starting_value(name: str, shipped: Mapping[str, DeviceProfile]) -> tuple[float, str] | None:
-    """Where a fit of a Many-BSP figure the base lacks starts: the median of the shipped
-    profiles that carry it, and a note saying so (None when none does)."""
-    carriers = {
-        p.id: getattr(p.many_bsp, name).value
-        for p in shipped.values()
-        if p.many_bsp is not None and getattr(p.many_bsp, name) is not None
-    }
+def starting_value(
+    section: str, name: str, shipped: Mapping[str, DeviceProfile]
+) -> tuple[float, str] | None:
+    """Where a fit of a figure the base lacks starts: the median of the shipped profiles that
+    carry it (in ``section``, ``gemm_ws`` or ``many_bsp``), and where that came from (None
+    when none does). A made-up number: it is stored only flagged ``estimate``."""
+    carriers = {}
+    for p in shipped.values():
+        figures = getattr(p, section)
+        figure = getattr(figures, name) if figures is not None else None
+        if figure is not None and not figure.estimate:
+            carriers[p.id] = figure.value
     if not carriers:
         return None
     value = float(statistics.median(carriers.values()))
     return value, f"median of the shipped profiles {', '.join(sorted(carriers))}"
+
+
+def _missing(base: DeviceProfile, model: str) -> list[str]:
+    if model == "gemm-ws":
+        section = base.gemm_ws
+        return [
+            f"gemm_ws.{name}"
+            for name in REQUIRED_GEMM_WS_FIGURES
+            if section is None or getattr(section, name) is None
+        ]
+    return base.missing_many_bsp_figures()
+
+
+#: the note of a starting value the fit keeps (the runs did not identify it)
+STARTING_VALUE_NOTE = (
+    "not measured on this device: the fit's starting value ({origin}), kept because the runs "
+    "did not identify it; an estimate until runs that determine it are fitted"
+)
 
 
 def fit_ready(
@@ -134,81 +142,56 @@ def fit_ready(
     field: str = "base_device",
 ) -> tuple[DeviceProfile, dict[str, float]]:
     """``base`` with a value for every figure the fit needs, and the starting values given to
-    fitted figures it lacked; ModelNotServed names what the base lacks and no fit can supply
-    (and ``field``, the request field that chose the base)."""
-    if model == "gemm-ws":
-        try:
-            gemm_ws_machine(base)
-        except ModelNotServed as exc:
-            raise ModelNotServed(base.id, model, exc.missing, field) from None
-        return base, {}
+    fitted figures it lacked (those figures flagged ``estimate``, schema_version 2, until the
+    fit identifies them); ModelNotServed names what the base lacks and no fit can supply (and
+    ``field``, the request field that chose the base)."""
+    section_name = SECTIONS[model]
     updates: dict[str, Any] = {}
     unfittable = []
-    for dotted in base.missing_many_bsp_figures():
-        name = dotted.removeprefix("many_bsp.")
-        start = starting_value(name, shipped) if name in fit else None
+    for dotted in _missing(base, model):
+        name = dotted.removeprefix(f"{section_name}.")
+        start = starting_value(section_name, name, shipped) if name in fit else None
         if start is None:
             unfittable.append(dotted)
         else:
-            updates[name] = {"value": start[0], "source": f"starting value of the fit: {start[1]}"}
-    if unfittable or base.many_bsp is None:
-        raise ModelNotServed(base.id, model, unfittable or ["many_bsp"], field)
+            updates[name] = {
+                "value": start[0],
+                "source": f"starting value of the fit: {start[1]}",
+                "note": STARTING_VALUE_NOTE.format(origin=start[1]),
+                "estimate": True,
+            }
+    if unfittable:
+        # every figure the base lacks, so that the calibrate hint names the whole fit
+        raise ModelNotServed(base.id, model, _missing(base, model), field)
     if not updates:
         return base, {}
-    section = type(base.many_bsp).model_validate({**base.many_bsp.model_dump(), **updates})
-    starts = {name: update["value"] for name, update in updates.items()}
-    return base.model_copy(update={"many_bsp": section}), starts
+    section = getattr(base, section_name)
+    present = section.model_dump() if section is not None else {}
+    ready = DeviceProfile.model_validate(
+        {
+            **base.model_dump(),
+            "schema_version": 2,  # the estimate flag
+            section_name: {**present, **updates},
+        }
+    )
+    return ready, {name: update["value"] for name, update in updates.items()}
 
 
 # ------------------------------------------------------------------------ measurements
 
 
-def check_limits(
-    model: str,
-    base: DeviceProfile,
-    measurements: Sequence[BaseModel],
-    max_ptx_bytes: int,
-) -> None:
-    """What the base device can refuse without a fit: tilings whose buffer exceeds its shared
-    memory per block (gemm-ws), PTX over the size limit (many-bsp). Fields are request-relative."""
-    if model == "gemm-ws":
-        runs = [gemm_ws_measurement(m.model_dump()) for m in measurements]
-        try:
-            check_gemm_ws_shared_memory(gemm_ws_machine(base), runs)
-        except CalibrationInputError as exc:
-            raise CalibrationInputError(request_field(exc.field), exc.reason) from None
+def check_ptx_sizes(model: str, measurements: Sequence[BaseModel], max_ptx_bytes: int) -> None:
+    """Refuse Many-BSP runs whose PTX is over the size limit, before any worker (422 naming
+    ``measurements.<i>.ptx``). Every other check of a run against the device needs the core:
+    :func:`app.convert.calibration_core.check_runs`, in a worker."""
+    if model != "many-bsp":
         return
     for i, m in enumerate(measurements):
         assert isinstance(m, ManyBspMeasurementIn)
         try:
             check_ptx_size(m.ptx, max_ptx_bytes)
-        except ValueError as exc:
+        except PTXTooLarge as exc:
             raise ModelInputError(f"measurements.{i}.ptx", str(exc)) from None
-
-
-def gemm_ws_measurement(document: Mapping[str, Any]) -> GemmWsMeasurement:
-    return GemmWsMeasurement(**GemmWsMeasurementIn.model_validate(document).model_dump())
-
-
-def many_bsp_measurement(document: Mapping[str, Any], device: DeviceFigures) -> ManyBspMeasurement:
-    run = ManyBspMeasurementIn.model_validate(document)
-    return ManyBspMeasurement(launch_to_core(run, device), run.measured_cycles)
-
-
-def gemm_ws_core(
-    base: DeviceProfile, documents: Sequence[Mapping[str, Any]]
-) -> tuple[GemmWsMachine, list[GemmWsMeasurement]]:
-    """The core's GeMM-WS machine of ``base`` and the runs."""
-    return gemm_ws_machine(base), [gemm_ws_measurement(d) for d in documents]
-
-
-def many_bsp_core(
-    base: DeviceProfile, documents: Sequence[Mapping[str, Any]]
-) -> tuple[DeviceFigures, list[ManyBspMeasurement]]:
-    """The core's Many-BSP figures of ``base`` (every figure present: :func:`fit_ready`) and
-    the runs, each a request on those figures."""
-    device = device_from_profile(base, field_prefix="base_device")
-    return device, [many_bsp_measurement(d, device) for d in documents]
 
 
 #: ``measurements[3]`` or ``measurements[3].request`` in the core's error fields
@@ -232,48 +215,41 @@ def request_field(core_field: str, order: Sequence[int] | None = None) -> str:
 # ------------------------------------------------------------------------ results
 
 
-def to_fit(result: CalibrationResult) -> CalibrationFit:
-    """The core's result as the response schema (canonical indices; see :func:`in_request`)."""
-    return CalibrationFit(
-        fitted=[
-            FittedFigureOut(
-                name=f.name,
-                value=f.value,
-                base_value=f.base_value,
-                standard_error=f.standard_error,
-                identifiable=f.identifiable,
-            )
-            for f in result.fitted
-        ],
-        training_error=_errors(result.training_error),
-        cross_validation_error=(
-            _errors(result.cross_validation_error) if result.cross_validation_error else None
-        ),
-        residuals=[
-            ResidualOut(
-                index=r.index, measured=r.measured, predicted=r.predicted, error_pct=r.error_pct
-            )
-            for r in result.residuals
-        ],
-        warnings=list(result.warnings),
-        method=result.method,
-    )
-
-
-def _errors(summary: ErrorSummary) -> CalibrationErrorSummary:
-    return CalibrationErrorSummary(
-        mean_abs_pct=summary.mean_abs_pct, max_abs_pct=summary.max_abs_pct
-    )
-
-
 _INDEX = re.compile(r"measurements\[(\d+)\]")
 
 
 def in_request(
-    fit: CalibrationFit, order: Sequence[int], starts: Mapping[str, float]
+    fit: CalibrationFit,
+    order: Sequence[int],
+    starts: Mapping[str, float],
+    ready: DeviceProfile,
+    model: str,
 ) -> CalibrationFit:
     """Residuals and warnings indexed by request position; no base value for the figures the
-    base lacked (the fit started from ``starts``)."""
+    base lacked (the fit started from ``starts``); and every figure the runs did not identify
+    whose kept value is an estimate in ``ready`` (:func:`fit_ready`'s base: a made-up starting
+    value, or a figure the base itself flagged) flagged ``estimate``, with a warning saying so.
+    """
+    section = getattr(ready, SECTIONS[model])
+    fitted, warnings = [], []
+    for f in fit.fitted:
+        kept_estimate = not f.identifiable and getattr(section, f.name).estimate
+        update: dict[str, Any] = {"estimate": kept_estimate}
+        if f.name in starts:
+            update["base_value"] = None
+        if kept_estimate:
+            origin = (
+                f"the fit's starting value, {getattr(section, f.name).source.split(': ', 1)[-1]}"
+                if f.name in starts
+                else "the base profile's own estimate"
+            )
+            warnings.append(
+                f"{f.name} was not identified by these runs: the calibrated profile keeps "
+                f"{f.value:.6g} ({origin}), flagged estimate: true; it is not a measurement of "
+                "this device. Add runs that vary it (e.g. other grid or problem sizes) and "
+                "recalibrate"
+            )
+        fitted.append(f.model_copy(update=update))
     return fit.model_copy(
         update={
             "residuals": sorted(
@@ -282,11 +258,9 @@ def in_request(
             ),
             "warnings": [
                 _INDEX.sub(lambda m: f"measurements.{order[int(m[1])]}", w) for w in fit.warnings
-            ],
-            "fitted": [
-                f.model_copy(update={"base_value": None}) if f.name in starts else f
-                for f in fit.fitted
-            ],
+            ]
+            + warnings,
+            "fitted": fitted,
         }
     )
 
@@ -305,8 +279,9 @@ def calibrated_profile(
     created_at: datetime,
 ) -> DeviceProfile:
     """``base`` (as :func:`fit_ready` filled it) with the identified figures in place, each
-    citing the fit, and the provenance; a figure the runs did not identify keeps its value and
-    source, with a note saying so."""
+    citing the fit, and the provenance; a figure the runs did not identify keeps its value,
+    source and ``estimate`` flag (a starting value the base lacked stays flagged: never a
+    made-up number presented as a fit), with a note saying so. Written in schema_version 2."""
     section_name = SECTIONS[model]
     section = getattr(base, section_name)
     assert section is not None  # fit_ready() refused bases without the section
@@ -325,7 +300,9 @@ def calibrated_profile(
             }
         else:
             kept = getattr(section, f.name).model_dump()
-            updates[f.name] = {**kept, "note": f"kept: {runs} did not identify it"}
+            why = f"{runs} did not identify it"
+            note = f"{kept['note']} ({why})" if kept["estimate"] else f"kept: {why}"
+            updates[f.name] = {**kept, "note": note}
     provenance = CalibrationProvenance(
         base_device=base_id,
         base_digest=base_digest,
@@ -342,6 +319,7 @@ def calibrated_profile(
     return DeviceProfile.model_validate(
         {
             **base.model_dump(),
+            "schema_version": 2,
             "id": device_id,
             "name": f"{base.name}, calibrated ({model})",
             "description": f"{base.name} with {model} figures fitted to {count} measured runs "

@@ -16,7 +16,8 @@ from app.schemas.optimize import (
     TimelineStage,
     ValueRange,
 )
-from device_profiles import DeviceProfile, ModelNotServed
+from device_profiles import DeviceProfile, ModelNotServed, get_profile
+from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel, ns_to_us
 from solver import (
@@ -37,7 +38,8 @@ def gemm_ws_machine(profile: DeviceProfile) -> GemmWsMachine:
     """The GeMM-WS figures of a profile; ModelNotServed names what is missing."""
     section = profile.gemm_ws
     if section is None:
-        raise ModelNotServed(profile.id, "gemm-ws", ["gemm_ws (GeMM-WS §4.2 figures)"])
+        missing = [f"gemm_ws.{name}" for name in REQUIRED_GEMM_WS_FIGURES]
+        raise ModelNotServed(profile.id, "gemm-ws", missing)
     shared = profile.hardware.shared_memory_per_block_bytes
     return GemmWsMachine(
         sm_count=int(profile.hardware.sm_count.value),
@@ -58,15 +60,15 @@ def _values(field: str, spec: TileValues) -> tuple[int, ...]:
 
 
 def to_problem(
-    request: OptimizeTilingRequest, profile: DeviceProfile | None
+    request: OptimizeTilingRequest, profile: DeviceProfile | None = None
 ) -> tuple[str, TilingProblem]:
-    """The core problem on ``profile`` (what ``request.device`` resolved to) or on the inline
-    ``device_params``; returns (device id or "inline", problem)."""
+    """The core problem on ``profile`` (what ``request.device`` resolved to: the service
+    resolves calibrated ids and names, ``Service.resolve_profile``; None looks up a shipped
+    id) or on the inline ``device_params``; returns (device id or "inline", problem)."""
     if request.device is not None and request.device_params is not None:
         raise ModelInputError("device", "give either device or device_params, not both")
     if request.device is not None:
-        if profile is None:
-            raise ValueError("to_problem needs the profile request.device resolved to")
+        profile = profile if profile is not None else get_profile(request.device)
         device = profile.id
         machine = gemm_ws_machine(profile)
     elif request.device_params is not None:

@@ -3,23 +3,33 @@ response schema. Used by the route (early 4xx checks) and by the worker job alik
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import TypeAdapter
+
 from app.schemas.predict import (
     FuCycles,
     InstructionOut,
     KernelLaunch,
+    ListsInfo,
     PredictKernelRequest,
     PredictKernelResponse,
     SuperstepModel,
+    WarpRoleOut,
 )
-from device_profiles import DeviceProfile
+from device_profiles import DeviceProfile, get_profile
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp import (
     DeviceFigures,
     PredictRequest,
     PredictResult,
+    RoleResult,
     Superstep,
     device_from_profile,
 )
+from perfmodel.manybsp.frontend import UNCOSTED
+from perfmodel.manybsp.kernel import KernelTerms, kernel_terms
 
 #: largest PTX text in UTF-8 bytes when :func:`to_core` is given no limit; the service passes
 #: its setting (KPERF_MAX_PTX_BYTES, same default) instead
@@ -38,15 +48,16 @@ class PTXTooLarge(ValueError):
         self.limit_bytes = limit_bytes
 
 
-def resolve_device(request: PredictKernelRequest, profile: DeviceProfile | None) -> DeviceFigures:
-    """The Many-BSP figures of ``profile`` (what ``request.device`` resolved to) or of the
-    inline ``device_params``."""
+def resolve_device(
+    request: PredictKernelRequest, profile: DeviceProfile | None = None
+) -> DeviceFigures:
+    """The Many-BSP figures of ``profile`` (what ``request.device`` resolved to: the service
+    resolves calibrated ids and names, ``Service.resolve_profile``; None looks up a shipped
+    id) or of the inline ``device_params``."""
     if request.device is not None and request.device_params is not None:
         raise ModelInputError("device", "give either device or device_params, not both")
     if request.device is not None:
-        if profile is None:
-            raise ValueError("resolve_device needs the profile request.device resolved to")
-        return device_from_profile(profile)
+        return device_from_profile(profile if profile is not None else get_profile(request.device))
     if request.device_params is not None:
         return device_from_profile(request.device_params, field_prefix="device_params")
     raise ModelInputError("device", "give a device profile id (GET /devices) or device_params")
@@ -85,12 +96,12 @@ def to_core(
     profile: DeviceProfile | None = None,
 ) -> PredictRequest:
     """The core request; refuses PTX over ``limit_bytes`` (default :data:`MAX_PTX_BYTES`).
-    ``profile`` is what ``request.device`` resolved to (None for inline device_params)."""
+    ``profile``: what ``request.device`` resolved to (see :func:`resolve_device`)."""
     check_ptx_size(request.ptx, limit_bytes)
     return launch_to_core(request, resolve_device(request, profile), request.clock_mhz)
 
 
-def _step(result: PredictResult, s: Superstep) -> SuperstepModel:
+def _step(result: PredictResult | RoleResult, s: Superstep) -> SuperstepModel:
     return SuperstepModel(
         start_line=result.line_of(s.start),
         end_line=result.line_of(s.end),
@@ -139,21 +150,91 @@ def to_response(result: PredictResult, clock_mhz: float | None) -> PredictKernel
         level2_supersteps=[_step(result, s) for s in result.level2],
         instructions=_instructions(result),
         warnings=list(result.warnings),
+        warp_roles=[_role(r) for r in result.roles],
+        lists=ListsInfo(
+            detail="full",
+            offset=0,
+            instructions_total=len(result.costs),
+            level1_supersteps_total=len(result.level1),
+            level2_supersteps_total=len(result.level2),
+            note=None,
+        ),
     )
+
+
+def _role(r: RoleResult) -> WarpRoleOut:
+    e = r.estimate
+    return WarpRoleOut(
+        warps=list(r.warps),
+        threads=r.threads,
+        w=e.w,
+        instructions=len(r.costs),
+        uncosted_instructions=sum(1 for k in r.class_keys if k == UNCOSTED),
+        predicted_cycles=e.kernel_exec_cycle,
+        block_exec_cycle=e.block_exec_cycle,
+        COMP=e.COMP,
+        block_comm=e.block_comm,
+        l=e.l,
+        bounds_kernel=r.bounds_kernel,
+        level1_supersteps=[_step(r, s) for s in r.level1],
+    )
+
+
+_RESPONSE_JSON = TypeAdapter(PredictKernelResponse)
+
+
+def encode_view(
+    full: PredictKernelResponse, request: PredictKernelRequest, summary_above_bytes: int
+) -> bytes:
+    """The JSON body of the answer the request asked for (``detail``, ``list_offset``,
+    ``list_limit``) from the full answer; ``auto`` leaves the lists out above
+    ``summary_above_bytes``."""
+    start = request.list_offset
+    stop = None if request.list_limit is None else start + request.list_limit
+    totals = full.lists
+    if request.detail != "summary":
+        page = full.model_copy(
+            update={
+                "instructions": full.instructions[start:stop],
+                "level1_supersteps": full.level1_supersteps[start:stop],
+                "level2_supersteps": full.level2_supersteps[start:stop],
+                "lists": totals.model_copy(update={"detail": "full", "offset": start}),
+            }
+        )
+        body = _RESPONSE_JSON.dump_json(page)
+        if request.detail == "full" or len(body) <= summary_above_bytes:
+            return body
+        note = (
+            f"lists left out: with them this answer is {len(body)} bytes, above this server's "
+            f"limit of {summary_above_bytes} bytes for full answers; ask for detail=full, or "
+            "page with list_offset and list_limit"
+        )
+    else:
+        note = "lists left out: detail=summary was asked"
+    summary = full.model_copy(
+        update={
+            "instructions": [],
+            "level1_supersteps": [],
+            "level2_supersteps": [],
+            "lists": totals.model_copy(update={"detail": "summary", "offset": start, "note": note}),
+        }
+    )
+    return _RESPONSE_JSON.dump_json(summary)
 
 
 def _instructions(result: PredictResult) -> list[InstructionOut]:
     out = []
     for i, (c, r) in enumerate(zip(result.costs, result.rows, strict=True)):
         f = r.fu_cycles
+        uncosted = result.class_keys[i] == UNCOSTED
         out.append(
             InstructionOut(
                 line=c.line,
                 opcode=c.opcode,
                 instruction_class=result.class_keys[i],
                 fu=c.fu.value,
-                latency_cycles=c.latency_cycles,
-                throughput_per_ws=c.throughput_per_ws,
+                latency_cycles=None if uncosted else c.latency_cycles,
+                throughput_per_ws=None if uncosted else c.throughput_per_ws,
                 u=result.line_of(c.consumer) if c.consumer is not None else None,
                 d=1 if c.consumer == i + 1 else 0,
                 n_ma=c.n_ma,
@@ -166,3 +247,41 @@ def _instructions(result: PredictResult) -> list[InstructionOut]:
             )
         )
     return out
+
+
+#: the fields of an answer that its breakdown picture reads (render.breakdown_svg)
+BREAKDOWN_FIELDS = frozenset(
+    {
+        "kernel",
+        "device",
+        "n_b",
+        "predicted_cycles",
+        "predicted_time_us",
+        "clock_mhz",
+        "equation",
+        "comp",
+        "novlp",
+        "rho",
+        "K",
+        "tau",
+        "mu",
+        "level1_supersteps",
+    }
+)
+
+
+def terms_of(answer: Mapping[str, Any], figures: DeviceFigures) -> KernelTerms:
+    """The eq. (24)/(25) addends of an answer (its JSON, :data:`BREAKDOWN_FIELDS` at
+    least), with the device's n_sm and block_lnch_ovh."""
+    device = figures.device
+    return kernel_terms(
+        block_launch_overhead_cycles=device.block_launch_overhead_cycles,
+        n_b=int(answer["n_b"]),
+        n_sm=device.n_sm,
+        comp=float(answer["comp"]),
+        novlp=float(answer["novlp"]),
+        rho=int(answer["rho"]),
+        K=float(answer["K"]),
+        tau=int(answer["tau"]),
+        mu=float(answer["mu"]),
+    )

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
+from pydantic import TypeAdapter
 
 from app.convert.optimize import to_problem
 from app.errors import HANDLERS
-from app.jobs import optimize_via_pool, request_profile
+from app.jobs import optimize_model_via_pool, request_profile
 from app.schemas.batch import (
     BatchItem,
     ItemProblem,
@@ -17,9 +18,10 @@ from app.schemas.batch import (
     OptimizeTilingBatchResponse,
 )
 from app.schemas.optimize import OptimizeTilingRequest
-from app.service import RequestFieldError, Service, ServiceDep
+from app.service import RequestFieldError, Service, ServiceDep, json_bytes_response
 
 router = APIRouter(prefix="/optimize-tiling", tags=["optimize"])
+_BATCH_JSON = TypeAdapter(OptimizeTilingBatchResponse)
 
 
 async def _as_problem(request: Request, index: int, exc: Exception) -> ItemProblem:
@@ -47,7 +49,7 @@ async def _solve_one(
         profile = await request_profile(service, problem)
         service.check_search_space(to_problem(problem, profile)[1].space.size)
         async with slots:
-            answer, hit = await optimize_via_pool(service, problem, profile, None, admitted=True)
+            answer, hit = await optimize_model_via_pool(service, problem, profile, admitted=True)
     except Exception as exc:  # noqa: BLE001 - each item carries its own error
         return BatchItem(index=index, status="error", error=await _as_problem(request, index, exc))
     return BatchItem(index=index, status="ok", cache="hit" if hit else "miss", result=answer)
@@ -56,7 +58,7 @@ async def _solve_one(
 @router.post("/batch", response_model=OptimizeTilingBatchResponse)
 async def optimize_batch(
     body: OptimizeTilingBatchRequest, request: Request, service: ServiceDep
-) -> OptimizeTilingBatchResponse:
+) -> Response:
     """Solve up to max_batch_items problems concurrently; answers in request order."""
     limit = service.settings.max_batch_items
     if len(body.problems) > limit:
@@ -69,4 +71,7 @@ async def optimize_batch(
     items = await asyncio.gather(
         *(_solve_one(service, request, i, p, slots) for i, p in enumerate(body.problems))
     )
-    return OptimizeTilingBatchResponse(items=list(items))
+    answer = OptimizeTilingBatchResponse(items=list(items))
+    # encoded off the event loop: 32 answers with timelines can be megabytes of JSON
+    encoded = await asyncio.to_thread(_BATCH_JSON.dump_json, answer)
+    return json_bytes_response(encoded, {})

@@ -1,7 +1,8 @@
 """The device profiles (shipped and calibrated) and their measured runs.
 
-GET /devices, GET /devices/{id}; POST /devices/{id}/measurements and
-POST /devices/{id}/recalibrate close the calibration loop (app/calibration.py).
+GET /devices, GET /devices/{id} (every figure with its source, and what each model still
+needs); POST /devices/{id}/measurements and POST /devices/{id}/recalibrate close the
+calibration loop (app/calibration.py).
 """
 
 from __future__ import annotations
@@ -18,16 +19,16 @@ from app.schemas.calibrate import (
     MeasurementsRequest,
     RecalibrateRequest,
 )
-from app.schemas.devices import DeviceList, summarize_profile
+from app.schemas.devices import DeviceDetail, DeviceList, detail_profile, summarize_profile
 from app.service import ServiceDep
-from device_profiles import DeviceProfile
 
 router = APIRouter(prefix="/devices", tags=["devices"])
 
 
 @router.get("", response_model=DeviceList)
 async def list_devices(service: ServiceDep) -> DeviceList:
-    """List the shipped and calibrated profiles, the models each serves, and provenance."""
+    """List the shipped and calibrated profiles, the models each serves, each model's status,
+    and a calibrated profile's aliases and provenance."""
     profiles = service.profile_store
 
     def read() -> DeviceList:
@@ -43,10 +44,11 @@ async def list_devices(service: ServiceDep) -> DeviceList:
     return await asyncio.to_thread(read)
 
 
-@router.get("/{device_id}", response_model=DeviceProfile)
-async def device_detail(device_id: str, service: ServiceDep) -> DeviceProfile:
-    """One device profile (id or alias): every figure with its value and cited source."""
-    return await service.resolve_profile(device_id)
+@router.get("/{device_id}", response_model=DeviceDetail)
+async def device_detail(device_id: str, service: ServiceDep) -> DeviceDetail:
+    """One device profile (shipped id, calibrated id or name): every figure with its cited
+    source, and per model the figures that need calibration with the call that fills them."""
+    return detail_profile(await service.resolve_profile(device_id))
 
 
 @router.get("/{device_id}/measurements", response_model=MeasurementRecord)

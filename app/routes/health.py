@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
-from app.service import ServiceDep
+from app.service import Service, ServiceDep
+from app.store import StoreUnavailable
 
 router = APIRouter(tags=["health"])
 
@@ -22,15 +23,40 @@ class Liveness(BaseModel):
 class ReadinessChecks(BaseModel):
     profiles_loaded: bool = Field(description="at least one device profile validated at start-up")
     z3_usable: bool = Field(description="Z3 imports and decides a trivial formula")
-    pool_alive: bool = Field(description="at least one solver worker process is alive")
+    pool_alive: bool = Field(
+        description="at least one solver worker is loaded and alive (dead ones are replaced "
+        "at once; see workers_starting)"
+    )
+
+
+class WorkerInfo(BaseModel):
+    pid: int = Field(description="process id of the worker")
+    state: Literal["starting", "idle", "busy"]
+
+
+class StoreReadiness(BaseModel):
+    """The shared store: a degraded store does not make the service unready (it answers from
+    its own cache and solver, and reconnects by itself)."""
+
+    backend: str = Field(description="memory, sqlite or redis (KPERF_STORE_URL)")
+    status: Literal["ok", "degraded: store"]
+    reason: str | None = Field(description="the last store error while degraded")
 
 
 class Readiness(BaseModel):
     status: Literal["ready", "not ready"]
     checks: ReadinessChecks
-    workers_alive: int = Field(description="live solver worker processes")
+    workers_alive: int = Field(description="loaded solver worker processes (idle or busy)")
     workers_idle: int = Field(description="worker processes waiting for a job")
+    workers_busy: int = Field(description="worker processes running a job")
+    workers_starting: int = Field(description="replacement workers still loading")
     queue_depth: int = Field(description="requests waiting for a free worker")
+    workers: list[WorkerInfo] = Field(description="every solver worker process")
+    store: StoreReadiness = Field(
+        description="the shared store (result cache, calibrated profiles, measurements): "
+        "'degraded: store' with the reason after an error (a corrupt SQLite file, Redis "
+        "unreachable), never making the service unready"
+    )
 
 
 def _z3_usable() -> bool:
@@ -46,6 +72,21 @@ def _z3_usable() -> bool:
         return False
 
 
+async def _store_readiness(service: Service) -> StoreReadiness:
+    """One round trip to the store (through its circuit breaker: a store known to be down is
+    not called again before its back-off ends), then its state."""
+    try:
+        await asyncio.to_thread(service.store.ping)
+    except StoreUnavailable:
+        pass  # counted and logged by the store; reported below
+    health = service.store.health()
+    return StoreReadiness(
+        backend=health.backend,
+        status="ok" if health.ok else "degraded: store",
+        reason=health.reason,
+    )
+
+
 @router.get("/healthz", response_model=Liveness)
 async def healthz() -> Liveness:
     """Liveness: the event loop answers (no dependency is checked)."""
@@ -58,19 +99,27 @@ async def healthz() -> Liveness:
     responses={503: {"model": Readiness, "description": "a dependency is not ready"}},
 )
 async def readyz(service: ServiceDep) -> JSONResponse:
-    """Readiness: profiles loaded, Z3 usable, worker pool alive."""
+    """Readiness: profiles loaded, Z3 usable, worker pool alive; the store's state besides."""
+    pool = service.pool
     checks = ReadinessChecks(
         profiles_loaded=bool(service.profiles),
         z3_usable=await asyncio.to_thread(_z3_usable),
-        pool_alive=service.pool.running and service.pool.alive_workers > 0,
+        pool_alive=pool.running and pool.alive_workers > 0,
     )
     ready = checks.profiles_loaded and checks.z3_usable and checks.pool_alive
     body = Readiness(
         status="ready" if ready else "not ready",
         checks=checks,
-        workers_alive=service.pool.alive_workers,
-        workers_idle=service.pool.idle_workers,
-        queue_depth=service.pool.waiting,
+        workers_alive=pool.alive_workers,
+        workers_idle=pool.idle_workers,
+        workers_busy=pool.busy_workers,
+        workers_starting=pool.starting_workers,
+        queue_depth=pool.waiting,
+        workers=[
+            WorkerInfo.model_validate({"pid": pid, "state": state})
+            for pid, state in pool.worker_states()
+        ],
+        store=await _store_readiness(service),
     )
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 

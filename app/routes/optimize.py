@@ -2,25 +2,58 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
 
 from app.convert.optimize import to_problem
-from app.jobs import optimize_via_pool, request_profile
-from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
+from app.jobs import optimize_svg_via_pool, optimize_via_pool, request_profile
+from app.negotiation import (
+    NOT_ACCEPTABLE_RESPONSE,
+    SVG_RESPONSE,
+    picture_requested,
+    svg_response,
+    vary_on_accept,
+)
+from app.schemas.optimize import MAX_TOP_K, OptimizeTilingRequest, OptimizeTilingResponse
 from app.service import ServiceDep
 
 router = APIRouter(tags=["optimize"])
 
+CandidateRank = Annotated[
+    int,
+    Query(
+        ge=1,
+        le=MAX_TOP_K,
+        description="SVG answer only: draw the timeline of this shortlist rank (1 = best; at "
+        "most the number of candidates returned); ignored for JSON",
+    ),
+]
 
-@router.post("/optimize-tiling", response_model=OptimizeTilingResponse)
+
+@router.post(
+    "/optimize-tiling",
+    response_model=OptimizeTilingResponse,
+    responses={200: SVG_RESPONSE, 406: NOT_ACCEPTABLE_RESPONSE},
+)
 async def optimize(
-    request: OptimizeTilingRequest, service: ServiceDep, response: Response
-) -> OptimizeTilingResponse:
-    """Proven-optimal GeMM-WS tiling and a ranked shortlist for a GEMM on a device."""
+    request: OptimizeTilingRequest,
+    service: ServiceDep,
+    http_request: Request,
+    candidate_rank: CandidateRank = 1,
+) -> Response:
+    """Proven-optimal GeMM-WS tiling and a ranked shortlist for a GEMM on a device.
+
+    With `Accept: image/svg+xml` the answer is the pipeline timeline of the candidate at
+    `candidate_rank` (for any one tiling, give a search space of one value per dimension).
+    """
     # bad device or search space: answer 4xx without taking a worker
     profile = await request_profile(service, request)
     service.check_search_space(to_problem(request, profile)[1].space.size)
+    if picture_requested(http_request.headers.get("accept")):
+        svg, hit = await optimize_svg_via_pool(service, request, profile, candidate_rank)
+        return svg_response(svg, hit)
     # the solve itself (optimize_tiling + to_response) runs in a worker process, behind the
-    # result cache and the bounded queue: app/jobs.py
-    answer, _ = await optimize_via_pool(service, request, profile, response)
-    return answer
+    # result cache and the bounded queue: app/jobs.py; the body is sent as encoded there
+    answer = await optimize_via_pool(service, request, profile)
+    return vary_on_accept(answer.response())

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from app.schemas.base import RequestModel
 from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
 
 #: schema-level ceiling; the configured limit (KPERF_MAX_BATCH_ITEMS) is usually lower
 MAX_BATCH_ITEMS_CEILING = 1024
 
 
-class OptimizeTilingBatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class OptimizeTilingBatchRequest(RequestModel):
     problems: list[OptimizeTilingRequest] = Field(
         min_length=1,
         max_length=MAX_BATCH_ITEMS_CEILING,

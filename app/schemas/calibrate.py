@@ -12,7 +12,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     TypeAdapter,
     ValidationInfo,
@@ -20,16 +19,19 @@ from pydantic import (
     model_validator,
 )
 
+from app.schemas.base import RequestModel
 from app.schemas.optimize import DEFAULT_TIME_LIMIT_S, GemmWsDeviceParams, GemmWsRun
-from app.schemas.predict import KernelLaunch
+from app.schemas.predict import InlineProfile, KernelLaunch
 from app.settings import TIME_LIMIT_CEILING_S
 from device_profiles import DeviceProfile
-from device_profiles.schema import CalibrationErrorSummary
-from perfmodel.calibration import GEMM_WS_FIGURES, MANY_BSP_FIGURES
+from device_profiles.schema import CALIBRATABLE_FIGURES, CalibrationErrorSummary
 
 CalibrationModel = Literal["gemm-ws", "many-bsp"]
-#: figures each model can fit, by the name of their profile field (units in the names)
-FIGURES: dict[str, tuple[str, ...]] = {"gemm-ws": GEMM_WS_FIGURES, "many-bsp": MANY_BSP_FIGURES}
+#: figures each model can fit, by the name of their profile field (units in the names): the
+#: profile schema's list, the same as perfmodel.calibration's GEMM_WS_FIGURES and
+#: MANY_BSP_FIGURES (tests/app/test_calibrate_schemas.py), which the service's process does
+#: not import (numpy, scipy: the fits run in the workers)
+FIGURES: dict[str, tuple[str, ...]] = dict(CALIBRATABLE_FIGURES)
 #: the unit of a model's measured and predicted values
 UNITS: dict[str, Literal["us", "cycles"]] = {"gemm-ws": "us", "many-bsp": "cycles"}
 DEFAULT_FOLDS = 5
@@ -71,11 +73,7 @@ class ManyBspMeasurementIn(KernelLaunch):
     """One measured kernel launch: the /predict-kernel body without device, and its cycles."""
 
     measured_cycles: float = Field(
-        gt=0,
-        le=1e15,
-        allow_inf_nan=False,
-        strict=True,
-        description="measured kernel execution, cycles",
+        gt=0, le=1e15, allow_inf_nan=False, description="measured kernel execution, cycles"
     )
 
     @model_validator(mode="before")
@@ -93,7 +91,7 @@ _MEASUREMENTS: dict[str, TypeAdapter[Any]] = {
 }
 _BASE_PARAMS: dict[str, TypeAdapter[Any]] = {
     "gemm-ws": TypeAdapter(GemmWsDeviceParams),
-    "many-bsp": TypeAdapter(DeviceProfile),
+    "many-bsp": TypeAdapter(InlineProfile),
 }
 
 
@@ -137,7 +135,7 @@ Fit = Annotated[
     Field(
         min_length=1,
         description="figures to fit, by profile field name; default: every figure of the model "
-        f"(gemm-ws: {', '.join(GEMM_WS_FIGURES)}; many-bsp: {', '.join(MANY_BSP_FIGURES)})",
+        f"(gemm-ws: {', '.join(FIGURES['gemm-ws'])}; many-bsp: {', '.join(FIGURES['many-bsp'])})",
     ),
 ]
 Folds = Annotated[
@@ -168,11 +166,7 @@ TimeLimit = Annotated[
 ]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class _ModelChecks(_Strict):
+class _ModelChecks(RequestModel):
     """Checks against the request's ``model`` (declared first by every subclass)."""
 
     @field_validator("measurements", mode="before", check_fields=False)
@@ -248,6 +242,12 @@ class FittedFigureOut(BaseModel):
     )
     identifiable: bool = Field(
         description="false when the runs do not determine the figure: value is the base's"
+    )
+    estimate: bool = Field(
+        default=False,
+        description="true when the figure was not identified and the value kept is an "
+        "estimate (the fit's starting value for a figure the base lacked, or the base's own "
+        "estimate): the calibrated profile flags it estimate: true and a warning says so",
     )
 
 

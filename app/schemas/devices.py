@@ -1,11 +1,21 @@
-"""Response models of the device-profile routes."""
+"""Response models of the device-profile routes, and the calibration call they point at."""
 
 from __future__ import annotations
 
+import json
+from typing import Any, Literal
+
 from pydantic import BaseModel, Field
 
-from device_profiles import DeviceProfile
-from device_profiles.schema import CalibrationProvenance
+from device_profiles import DeviceProfile, FigureNeed, ModelStatus, calibration_status
+from device_profiles.schema import CALIBRATABLE_FIGURES, CalibrationProvenance
+
+#: the state of one model on one profile (device_profiles.status.ModelStatus.state)
+ModelStateName = Literal["served", "uncalibrated-estimates", "needs-calibration", "missing-figures"]
+
+#: keys GET /devices/{id} adds to the profile; an inline ``device_params`` drops them, so the
+#: detail can be posted back as is
+READ_ONLY_PROFILE_KEYS: tuple[str, ...] = ("needs_calibration",)
 
 
 class DeviceSummary(BaseModel):
@@ -14,6 +24,12 @@ class DeviceSummary(BaseModel):
     architecture: str | None
     sm_count: int = Field(description="streaming multiprocessors")
     models: list[str] = Field(description="performance models this profile has figures for")
+    model_status: dict[str, ModelStateName] = Field(
+        description="per model: served, uncalibrated-estimates (served, some figures are "
+        "estimates), needs-calibration (POST /calibrate fills what is missing) or "
+        "missing-figures (a figure no calibration fits must be cited first); "
+        "GET /devices/{id} lists the figures"
+    )
     aliases: list[str] = Field(default_factory=list, description="names that resolve to it")
     calibration: CalibrationProvenance | None = Field(
         default=None, description="provenance of a calibrated profile; null for shipped ones"
@@ -24,6 +40,94 @@ class DeviceList(BaseModel):
     devices: list[DeviceSummary]
 
 
+class FigureNeedOut(BaseModel):
+    figure: str = Field(description="dotted path in the profile, e.g. many_bsp.mu")
+    state: Literal["absent", "estimate"] = Field(
+        description="absent, or present as an uncalibrated estimate"
+    )
+    calibratable: bool = Field(description="whether POST /calibrate fits it")
+    reason: str = Field(description="why no public figure is in the profile")
+
+
+class CalibrateCall(BaseModel):
+    """The request that fills a model's ``figures`` from runs measured on the device."""
+
+    method: Literal["POST"] = "POST"
+    path: Literal["/calibrate"] = "/calibrate"
+    body: dict[str, Any] = Field(
+        description="request body; measurements: the runs measured on the device"
+    )
+    cli: str = Field(description="the same from the command line")
+
+
+class ModelCalibration(BaseModel):
+    status: ModelStateName
+    figures: list[FigureNeedOut] = Field(
+        description="figures the model needs that a calibration run fits: absent, or "
+        "uncalibrated estimates"
+    )
+    missing: list[FigureNeedOut] = Field(
+        description="absent figures no calibration fits: a cited figure must be added to the "
+        "profile before the model can serve it"
+    )
+    estimates: list[FigureNeedOut] = Field(
+        description="uncalibrated estimates no calibration fits (served; flagged until a "
+        "cited figure replaces them)"
+    )
+    calibrate: CalibrateCall | None = Field(
+        description="the call that fills `figures`; null when there is nothing to fit"
+    )
+
+
+class DeviceDetail(DeviceProfile):
+    """A device profile (every figure with its source) and what each model still needs."""
+
+    needs_calibration: dict[str, ModelCalibration] = Field(
+        description="per model (gemm-ws, many-bsp): the figures that need calibration, those "
+        "that must be cited first, and the call that fills the former"
+    )
+
+
+def calibrate_call(model: str, device_id: str, fit: list[str] | tuple[str, ...]) -> CalibrateCall:
+    """POST /calibrate (and ``kperf calibrate``) fitting ``fit`` for ``model`` on a device."""
+    body = {"model": model, "base_device": device_id, "fit": list(fit), "measurements": []}
+    cli = f"kperf calibrate runs.jsonl --model {model} --device {device_id}"
+    if set(fit) != set(CALIBRATABLE_FIGURES[model]):
+        cli += f" --fit {','.join(fit)}"  # the CLI fits every figure of the model by default
+    return CalibrateCall(body=body, cli=cli)
+
+
+def calibrate_hint(model: str, device_id: str, fit: list[str] | tuple[str, ...]) -> str:
+    """One line naming the calibration call, for error messages."""
+    head = json.dumps({"model": model, "base_device": device_id, "fit": list(fit)})[:-1]
+    cli = calibrate_call(model, device_id, fit).cli
+    return f'POST /calibrate {head}, "measurements": [...]}} or `{cli}`'
+
+
+def _need(need: FigureNeed) -> FigureNeedOut:
+    return FigureNeedOut(
+        figure=need.figure, state=need.state, calibratable=need.calibratable, reason=need.reason
+    )
+
+
+def model_calibration(device_id: str, status: ModelStatus) -> ModelCalibration:
+    return ModelCalibration(
+        status=status.state,
+        figures=[_need(n) for n in status.needs_calibration],
+        missing=[_need(n) for n in status.missing],
+        estimates=[_need(n) for n in status.estimates],
+        calibrate=calibrate_call(status.model, device_id, status.fit) if status.fit else None,
+    )
+
+
+def detail_profile(profile: DeviceProfile) -> DeviceDetail:
+    listing = {
+        model: model_calibration(profile.id, status)
+        for model, status in calibration_status(profile).items()
+    }
+    return DeviceDetail.model_validate({**profile.model_dump(), "needs_calibration": listing})
+
+
 def summarize_profile(profile: DeviceProfile, aliases: list[str] | None = None) -> DeviceSummary:
     return DeviceSummary(
         id=profile.id,
@@ -31,6 +135,14 @@ def summarize_profile(profile: DeviceProfile, aliases: list[str] | None = None) 
         architecture=profile.architecture,
         sm_count=int(profile.hardware.sm_count.value),
         models=profile.models_served(),
+        model_status={m: s.state for m, s in calibration_status(profile).items()},
         aliases=aliases or [],
         calibration=profile.calibration,
     )
+
+
+def drop_read_only_keys(value: Any) -> Any:
+    """Before-validator for an inline profile: drop what GET /devices/{id} adds."""
+    if isinstance(value, dict) and any(k in value for k in READ_ONLY_PROFILE_KEYS):
+        return {k: v for k, v in value.items() if k not in READ_ONLY_PROFILE_KEYS}
+    return value

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from app.schemas.base import RequestModel
 from app.settings import TIME_LIMIT_CEILING_S
 from solver.search_space import (
     DEFAULT_BUFFER_DEPTHS,
@@ -22,11 +23,7 @@ DEFAULT_TIME_LIMIT_S = 10.0
 Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ValueRange(_Model):
+class ValueRange(RequestModel):
     """Every multiple of ``multiple_of`` between ``min`` and ``max`` inclusive."""
 
     min: int = Field(ge=1, le=MAX_TILE)
@@ -45,7 +42,7 @@ class ValueRange(_Model):
 TileValues = list[int] | ValueRange
 
 
-class SearchSpaceSpec(_Model):
+class SearchSpaceSpec(RequestModel):
     """Candidate values per dimension: an explicit list or a range."""
 
     tile_m: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TM, elements")
@@ -62,7 +59,7 @@ class SearchSpaceSpec(_Model):
     )
 
 
-class GemmWsDeviceParams(_Model):
+class GemmWsDeviceParams(RequestModel):
     """Inline machine figures instead of a profile id (§2.2 / §4.2 of the GeMM-WS paper)."""
 
     sm_count: int = Field(ge=1, le=100_000, description="streaming multiprocessors")
@@ -87,12 +84,14 @@ class GemmWsDeviceParams(_Model):
     )
 
 
-class OptimizeTilingRequest(_Model):
+class OptimizeTilingRequest(RequestModel):
     m: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
     n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
     k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")
     dtype: Dtype = Field(default="fp16", description="element type of A and B")
-    device: str | None = Field(default=None, description="device profile id (GET /devices)")
+    device: str | None = Field(
+        default=None, description="device profile id, calibrated id or name (GET /devices)"
+    )
     device_params: GemmWsDeviceParams | None = Field(
         default=None, description="inline machine figures instead of a profile"
     )
@@ -117,14 +116,12 @@ class OptimizeTilingRequest(_Model):
     )
 
 
-class GemmWsRun(_Model):
+class GemmWsRun(RequestModel):
     """One GEMM launch: the problem, its element type and the tiling it ran with (elements).
 
     A GeMM-WS measurement (POST /calibrate, POST /devices/{id}/measurements) is one of these
     plus ``measured_time_us``; every /optimize-tiling candidate carries its own, prefilled.
     """
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
     m: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
     n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")

@@ -2,26 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, Field, Strict, ValidationError
 
+from app.schemas.base import RequestModel
+from app.schemas.devices import drop_read_only_keys
 from device_profiles import DeviceProfile
 
+
+def _inline_profile(value: object) -> object:
+    """Before-validator of an inline profile: without what GET /devices/{id} adds, and strict.
+
+    DeviceProfile (device_profiles/) keeps pydantic's lax mode for its files; figures sent in a
+    request get the strict types of every other request field.
+    """
+    value = drop_read_only_keys(value)
+    if not isinstance(value, dict):
+        return value
+    try:
+        return DeviceProfile.model_validate(value, strict=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "device_params"
+        raise ValueError(f"{where}: {first['msg']}") from None
+
+
+#: a device profile sent in a request body (device_params, base_device_params)
+InlineProfile = Annotated[DeviceProfile, BeforeValidator(_inline_profile)]
 PositiveInt = Annotated[int, Field(gt=0)]
+#: most items per list in one page of a /predict-kernel answer
+MAX_LIST_LIMIT = 100_000
 Dim3 = Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class LaunchConfig(_Model):
+class LaunchConfig(RequestModel):
     grid: Dim3 = Field(description="blocks per grid [x, y, z]; n_b is their product")
     block: Dim3 = Field(description="threads per block [x, y, z]; n_t is their product")
 
 
-class Resources(_Model):
+class Resources(RequestModel):
     registers_per_thread: int | None = Field(
         None,
         ge=0,
@@ -34,7 +54,7 @@ class Resources(_Model):
     )
 
 
-class KernelLaunch(_Model):
+class KernelLaunch(RequestModel):
     """A PTX kernel and how it is launched: the /predict-kernel body without its device; a
     Many-BSP measurement (POST /calibrate) is one of these plus the measured cycles."""
 
@@ -45,21 +65,53 @@ class KernelLaunch(_Model):
         default_factory=lambda: Resources(registers_per_thread=None, shared_bytes_per_block=None)
     )
     loop_trip_counts: dict[str, Annotated[int, Field(ge=0)]] = Field(
-        default_factory=dict, description="iterations per loop, keyed by the header's label"
+        default_factory=dict,
+        description="iterations per loop, keyed by the header's label; a label declared in a "
+        "nested { } block is named label@line (e.g. LAB_WAIT@712)",
     )
-    memory_transactions: dict[int, Annotated[int, Field(ge=1, le=1024)]] = Field(
+    # keys stay lax: a JSON object's keys are strings ("12"), and the worker re-validates the
+    # dumped request in Python mode, where strict would refuse them; "x" is still a 422
+    memory_transactions: dict[
+        Annotated[int, Strict(False)], Annotated[int, Field(ge=1, le=1024)]
+    ] = Field(
         default_factory=dict,
         description="n_ma overrides keyed by the 1-based line of the instruction in `ptx`",
     )
 
 
 class PredictKernelRequest(KernelLaunch):
-    device: str | None = Field(None, description="device profile id (GET /devices)")
-    device_params: DeviceProfile | None = Field(
-        None, description="an inline device profile with a complete many_bsp section"
+    device: str | None = Field(
+        None, description="device profile id, calibrated id or name (GET /devices)"
+    )
+    device_params: Annotated[DeviceProfile | None, BeforeValidator(_inline_profile)] = Field(
+        None,
+        description="an inline device profile with a complete many_bsp section (a "
+        "GET /devices/{id} body is accepted as is)",
     )
     clock_mhz: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="clock for predicted_time_us (MHz)"
+    )
+    detail: Literal["auto", "summary", "full"] = Field(
+        "auto",
+        description="what the instruction and superstep lists hold. `auto` (default): the "
+        "requested items, unless that answer would exceed the server's size limit for full "
+        "answers (KPERF_PREDICT_SUMMARY_ABOVE_BYTES, 1 MiB by default), in which case the "
+        "lists are left empty and `lists` says why and how many items there are; `summary`: "
+        "always empty lists (every figure, the lengths in `lists`); `full`: the requested "
+        "items whatever the size (a kernel of 90,000 instructions answers about 36 MB). "
+        "Page through long lists with `list_offset` and `list_limit`",
+    )
+    list_offset: int = Field(
+        0,
+        ge=0,
+        description="index of the first item returned in each list (instructions, "
+        "level1_supersteps, level2_supersteps); with list_limit, pages through long lists",
+    )
+    list_limit: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LIST_LIMIT,
+        description="most items returned per list, from list_offset; default: to the end",
     )
 
 
@@ -75,10 +127,17 @@ class FuCycles(BaseModel):
 class InstructionOut(BaseModel):
     line: int = Field(description="1-based line in the submitted ptx")
     opcode: str
-    instruction_class: str = Field(description="row of Tables 1-5..1-7 used to cost it")
-    fu: str = Field(description="functional unit: SPs, DPU, SFU, LDST or MI (bar.sync)")
-    latency_cycles: float
-    throughput_per_ws: float = Field(description="T_i, results per cycle per warp scheduler")
+    instruction_class: str = Field(
+        description="row of Tables 1-5..1-7 used to cost it; 'uncosted' when the device "
+        "figures have none (a warning names the opcode)"
+    )
+    fu: str = Field(
+        description="functional unit: SPs, DPU, SFU, LDST, MI (bar.sync) or none (uncosted)"
+    )
+    latency_cycles: float | None = Field(description="cycles; null when uncosted")
+    throughput_per_ws: float | None = Field(
+        description="T_i, results per cycle per warp scheduler; null when uncosted"
+    )
     u: int | None = Field(description="line of the first instruction reading its result")
     d: int = Field(description="1 when that reader is the next instruction")
     n_ma: int = Field(description="memory transactions per warp")
@@ -97,6 +156,39 @@ class SuperstepModel(BaseModel):
     comm_cycles: float
     ovh_cycles: float
     iterations: int = Field(description="times the superstep runs (loop trip count, or 1)")
+
+
+class WarpRoleOut(BaseModel):
+    """One warp role of a warp-specialized kernel, evaluated on its own."""
+
+    warps: list[int] = Field(description="warp indices in the block (linear thread id // 32)")
+    threads: int = Field(description="threads in those warps")
+    w: int = Field(description="eq. (6) for the role's threads, warps")
+    instructions: int = Field(description="instructions of the role's table (Table N-1)")
+    uncosted_instructions: int = Field(description="of those, uncosted")
+    predicted_cycles: float = Field(description="kernel_exec_cycle if every warp ran this role")
+    block_exec_cycle: float = Field(description="eq. (4) for the role, cycles")
+    COMP: float = Field(description="eq. (5) for the role, cycles")
+    block_comm: float = Field(description="eq. (12) for the role, cycles")
+    l: int = Field(description="executed instructions per thread")  # noqa: E741 - paper name
+    bounds_kernel: bool = Field(description="true for the role the kernel's answer reports")
+    level1_supersteps: list[SuperstepModel]
+
+
+class ListsInfo(BaseModel):
+    """What the instruction and superstep lists of this answer hold (see the request's
+    `detail`, `list_offset` and `list_limit`)."""
+
+    detail: Literal["full", "summary"] = Field(
+        description="`full`: the lists hold the requested items; `summary`: they are empty"
+    )
+    offset: int = Field(description="index of the first item of each list in this answer")
+    instructions_total: int = Field(description="items of `instructions` in the full answer")
+    level1_supersteps_total: int = Field(description="items of `level1_supersteps` in full")
+    level2_supersteps_total: int = Field(description="items of `level2_supersteps` in full")
+    note: str | None = Field(
+        None, description="why the lists were left out, and how to ask for them"
+    )
 
 
 class PredictKernelResponse(BaseModel):
@@ -135,3 +227,10 @@ class PredictKernelResponse(BaseModel):
     level2_supersteps: list[SuperstepModel]
     instructions: list[InstructionOut]
     warnings: list[str]
+    warp_roles: list[WarpRoleOut] = Field(
+        default_factory=list,
+        description="warp-specialized kernels: one entry per group of warps that runs its own "
+        "path, each modelled on its own; the fields above are those of the slowest "
+        "(bounds_kernel). Empty when all warps run the same code",
+    )
+    lists: ListsInfo = Field(description="what the three lists hold: full, a page, or empty")

@@ -4,6 +4,22 @@ One interface (:class:`Store`), several backends chosen by ``KPERF_STORE_URL``. 
 opaque bytes to the store; callers encode them (JSON, never pickles).
 """
 
-from app.store.base import MemoryStore, Store, StoreUnavailable
+from app.store.base import MemoryStore, Store, StoreHealth, StoreUnavailable
+from app.store.checked import CheckedStore, CorruptValue, seal, unseal
+from app.store.registry import BACKENDS, make_backend, make_store
+from app.store.resilient import ResilientStore
 
-__all__ = ["MemoryStore", "Store", "StoreUnavailable"]
+__all__ = [
+    "BACKENDS",
+    "CheckedStore",
+    "CorruptValue",
+    "MemoryStore",
+    "ResilientStore",
+    "Store",
+    "StoreHealth",
+    "StoreUnavailable",
+    "make_backend",
+    "make_store",
+    "seal",
+    "unseal",
+]

@@ -10,11 +10,39 @@ from __future__ import annotations
 import abc
 import threading
 import time
+from dataclasses import dataclass
 
 
 class StoreUnavailable(RuntimeError):
     """The backend cannot be reached or refused the operation; callers degrade, never 5xx
     for a read they can answer without it."""
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs (``redis://:***@host:6379/0``)."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")
+    if not sep or not at:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{path}"
+
+
+def check_ttl_s(ttl_s: float | None) -> float | None:
+    """``ttl_s`` unchanged when None (no expiry) or positive; every backend refuses the rest."""
+    if ttl_s is not None and not ttl_s > 0:
+        raise ValueError(f"ttl_s must be positive, got {ttl_s}")
+    return ttl_s
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """What /readyz reports of the store: its backend and whether the last attempt worked."""
+
+    backend: str
+    ok: bool
+    #: the last error while degraded (``ConnectionError: ...``), else None
+    reason: str | None = None
 
 
 class Store(abc.ABC):
@@ -48,6 +76,13 @@ class Store(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""
 
+    def ping(self) -> None:  # noqa: B027 - an in-process store is always reachable
+        """A cheap round trip; raises StoreUnavailable when the backend cannot be reached."""
+
+    def health(self) -> StoreHealth:
+        """The backend's state as last observed (wrappers that watch errors override it)."""
+        return StoreHealth(backend=self.name, ok=True)
+
 
 class MemoryStore(Store):
     """This process only: the embedded default, nothing to start, gone on restart."""
@@ -70,11 +105,8 @@ class MemoryStore(Store):
 
     @staticmethod
     def _expiry(ttl_s: float | None) -> float | None:
-        if ttl_s is None:
-            return None
-        if not ttl_s > 0:
-            raise ValueError(f"ttl_s must be positive, got {ttl_s}")
-        return time.monotonic() + ttl_s
+        ttl_s = check_ttl_s(ttl_s)
+        return None if ttl_s is None else time.monotonic() + ttl_s
 
     def get(self, namespace: str, key: str) -> bytes | None:
         with self._lock:

@@ -3,7 +3,7 @@ report ``many-bsp-supplementary.txt``): BLOCK data structure, level-1/level-2 su
 eq. (1)-(25), evaluated on PTX."""
 
 from perfmodel.manybsp.device import DeviceFigures, device_from_profile
-from perfmodel.manybsp.predict import PredictRequest, PredictResult, predict_kernel
+from perfmodel.manybsp.predict import PredictRequest, PredictResult, RoleResult, predict_kernel
 from perfmodel.manybsp.types import BlockRow, InstructionCost, KernelEstimate, Superstep
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "KernelEstimate",
     "PredictRequest",
     "PredictResult",
+    "RoleResult",
     "Superstep",
     "device_from_profile",
     "predict_kernel",

@@ -62,7 +62,8 @@ def _x(cost: InstructionCost, device: ManyBspDevice) -> float:
 
 
 def _base_issue(cost: InstructionCost, w: int, device: ManyBspDevice) -> float:
-    if cost.kind is InstructionKind.BARRIER:
+    if cost.kind in (InstructionKind.BARRIER, InstructionKind.UNCOSTED):
+        # an uncosted instruction still takes its issue slot (docs/model-notes.md, "Hopper")
         return w * device.issue_cycle
     return w * device.issue_cycle * math.ceil(device.warp_size / cost.units_per_ws)
 
@@ -132,7 +133,7 @@ def analyse_block(
     for i, c in enumerate(costs):
         if c.kind in (InstructionKind.BRANCH, InstructionKind.BARRIER):
             definite[i] = True
-        elif c.consumer == i + 1:
+        elif c.consumer == i + 1 and c.kind is not InstructionKind.UNCOSTED:
             definite[i] = True
         if i == spans[span_of[i]].end:
             definite[i] = True
@@ -180,6 +181,8 @@ def analyse_block(
         eq8_stall = False
         if c.kind in (InstructionKind.BRANCH, InstructionKind.BARRIER):
             sync[i] = _SYNC_ONLY
+        elif c.kind is InstructionKind.UNCOSTED:
+            pass  # its latency is unknown: no wait is invented for its consumer
         elif c.consumer is not None and c.consumer == i + 1:
             # d = 1: the next instruction waits the whole occupancy (a global load: 1).
             sync[i] = fu_val[i] if col >= 0 else _SYNC_ONLY

@@ -13,12 +13,19 @@ for is costed as the nearest row of the same unit of Tables 1-2..1-4 (SFU functi
 ``sfu_rcp``, other double-precision work as ``dp_fma``, tensor-core and other arithmetic as
 ``fma_f32``, integer/bit manipulation as ``alu_half_rate``, anything else as ``alu``); a class
 the device profile lacks falls back to ``alu`` (or ``ld_global``/``ld_shared`` for memory).
+
+Hopper's asynchronous and cluster instructions (``wgmma``, TMA ``cp.async.bulk``,
+``mbarrier``, ``setmaxnreg``, ``fence.proxy.async``, ``elect.sync``, cluster registers) have
+classes of their own (:mod:`perfmodel.manybsp.hopper`) and no fallback: without the device's
+figures they are *uncosted*. ``ldmatrix``/``stmatrix`` cost one shared transaction per 8x8
+matrix (PTX ISA), on the ld/st.shared rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfmodel.manybsp.hopper import hopper_class, matrix_transactions
 from perfmodel.manybsp.types import InstructionKind
 from perfmodel.ptx import Instruction
 
@@ -53,7 +60,7 @@ _BIT_FALLBACK = frozenset(
     }
 )
 _SFU_FALLBACK = frozenset({"ex2", "lg2", "sin", "cos", "tanh", "rsqrt"})
-_TENSOR = frozenset({"mma", "wmma", "wgmma"})
+_TENSOR = frozenset({"mma", "wmma"})
 _NO_COST = frozenset({"ret", "exit", "trap", "pmevent", "nanosleep", "fence", "membar"})
 _SPECIAL_IDS = ("%tid", "%ctaid")
 _MEMORY_OPS = frozenset(
@@ -84,6 +91,9 @@ class Classified:
     class_key: str
     kind: InstructionKind
     fallback_reason: str | None = None  # why the documented fallback applied, if it did
+    #: without the device's figures for ``class_key``: uncosted (True) or the alu/ld fallback
+    uncosted_without_figures: bool = False
+    n_ma: int | None = None  # transactions per warp fixed by the opcode (ldmatrix/stmatrix)
 
 
 def _types(ins: Instruction) -> list[str]:
@@ -94,6 +104,9 @@ def classify(ins: Instruction) -> Classified | None:
     """The instruction's class and kind; ``None`` for instructions the model does not cost
     (``ret``/``exit``, fences: the paper's tables list no cost for them)."""
     op = ins.opcode
+    hopper = hopper_class(ins)
+    if hopper is not None:
+        return Classified(hopper, InstructionKind.COMPUTE, uncosted_without_figures=True)
     types = _types(ins)
     if op in _NO_COST:
         return None
@@ -177,7 +190,13 @@ def _memory(ins: Instruction, space: str) -> Classified:
     store = op in ("st", "sust", "stmatrix") or (op == "red")
     if space == "param":
         return Classified("alu", InstructionKind.COMPUTE)  # Table 1-5: ld.param on SPs
-    if space == "shared" or op in ("ldmatrix", "stmatrix"):
+    if op in ("ldmatrix", "stmatrix"):
+        return Classified(
+            "st_shared" if store else "ld_shared",
+            InstructionKind.SHARED_MEMORY,
+            n_ma=matrix_transactions(ins),
+        )
+    if space == "shared":
         reason = None if op in ("ld", "st") else f"{ins.full_opcode}: costed as ld/st.shared"
         return Classified(
             "st_shared" if store else "ld_shared", InstructionKind.SHARED_MEMORY, reason

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp.classify import Classified, classify
+from perfmodel.manybsp.hopper import wgmma_n
 from perfmodel.manybsp.types import (
     FunctionalUnit,
     InstructionCost,
@@ -32,6 +33,7 @@ from perfmodel.ptx import (
     find_loops,
     tid_x_stride_bytes,
 )
+from perfmodel.ptx.roles import WarpRole
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,15 @@ class FrontEndResult:
     class_keys: tuple[str, ...]
     n_ma_inferred: tuple[bool, ...]  # True where n_ma came from the stride, not an override
     warnings: tuple[str, ...]
+    loop_headers: frozenset[str] = frozenset()  #: loops of the analysed code, by header label
+
+
+#: class key reported for an instruction the device figures cannot cost
+UNCOSTED = "uncosted"
+
+#: the ``wgmma_mma_async`` figures of a profile are for the m64n8kK shape: a warp's share of
+#: m64nNkK is N/8 times that work (same K x element bits, 256, for every wgmma type)
+_WGMMA_FIGURE_N = 8
 
 
 _FALLBACK_CLASS = {
@@ -96,27 +107,38 @@ def build_table(
     memory_transactions: Mapping[int, int],
     segment_bytes: int,
     warp_size: int,
+    role: WarpRole | None = None,
+    classified: Sequence[Classified | None] | None = None,
 ) -> FrontEndResult:
+    """Table N-1 and the level-1 spans of ``fn``; with ``role``, of the instructions that
+    role's warps execute, its fixed branches taken as fixed (perfmodel/ptx/roles.py).
+    ``classified``: :func:`classify` of every instruction, when the caller has it already
+    (one function, several roles).
+
+    ``loop_trip_counts`` keys are checked against the loops found here only without a role
+    (with roles, a key may name another role's loop: the caller checks the union)."""
     warnings: list[str] = []
     instrs = fn.instructions
     kept: list[int] = []
     classes: list[Classified] = []
+    memory_lines: set[int] = set()
+    if classified is None:
+        classified = [classify(ins) for ins in instrs]
     for idx, ins in enumerate(instrs):
-        c = classify(ins)
+        c = classified[idx]
         if c is None:
+            continue
+        if c.kind in (InstructionKind.GLOBAL_MEMORY, InstructionKind.SHARED_MEMORY):
+            memory_lines.add(ins.line)
+        if role is not None and idx not in role.instructions:
             continue
         if c.fallback_reason:
             warnings.append(f"line {ins.line}: {c.fallback_reason}")
         kept.append(idx)
         classes.append(c)
-    if not kept:
+    if not kept and role is None:
         raise ModelInputError("ptx", f"kernel {fn.name!r} has no instructions to model")
 
-    memory_lines = {
-        instrs[i].line
-        for i, c in zip(kept, classes, strict=True)
-        if c.kind in (InstructionKind.GLOBAL_MEMORY, InstructionKind.SHARED_MEMORY)
-    }
     for line, n in memory_transactions.items():
         if line not in memory_lines:
             raise ModelInputError(
@@ -127,8 +149,10 @@ def build_table(
         if n < 1:
             raise ModelInputError(f"memory_transactions.{line}", "n_ma must be >= 1")
 
-    spans_orig, iterations = _level1(fn, loop_trip_counts, warnings)
+    fixed = role.fixed_branches if role is not None else None
+    spans_orig, iterations, headers = _level1(fn, loop_trip_counts, warnings, fixed)
     pos_of = {orig: k for k, orig in enumerate(kept)}
+    uncosted: dict[str, list[int]] = {}  # full opcode -> lines
 
     # u: first later instruction (program order) reading a register this one writes.
     uses_at: dict[str, list[int]] = {}
@@ -147,6 +171,23 @@ def build_table(
             block_id += 1
         key = c.class_key
         kind = c.kind
+        if key not in figures and c.uncosted_without_figures:
+            uncosted.setdefault(ins.full_opcode, []).append(ins.line)
+            costs.append(
+                InstructionCost(
+                    line=ins.line,
+                    opcode=ins.full_opcode,
+                    fu=FunctionalUnit.NONE,
+                    kind=InstructionKind.UNCOSTED,
+                    units_per_ws=warp_size,  # unused: one issue slot (block.py)
+                    throughput_per_ws=float(warp_size),  # unused: occupies no unit
+                    latency_cycles=0.0,
+                    consumer=None,
+                )
+            )
+            keys.append(UNCOSTED)
+            inferred.append(False)
+            continue
         if key not in figures and kind is not InstructionKind.BARRIER:
             fallback = _FALLBACK_CLASS.get(kind, "alu")
             if key.startswith("st_"):
@@ -185,9 +226,14 @@ def build_table(
             continue
         fig = figures[key]
         latency = fig.latency_cycles
+        throughput = fig.throughput_per_ws
+        if key == "wgmma_mma_async":
+            throughput *= _WGMMA_FIGURE_N / (wgmma_n(ins) or _WGMMA_FIGURE_N)
         if kind in (InstructionKind.GLOBAL_MEMORY, InstructionKind.SHARED_MEMORY):
             if ins.line in memory_transactions:
                 n_ma = memory_transactions[ins.line]
+            elif c.n_ma is not None:
+                n_ma = c.n_ma  # fixed by the opcode (ldmatrix/stmatrix: one per matrix)
             else:
                 stride = tid_x_stride_bytes(fn, orig)
                 was_inferred = True
@@ -218,7 +264,7 @@ def build_table(
                 fu=fig.fu,
                 kind=kind,
                 units_per_ws=fig.units_per_ws,
-                throughput_per_ws=fig.throughput_per_ws,
+                throughput_per_ws=throughput,
                 latency_cycles=latency,
                 consumer=consumer,
                 n_ma=n_ma,
@@ -227,6 +273,14 @@ def build_table(
         keys.append(key)
         inferred.append(was_inferred)
 
+    for opcode, lines in uncosted.items():
+        shown = ", ".join(str(x) for x in lines[:5]) + (", ..." if len(lines) > 5 else "")
+        warnings.append(
+            f"uncosted: {opcode} ({len(lines)} x, lines {shown}): the device figures have no "
+            "row for it and no public source gives one (docs/model-notes.md, Hopper "
+            "instructions); each counts one issue slot, its latency and throughput are not "
+            "in the prediction"
+        )
     spans: list[Level1Span] = []
     for s_orig, e_orig in spans_orig:
         ks = [pos_of[i] for i in range(s_orig, e_orig + 1) if i in pos_of]
@@ -239,6 +293,7 @@ def build_table(
         class_keys=tuple(keys),
         n_ma_inferred=tuple(inferred),
         warnings=tuple(warnings),
+        loop_headers=headers,
     )
 
 
@@ -258,13 +313,17 @@ def _l1_hit(
 
 
 def _level1(
-    fn: Function, trip_counts: Mapping[str, int], warnings: list[str]
-) -> tuple[list[tuple[int, int]], dict[int, int]]:
-    """Level-1 spans (inclusive instruction indices of ``fn``) and each span's iterations,
-    keyed by the span's first index."""
+    fn: Function,
+    trip_counts: Mapping[str, int],
+    warnings: list[str],
+    fixed: Mapping[int, bool] | None = None,
+) -> tuple[list[tuple[int, int]], dict[int, int], frozenset[str]]:
+    """Level-1 spans (inclusive instruction indices of ``fn``), each span's iterations keyed
+    by the span's first index, and the loop headers; ``fixed`` branch directions as in
+    :func:`~perfmodel.ptx.build_cfg` (then unknown ``trip_counts`` keys are not refused)."""
     instrs = fn.instructions
     n = len(instrs)
-    blocks = build_cfg(fn)
+    blocks = build_cfg(fn, fixed)
     loops = find_loops(fn, blocks)
     block_of = [0] * n
     for bb in blocks:
@@ -272,7 +331,7 @@ def _level1(
             block_of[i] = bb.index
     known = {lp.header_label for lp in loops}
     for label, count in trip_counts.items():
-        if label not in known:
+        if label not in known and fixed is None:
             raise ModelInputError(
                 f"loop_trip_counts.{label}",
                 f"no loop of kernel {fn.name!r} has header {label!r}; loop headers: "
@@ -325,6 +384,8 @@ def _level1(
         )
         last = instrs[bb.end - 1]
         target = last.branch_target
+        if fixed and bb.end - 1 in fixed:
+            target = None  # always goes one way for these warps: the CFG has one edge
         if last.guard is not None and target is not None:
             t_idx = fn.label_index.get(target, n)
             for lp in inside:
@@ -348,7 +409,7 @@ def _level1(
                 its *= max(0, t - 1) if exited else t
             iterations[start] = its
             first = k
-    return spans, iterations
+    return spans, iterations, frozenset(known)
 
 
 def _returns_only(instrs: Sequence[Instruction], idx: int) -> bool:

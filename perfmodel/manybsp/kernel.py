@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from perfmodel.manybsp.types import (
     InstructionCost,
@@ -60,6 +61,47 @@ def last_comm_cycles(
     return 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class BlockTotals:
+    """One block's sums over its level-1 supersteps (eq. (10)-(12)) and instruction counts.
+
+    They depend on the code, the block size and the per-instruction figures, but not on mu or
+    the launch overheads: a calibration varies those and re-evaluates only
+    :func:`kernel_from_totals`.
+    """
+
+    w: int
+    parallel_comp: float
+    block_bar_ovh: float
+    block_comm: float
+    block_comm_delta: float
+    l: int  # noqa: E741 - the paper's name (Table 1-8)
+    l_c: int
+    l_m: int
+    l_b: int
+
+
+def block_totals(
+    costs: Sequence[InstructionCost], level1: Sequence[Superstep], w: int
+) -> BlockTotals:
+    """eq. (10)-(12), block_comm_Delta and the dynamic counts of one block."""
+    parallel_comp = sum(s.iterations * s.comp_cycles for s in level1)  # eq. (10)
+    block_bar_ovh = sum(s.iterations * s.ovh_cycles for s in level1)  # eq. (11)
+    block_comm = sum(s.iterations * s.comm_cycles for s in level1)  # eq. (12)
+    l_total, l_c, l_m, l_b = dynamic_counts(costs, level1)
+    return BlockTotals(
+        w=w,
+        parallel_comp=parallel_comp,
+        block_bar_ovh=block_bar_ovh,
+        block_comm=block_comm,
+        block_comm_delta=max(0.0, block_comm - last_comm_cycles(costs, level1, w)),
+        l=l_total,
+        l_c=l_c,
+        l_m=l_m,
+        l_b=l_b,
+    )
+
+
 def estimate_kernel(
     costs: Sequence[InstructionCost],
     level1: Sequence[Superstep],
@@ -68,12 +110,61 @@ def estimate_kernel(
     device: ManyBspDevice,
 ) -> KernelEstimate:
     """eq. (4)-(25) for a grid of identical blocks."""
-    parallel_comp = sum(s.iterations * s.comp_cycles for s in level1)  # eq. (10)
-    block_bar_ovh = sum(s.iterations * s.ovh_cycles for s in level1)  # eq. (11)
-    block_comm = sum(s.iterations * s.comm_cycles for s in level1)  # eq. (12)
-    block_comm_delta = max(0.0, block_comm - last_comm_cycles(costs, level1, w))
+    return kernel_from_totals(block_totals(costs, level1, w), launch, device)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTerms:
+    """The addends of eq. (24)/(25), cycles; :attr:`total` is kernel_exec_cycle."""
+
+    block_launch_overhead: float
+    #: n_b / n_sm x comp / min(mu, (1 + rho) / 2)
+    blocks: float
+    #: eq. (25) only, else 0: (K - 1) x (tau - rho) / (tau - 1) x novlp
+    rounds: float
+    #: novlp / 2
+    tail: float
+    equation: str
+
+    @property
+    def total(self) -> float:
+        # the order of the sum is the equation's, so the total is bit-for-bit the same
+        base = self.block_launch_overhead + self.blocks + self.tail
+        return base + self.rounds if self.equation == "25" else base
+
+
+def kernel_terms(
+    *,
+    block_launch_overhead_cycles: float,
+    n_b: int,
+    n_sm: int,
+    comp: float,
+    novlp: float,
+    rho: int,
+    K: float,  # noqa: N803 - the paper's name
+    tau: int,
+    mu: float,
+) -> KernelTerms:
+    """eq. (24) when rho >= tau, else eq. (25), term by term."""
+    speedup = min(mu, (1 + rho) / 2)
+    blocks = n_b / n_sm * comp / speedup
+    if rho >= tau:  # eq. (24)
+        return KernelTerms(block_launch_overhead_cycles, blocks, 0.0, novlp / 2, "24")
+    # eq. (25): (K - 1) counts the rounds after the first; with fewer blocks than resident
+    # slots (K < 1) there are none, and the term must not turn negative (docs/model-notes.md).
+    rounds = max(0.0, K - 1) * (tau - rho) / (tau - 1) * novlp
+    return KernelTerms(block_launch_overhead_cycles, blocks, rounds, novlp / 2, "25")
+
+
+def kernel_from_totals(
+    totals: BlockTotals, launch: LaunchShape, device: ManyBspDevice
+) -> KernelEstimate:
+    """eq. (4)-(5) and (13)-(25) from one block's totals."""
+    w = totals.w
+    parallel_comp, block_bar_ovh = totals.parallel_comp, totals.block_bar_ovh
+    block_comm, block_comm_delta = totals.block_comm, totals.block_comm_delta
+    l_total, l_c, l_m, l_b = totals.l, totals.l_c, totals.l_m, totals.l_b
     COMP = w * device.warp_launch_overhead_cycles + parallel_comp  # eq. (5)
-    l_total, l_c, l_m, l_b = dynamic_counts(costs, level1)
     warp_comp = COMP / w
     warp_comm_delta = block_comm_delta / w
     # eq. (15): warps needed to hide the overlappable communication.
@@ -102,18 +193,18 @@ def estimate_kernel(
     # eq. (23) prints a floor; every worked example takes the ceiling (KNN 940MX:
     # ceil(918/573) + 1 = 3). We follow the examples.
     tau = math.ceil(novlp / comp) + 1 if comp > 0 else 1
-    speedup = min(device.mu, (1 + rho) / 2)
-    base = (
-        device.block_launch_overhead_cycles + launch.n_b / device.n_sm * comp / speedup + novlp / 2
+    terms = kernel_terms(
+        block_launch_overhead_cycles=device.block_launch_overhead_cycles,
+        n_b=launch.n_b,
+        n_sm=device.n_sm,
+        comp=comp,
+        novlp=novlp,
+        rho=rho,
+        K=K,
+        tau=tau,
+        mu=device.mu,
     )
-    if rho >= tau:  # eq. (24)
-        kernel = base
-        equation = "24"
-    else:  # eq. (25)
-        # (K - 1) counts the rounds after the first; with fewer blocks than resident slots
-        # (K < 1) there are none, and the term must not turn negative (docs/model-notes.md).
-        kernel = base + max(0.0, K - 1) * (tau - rho) / (tau - 1) * novlp
-        equation = "25"
+    kernel, equation = terms.total, terms.equation
     return KernelEstimate(
         w=w,
         parallel_comp=parallel_comp,

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass, field
 
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp.block import analyse_block
+from perfmodel.manybsp.classify import Classified, classify
 from perfmodel.manybsp.device import DeviceFigures
-from perfmodel.manybsp.frontend import build_table
+from perfmodel.manybsp.frontend import FrontEndResult, build_table
 from perfmodel.manybsp.kernel import estimate_kernel
 from perfmodel.manybsp.ptxas import ptxas_registers
 from perfmodel.manybsp.types import (
+    BlockAnalysis,
     BlockRow,
     InstructionCost,
     KernelEstimate,
     LaunchShape,
     Superstep,
 )
-from perfmodel.ptx import parse_module
+from perfmodel.ptx import Function, parse_module
+from perfmodel.ptx.roles import WarpRole, warp_roles
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,24 @@ class PredictRequest:
     loop_trip_counts: Mapping[str, int] = field(default_factory=dict)
     memory_transactions: Mapping[int, int] = field(default_factory=dict)
     clock_mhz: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RoleResult:
+    """The Many-BSP evaluation of one warp role of a warp-specialized kernel: its own Table
+    N-1, supersteps and eq. (4)-(25) with w for its warps (docs/model-notes.md, "Warp
+    roles"). ``bounds_kernel`` marks the role whose prediction the kernel reports."""
+
+    warps: tuple[int, ...]
+    threads: int
+    estimate: KernelEstimate
+    costs: tuple[InstructionCost, ...]
+    class_keys: tuple[str, ...]
+    level1: tuple[Superstep, ...]
+    bounds_kernel: bool
+
+    def line_of(self, index: int) -> int:
+        return self.costs[index].line
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +82,9 @@ class PredictResult:
     level1: tuple[Superstep, ...]
     level2: tuple[Superstep, ...]
     warnings: tuple[str, ...]
+    #: one entry per warp role when the warps run different paths (empty for SPMD kernels);
+    #: the fields above are then those of the role with ``bounds_kernel``
+    roles: tuple[RoleResult, ...] = ()
 
     def line_of(self, index: int) -> int:
         return self.costs[index].line
@@ -145,33 +169,30 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
     _check_launch(req, n_t, regs, shared)
 
     figs = req.device
-    dev = figs.device
-    table = build_table(
-        fn,
-        figs.class_map(),
-        mem_lat_cycles=dev.mem_lat_cycles,
-        l1_hit_latency_cycles=figs.l1_hit_latency_cycles,
-        barrier_overhead_cycles=figs.bar_sync_overhead_cycles(n_t),
-        loop_trip_counts=req.loop_trip_counts,
-        memory_transactions=req.memory_transactions,
-        segment_bytes=dev.segment_bytes,
-        warp_size=dev.warp_size,
-    )
-    warnings.extend(table.warnings)
     launch = LaunchShape(n_b=n_b, n_t=n_t, registers_per_thread=regs, shared_bytes_per_block=shared)
-    try:
-        analysis = analyse_block(table.costs, table.spans, n_t, dev)
-        est = estimate_kernel(table.costs, analysis.level1, analysis.w, launch, dev)
-    except OverflowError as exc:  # an int too large for a float (huge trip counts or grid)
-        raise ModelInputError("body", _OVERFLOW_REASON) from exc
+    roles = warp_roles(fn, req.block)
+    classified = [classify(ins) for ins in fn.instructions]  # shared by the roles
+    evaluations = [
+        _evaluate(req, fn, None if len(roles) == 1 else role, launch, classified) for role in roles
+    ]
+    if len(roles) > 1:
+        _check_trip_count_keys(req, fn, evaluations)
+    for e in evaluations:
+        warnings.extend(e.table.warnings)
+    warnings = list(dict.fromkeys(warnings))  # roles share lines: say each thing once
+    # the kernel is bounded by its slowest role (docs/model-notes.md, "Warp roles")
+    bound = max(evaluations, key=lambda e: e.estimate.kernel_exec_cycle)
+    table, analysis, est = bound.table, bound.analysis, bound.estimate
     clock = req.clock_mhz if req.clock_mhz is not None else figs.clock_mhz
     # inf or nan cannot travel in JSON (they would reach the client as null in a number field)
-    numbers: list[object] = list(astuple(est))
-    for row in analysis.rows:
-        numbers += [row.issue_cycles, *row.fu_cycles, row.comm_cycles, row.ovh_cycles]
-        numbers += [row.sync_cycles]
-    for step in (*analysis.level1, *analysis.level2):
-        numbers += [step.comp_cycles, step.comm_cycles, step.ovh_cycles]
+    numbers: list[object] = []
+    for e in evaluations:
+        numbers += astuple(e.estimate)
+        for row in e.analysis.rows:
+            numbers += [row.issue_cycles, *row.fu_cycles, row.comm_cycles, row.ovh_cycles]
+            numbers += [row.sync_cycles]
+        for step in (*e.analysis.level1, *e.analysis.level2):
+            numbers += [step.comp_cycles, step.comm_cycles, step.ovh_cycles]
     if not _all_finite(numbers):
         raise ModelInputError("body", _OVERFLOW_REASON)
     predicted_time_us = est.kernel_exec_cycle / clock if clock else None
@@ -198,4 +219,77 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
         level1=analysis.level1,
         level2=analysis.level2,
         warnings=tuple(warnings),
+        roles=tuple(
+            RoleResult(
+                warps=e.role.warps,
+                threads=e.role.threads,
+                estimate=e.estimate,
+                costs=e.table.costs,
+                class_keys=e.table.class_keys,
+                level1=e.analysis.level1,
+                bounds_kernel=e is bound,
+            )
+            for e in evaluations
+            if e.role is not None
+        ),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Evaluation:
+    role: WarpRole | None  # None: every warp runs the same code
+    table: FrontEndResult
+    analysis: BlockAnalysis
+    estimate: KernelEstimate
+
+
+def _evaluate(
+    req: PredictRequest,
+    fn: Function,
+    role: WarpRole | None,
+    launch: LaunchShape,
+    classified: Sequence[Classified | None],
+) -> _Evaluation:
+    """Table N-1/N-2, supersteps and eq. (4)-(25) for ``role``'s warps (all warps if None).
+
+    eq. (6) counts the role's own threads into w; eq. (21) keeps the whole block, which is
+    what occupies the SM.
+    """
+    figs = req.device
+    dev = figs.device
+    table = build_table(
+        fn,
+        figs.class_map(),
+        mem_lat_cycles=dev.mem_lat_cycles,
+        l1_hit_latency_cycles=figs.l1_hit_latency_cycles,
+        barrier_overhead_cycles=figs.bar_sync_overhead_cycles(launch.n_t),
+        loop_trip_counts=req.loop_trip_counts,
+        memory_transactions=req.memory_transactions,
+        segment_bytes=dev.segment_bytes,
+        warp_size=dev.warp_size,
+        role=role,
+        classified=classified,
+    )
+    n_t = launch.n_t if role is None else role.threads
+    try:
+        analysis = analyse_block(table.costs, table.spans, n_t, dev)
+        est = estimate_kernel(table.costs, analysis.level1, analysis.w, launch, dev)
+    except OverflowError as exc:  # an int too large for a float (huge trip counts or grid)
+        raise ModelInputError("body", _OVERFLOW_REASON) from exc
+    return _Evaluation(role, table, analysis, est)
+
+
+def _check_trip_count_keys(
+    req: PredictRequest, fn: Function, evaluations: Iterable[_Evaluation]
+) -> None:
+    """With roles, a ``loop_trip_counts`` key must name a loop of some role."""
+    known: set[str] = set()
+    for e in evaluations:
+        known |= e.table.loop_headers
+    for label in req.loop_trip_counts:
+        if label not in known:
+            raise ModelInputError(
+                f"loop_trip_counts.{label}",
+                f"no loop of kernel {fn.name!r} has header {label!r}; loop headers: "
+                + (", ".join(sorted(known)) or "none"),
+            )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -24,6 +25,14 @@ def ptxas_registers(ptx: str, kernel: str, target: str) -> tuple[int, str] | Non
     exe = shutil.which("ptxas")
     if exe is None:
         return None
+    return _registers(exe, ptx, kernel, target)
+
+
+# A sweep over launch shapes resubmits the same module: compiling a CUTLASS kernel takes ptxas
+# longer than the whole model (bench/RESULTS.md, "Hopper PTX"), so answers are kept per
+# (ptxas, text, kernel, target); 16 modules of at most KPERF_MAX_PTX_BYTES each.
+@functools.lru_cache(maxsize=16)
+def _registers(exe: str, ptx: str, kernel: str, target: str) -> tuple[int, str] | None:
     for arch in dict.fromkeys((target, FALLBACK_TARGET)):
         regs = _run(exe, ptx, kernel, arch)
         if regs is not None:

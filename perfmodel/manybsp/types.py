@@ -14,7 +14,8 @@ from enum import StrEnum
 class FunctionalUnit(StrEnum):
     """Functional units of Table 1-1 footnotes: SPs = FU1, DPU = FU2, SFU = FU3, LDST = FU4.
 
-    ``MI`` marks multi-instruction operations (``bar.sync``) that occupy no single unit.
+    ``MI`` marks multi-instruction operations (``bar.sync``) that occupy no single unit;
+    ``none`` an uncosted instruction, whose unit the device figures do not say.
     """
 
     SP = "SPs"
@@ -22,6 +23,7 @@ class FunctionalUnit(StrEnum):
     SFU = "SFU"
     LDST = "LDST"
     MI = "MI"
+    NONE = "none"
 
 
 #: The four units with an occupancy column in the BLOCK table (Table N-2: FU1..FU4).
@@ -42,6 +44,7 @@ class InstructionKind(StrEnum):
     BARRIER = "barrier"  # bar.sync: ovh by block size (Tables 1-5..1-7)
     BRANCH = "branch"  # guarded branch: ends a level-2 superstep (sync 1)
     UNIFORM_BRANCH = "uniform_branch"  # bra.uni: no sync
+    UNCOSTED = "uncosted"  # no figures for it: one issue slot, no unit, latency or sync
 
 
 @dataclass(frozen=True, slots=True)

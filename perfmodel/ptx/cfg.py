@@ -48,8 +48,13 @@ class Loop:
     inferred_trip_count: int | None  #: header executions per entry, from constant bounds
 
 
-def build_cfg(fn: Function) -> tuple[BasicBlock, ...]:
-    """Split ``fn`` into basic blocks and link them; block 0 is the entry."""
+def build_cfg(fn: Function, fixed: Mapping[int, bool] | None = None) -> tuple[BasicBlock, ...]:
+    """Split ``fn`` into basic blocks and link them; block 0 is the entry.
+
+    ``fixed`` maps the index of a guarded ``bra`` to the direction it always takes (True:
+    taken) for the warps being analysed (perfmodel/ptx/roles.py); the other edge is left out,
+    so code those warps never run becomes unreachable.
+    """
     instrs = fn.instructions
     n = len(instrs)
     if n == 0:
@@ -69,7 +74,10 @@ def build_cfg(fn: Function) -> tuple[BasicBlock, ...]:
         last = instrs[e - 1]
         out: list[int] = []
         falls = last.opcode not in _TERMINATORS or last.guard is not None
-        if last.opcode == "bra":
+        taken = fixed.get(e - 1) if fixed else None
+        if taken is True:
+            falls = False
+        if last.opcode == "bra" and taken is not False:
             tgt = last.branch_target
             if tgt is not None and label_index.get(tgt, n) < n:
                 out.append(block_of_start[label_index[tgt]])

@@ -3,10 +3,11 @@
 Covers what nvcc emits for PTX ISA 6.x-8.x and later (any ``.target``): module directives,
 ``.entry``/``.func`` with parameter lists and performance-tuning directives, ``.reg``/``.shared``/
 ``.local``/``.const``/``.global`` declarations, labels, ``@%p``/``@!%p`` guards, vector, address
-and call operands, ``{ ... }`` scopes, and comments, ``.loc``/``.file``/``.pragma``/``.section``
-(ignored). Opcodes are not checked against a list so later ISA versions still parse; the model
-classifies what it does not know. Anything that is not PTX raises
-:class:`~perfmodel.errors.PTXSyntaxError` with a 1-based line and column.
+and call operands, ``{ ... }`` blocks with labels and registers of their own (a name declared in
+one becomes ``name@line``, :mod:`perfmodel.ptx.scopes`), comments, and
+``.loc``/``.file``/``.pragma``/``.section`` (ignored). Opcodes are not checked against a list so
+later ISA versions still parse; the model classifies what it does not know. Anything that is not
+PTX raises :class:`~perfmodel.errors.PTXSyntaxError` with a 1-based line and column.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 import gc
 import re
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from perfmodel.errors import AmbiguousKernel, PTXSyntaxError, UnknownKernel
+from perfmodel.ptx.scopes import ScopeTree
 
 __all__ = ["Function", "Instruction", "Module", "Operand", "parse_module"]
 
@@ -466,8 +468,9 @@ def _layout(vars_: list[tuple[str, int, int]]) -> int:
     return total
 
 
-def _reg_decl(body: str, src: _Source, offset: int) -> list[tuple[str, int]]:
-    """``(name, count)`` for each name of a ``.reg`` declaration (``%r<30>`` -> ("%r", 30))."""
+def _reg_decl(body: str, src: _Source, offset: int) -> list[tuple[str, int, bool]]:
+    """``(name, count, parameterized)`` for each name of a ``.reg`` declaration
+    (``%r<30>`` -> ("%r", 30, True), ``P1`` -> ("P1", 1, False))."""
     rest = body.strip()
     while rest.startswith("."):
         m = _DIRECTIVE_RE.match(rest)
@@ -478,12 +481,13 @@ def _reg_decl(body: str, src: _Source, offset: int) -> list[tuple[str, int]]:
             rest = re.sub(r"^\d+\s*", "", rest)
     if not rest:
         raise src.error(offset, ".reg declaration names no register, e.g. '.reg .b32 %r<8>;'")
-    out: list[tuple[str, int]] = []
+    out: list[tuple[str, int, bool]] = []
     for piece in rest.split(","):
         m = re.match(r"(%?[A-Za-z_$][\w$]*)\s*(?:<\s*(\d+)\s*>)?\s*\Z", piece.strip())
         if m is None:
             raise src.error(offset, f"cannot read register name {piece.strip()!r}")
-        out.append((m.group(1), int(m.group(2)) if m.group(2) else 1))
+        ranged = m.group(2) is not None
+        out.append((m.group(1), int(m.group(2)) if ranged else 1, ranged))
     return out
 
 
@@ -495,7 +499,8 @@ def _reg_decl(body: str, src: _Source, offset: int) -> list[tuple[str, int]]:
 class _RawInstr:
     start: int  # offset of the statement (guard) in the text
     text: str
-    labels: tuple[str, ...]
+    labels: tuple[str, ...]  # unique names (perfmodel/ptx/scopes.py)
+    scope: int  # index of the innermost { } block holding it (0: the function body)
 
 
 class _FunctionBuilder:
@@ -511,6 +516,8 @@ class _FunctionBuilder:
         self.regs: dict[str, int] = {}
         self.tuning: dict[str, tuple[int, ...]] = {}
         self.branch_tables: dict[str, tuple[str, ...]] = {}
+        self.table_scopes: dict[str, int] = {}  # .branchtargets label -> its scope
+        self.scopes = ScopeTree()
 
 
 class _Parser:
@@ -739,13 +746,26 @@ class _Parser:
         self.functions.append(self.finish(fb))
 
     def body(self, fb: _FunctionBuilder, pos: int, end: int) -> None:
-        """Scan the statements of a function body between ``pos`` and the closing brace."""
+        """Scan the statements of a function body between ``pos`` and the closing brace.
+
+        ``{ }`` blocks (call sequences, inline assembly) open scopes for labels and registers
+        (perfmodel/ptx/scopes.py); ``stack`` holds the open ones, innermost last.
+        """
         text = self.text
         pending: list[str] = []
+        stack = [0]
+        scopes = fb.scopes
         pos = self.skip_ws(pos)
         while pos < end:
             ch = text[pos]
-            if ch == "{" or ch == "}":  # nested scope (call sequences, inline asm)
+            if ch == "{":
+                stack.append(scopes.open(stack[-1]))
+                pos = self.skip_ws(pos + 1)
+                continue
+            if ch == "}":
+                if len(stack) == 1:
+                    raise self.src.error(pos, "'}' closes no '{' block of this function")
+                stack.pop()
                 pos = self.skip_ws(pos + 1)
                 continue
             if ch == ".":
@@ -759,15 +779,18 @@ class _Parser:
                 semi = self.statement_end(pos)
                 if semi > end:
                     raise self.src.error(pos, "statement is not terminated by ';'")
-                self.body_directive(fb, word, text[m.end() : semi], pos, pending)
+                self.body_directive(fb, word, text[m.end() : semi], pos, pending, stack[-1])
                 pos = self.skip_ws(semi + 1)
                 continue
             lm = _LABEL_RE.match(text, pos)
             if lm is not None:
                 label = lm.group(1)
-                if label in fb.labels or label in pending:
-                    raise self.src.error(pos, f"label {label!r} is defined twice")
-                pending.append(label)
+                unique = label
+                if len(stack) > 1:  # nested: named by its line (perfmodel/ptx/scopes.py)
+                    unique = scopes.unique(stack[-1], label, *self.src.pos(pos))
+                if not scopes.declare_label(stack[-1], label, unique):
+                    raise self.src.error(pos, f"label {label!r} is defined twice in one block")
+                pending.append(unique)
                 pos = self.skip_ws(lm.end())
                 continue
             semi = self.statement_end(pos)
@@ -779,18 +802,29 @@ class _Parser:
                     raise self.src.error(pos, "statement is not terminated by ';' before a brace")
             for lab in pending:
                 fb.labels[lab] = len(fb.raw)
-            fb.raw.append(_RawInstr(pos, stmt, tuple(pending)))
+            fb.raw.append(_RawInstr(pos, stmt, tuple(pending), stack[-1]))
             pending = []
             pos = self.skip_ws(semi + 1)
+        if len(stack) > 1:
+            raise self.src.error(end, "a '{' block of this function is never closed by '}'")
         for lab in pending:  # labels at the very end of the body
             fb.labels[lab] = len(fb.raw)
 
     def body_directive(
-        self, fb: _FunctionBuilder, word: str, rest: str, pos: int, pending: list[str]
+        self,
+        fb: _FunctionBuilder,
+        word: str,
+        rest: str,
+        pos: int,
+        pending: list[str],
+        scope: int,
     ) -> None:
         if word == "reg":
-            for name, count in _reg_decl(rest, self.src, pos):
+            line, col = self.src.pos(pos)
+            for name, count, ranged in _reg_decl(rest, self.src, pos):
                 fb.regs[name] = max(fb.regs.get(name, 0), count)
+                if scope:
+                    fb.scopes.declare_register(scope, name, count if ranged else None, line, col)
         elif word == "shared":
             fb.shared.extend(_decl_bytes(rest, self.src, pos))
         elif word == "local":
@@ -803,6 +837,7 @@ class _Parser:
                 raise self.src.error(pos, ".branchtargets needs a label and a list of labels")
             for lab in pending:
                 fb.branch_tables[lab] = targets
+                fb.table_scopes[lab] = scope
             pending.clear()
         elif word in ("callprototype", "calltargets"):
             pending.clear()  # the label names the prototype/table, not a code position
@@ -815,11 +850,17 @@ class _Parser:
     def finish(self, fb: _FunctionBuilder) -> Function:
         regnames = {n for n in fb.regs if not n.startswith("%")}
         labels = fb.labels
+        scopes = fb.scopes
+        label_names = {name for block in scopes.scopes for name in block.labels}
         cache: dict[str, Operand] = {}
         symbols: set[str] = set()
         instrs: list[Instruction] = []
         for raw in fb.raw:
-            instrs.append(self.instruction(raw, regnames, labels, cache, symbols))
+            instrs.append(self.instruction(raw, regnames, label_names, scopes, cache, symbols))
+        tables = {
+            lab: tuple(scopes.label(fb.table_scopes[lab], t) or t for t in targets)
+            for lab, targets in fb.branch_tables.items()
+        }
         shared = list(fb.shared)
         # module-scope .shared variables the function refers to count for it too
         shared.extend(v for v in self.module_shared if v[0] in symbols)
@@ -833,7 +874,7 @@ class _Parser:
             local_bytes=_layout(fb.local),
             register_declarations=dict(fb.regs),
             tuning=fb.tuning,
-            branch_tables=dict(fb.branch_tables),
+            branch_tables=tables,
             line=fb.line,
         )
 
@@ -841,7 +882,8 @@ class _Parser:
         self,
         raw: _RawInstr,
         regnames: set[str],
-        labels: Mapping[str, int],
+        labels: set[str],
+        scopes: ScopeTree,
         cache: dict[str, Operand],
         symbols: set[str],
     ) -> Instruction:
@@ -872,6 +914,20 @@ class _Parser:
                     if o.kind in ("symbol", "address"):
                         symbols.update(_NAME_RE.findall(p))
                 operands.append(o)
+        for k, o in enumerate(operands if raw.scope or opcode in ("bra", "brx") else ()):
+            if o.kind == "label":
+                unique = scopes.label(raw.scope, o.text)
+                if unique is None and opcode in ("bra", "brx"):
+                    # PTX ISA: a label is visible in its { } block and the blocks inside it
+                    where = scopes.declared_elsewhere(o.text)
+                    raise self.src.error(
+                        op_off,
+                        f"{opcode} target {o.text!r} is declared only inside another {{ }} "
+                        f"block ({where}); a branch reaches the labels of its own block and of "
+                        "the blocks around it",
+                    )
+                if unique is not None and unique != o.text:
+                    operands[k] = Operand(unique, "label", ())
         if opcode == "bra" and (not operands or operands[0].kind != "label"):
             # an undeclared target would silently drop the edge from the CFG (ptxas refuses it)
             target = operands[0].text if operands else ""
@@ -901,6 +957,20 @@ class _Parser:
             uses.extend(o.registers)
         if guard is not None:
             uses.append(guard)
+        if scopes.renames(raw.scope):
+            # registers declared in an enclosing { } block get their unique names
+            def rename(r: str) -> str:
+                return scopes.register(raw.scope, r)
+
+            operands = [
+                Operand(o.text, o.kind, tuple(map(rename, o.registers)), o.offset)
+                if o.registers
+                else o
+                for o in operands
+            ]
+            defs = tuple(map(rename, defs))
+            uses = [rename(r) for r in uses]
+            guard = rename(guard) if guard is not None else None
         line, col = self.src.pos(op_off)
         return Instruction(
             line=line,
@@ -918,7 +988,7 @@ class _Parser:
         )
 
     def _operand(
-        self, p: str, regnames: set[str], labels: Mapping[str, int], at: int, opcode: str
+        self, p: str, regnames: set[str], labels: Collection[str], at: int, opcode: str
     ) -> Operand:
         if not p:
             raise self.src.error(at, f"empty operand in {opcode}; check the commas")

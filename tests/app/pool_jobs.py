@@ -60,7 +60,7 @@ def fail_field(time_limit_s: float | None = None) -> None:
 
 def slow_optimize(
     request_json: dict[str, object], profile_json: dict[str, object] | None, time_limit_s: float
-) -> dict[str, object]:
+) -> object:
     """The real optimize job, after a pause that keeps the worker busy."""
     from app.jobs import optimize_job
 
@@ -79,3 +79,10 @@ def broken_optimize(
     request_json: dict[str, object], profile_json: dict[str, object] | None, time_limit_s: float
 ) -> None:
     raise AssertionError("the cache should have answered; the solver must not run")
+
+
+def die_optimize(
+    request_json: dict[str, object], profile_json: dict[str, object] | None, time_limit_s: float
+) -> None:
+    """Kills its worker every time, like a request that triggers a segfault in the solver."""
+    os.kill(os.getpid(), signal.SIGKILL)

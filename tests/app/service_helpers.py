@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -80,19 +81,26 @@ def free_port() -> int:
 
 
 def start_server(
-    env_overrides: dict[str, str] | None = None,
+    env_overrides: dict[str, str] | None = None, *, address_in_env: bool = False
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``kperf serve`` on a free 127.0.0.1 port, as the README runs it; waits for /readyz."""
+    """``kperf serve`` on a free 127.0.0.1 port, as the README runs it; waits for /readyz.
+
+    ``address_in_env``: the address comes from KPERF_HOST / KPERF_PORT, as in the image.
+    """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KPERF_")}
     env.update({"KPERF_WORKERS": "1", "KPERF_LOG_LEVEL": "WARNING"})
+    address = ["--host", "127.0.0.1", "--port", str(port)]
+    if address_in_env:
+        env.update({"KPERF_HOST": "127.0.0.1", "KPERF_PORT": str(port)})
+        address = []
     env.update(env_overrides or {})
     kperf = Path(sys.executable).with_name("kperf")
     command = [str(kperf)] if kperf.exists() else [sys.executable, "-m", "app.cli"]
     # the server's JSON log, kept for post-mortems of a failing test
     log = open(Path(tempfile.gettempdir()) / f"kperf-test-server-{port}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [*command, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [*command, "serve", *address],
         cwd=REPO,
         env=env,
         stdout=log,
@@ -121,6 +129,22 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def servers(count: int, env_overrides: dict[str, str]) -> Iterator[list[str]]:
+    """``count`` ``kperf serve`` processes (e.g. replicas on one store), stopped on exit."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        urls = []
+        for _ in range(count):
+            proc, url = start_server(env_overrides)
+            procs.append(proc)
+            urls.append(url)
+        yield urls
+    finally:
+        for proc in reversed(procs):
+            stop_server(proc)
 
 
 @pytest.fixture(scope="module")

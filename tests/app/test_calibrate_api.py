@@ -7,6 +7,7 @@ from the documented rule; hidden "true" figures generate the runs.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -24,7 +25,7 @@ from device_profiles.loader import PROFILE_DIR
 from device_profiles.schema import GemmWsSection
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine
 from solver.search_space import SearchSpace
-from tests.app.calibration_helpers import TRUE_GEMM, gemm_ws_runs, true_time_us
+from tests.app.calibration_helpers import TRUE_GEMM, gemm_ws_runs, paper_launches, true_time_us
 from tests.app.service_helpers import clean_environ
 from tests.gemm_ws_cases import brute_force_ranking
 
@@ -235,12 +236,13 @@ def test_recalibration_never_serves_a_stale_answer(client: TestClient) -> None:
 
 
 def test_measurements_of_a_shipped_profile_make_a_calibrated_child(client: TestClient) -> None:
-    # gtx-1070 has no gemm_ws figures: its record cannot take GeMM-WS runs
+    # p100 lacks Many-BSP figures no run can fit: its record cannot take Many-BSP runs
+    kernel_run = {**paper_launches()[0], "measured_cycles": 5.0e5}
     r = client.post(
-        "/devices/gtx-1070/measurements", json={"model": "gemm-ws", "measurements": RUNS[:2]}
+        "/devices/p100/measurements", json={"model": "many-bsp", "measurements": [kernel_run]}
     )
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "device"
-    assert client.get("/devices/gtx-1070/measurements").json()["gemm_ws"] == []
+    assert client.get("/devices/p100/measurements").json()["many_bsp"] == []
     before = len(client.get("/devices/rtx-a6000/measurements").json()["gemm_ws"])
     r = client.post(
         "/devices/rtx-a6000/measurements", json={"model": "gemm-ws", "measurements": RUNS[:8]}
@@ -295,3 +297,71 @@ def test_recalibrating_a_device_without_runs_says_what_to_do(client: TestClient)
     r = client.post("/devices/940mx/recalibrate")
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "model"
     assert "/devices/940mx/measurements" in r.json()["errors"][0]["reason"]
+
+
+def test_a_profile_without_gemm_ws_figures_is_calibrated_from_its_listed_call(
+    client: TestClient,
+) -> None:
+    """h100 ships no GeMM-WS figures (§4.2's are one kernel's on an A6000): GET /devices/h100
+    lists all six as needing calibration; the listed call, with runs timed on a hidden H100,
+    makes a profile that /optimize-tiling serves, its figures those of the hidden GPU."""
+    shipped = client.get("/devices/h100").json()
+    assert shipped.get("gemm_ws") is None
+    listing = shipped["needs_calibration"]["gemm-ws"]
+    assert listing["status"] == "needs-calibration"
+    assert {f["figure"] for f in listing["figures"]} == {f"gemm_ws.{n}" for n in GEMM_FIGURES}
+    hardware = shipped["hardware"]
+    truth = dataclasses.replace(
+        TRUE_GEMM,
+        sm_count=int(hardware["sm_count"]["value"]),
+        shared_memory_per_block_bytes=int(hardware["shared_memory_per_block_bytes"]["value"]),
+    )
+    runs = gemm_ws_runs(seed=3, machine=truth)
+    call = listing["calibrate"]
+    r = client.request(call["method"], call["path"], json={**call["body"], "measurements": runs})
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["device"].startswith("h100-cal-")
+    fitted = {f["name"]: f for f in answer["fitted"]}
+    for name in ("load_throughput_elements_per_us", "compute_throughput_macs_per_us"):
+        assert fitted[name]["identifiable"] and fitted[name]["base_value"] is None
+        assert fitted[name]["value"] == pytest.approx(getattr(truth, name), rel=0.1)
+    profile = client.get(f"/devices/{answer['device']}").json()
+    for name, figure in fitted.items():
+        stored = profile["gemm_ws"][name]
+        # identified: the fit, cited; not identified: the start value, flagged as an estimate
+        assert stored["estimate"] == figure["estimate"] == (not figure["identifiable"])
+        assert stored["source"].startswith("fitted") == figure["identifiable"]
+    identified = all(f["identifiable"] for f in fitted.values())
+    status = "served" if identified else "uncalibrated-estimates"
+    assert profile["needs_calibration"]["gemm-ws"]["status"] == status
+    assert profile["hardware"] == hardware
+    # /optimize-tiling on it ranks as a brute force on the stored figures does
+    r = client.post(
+        "/optimize-tiling", json={"m": 4096, "n": 4096, "k": 1024, "device": answer["device"]}
+    )
+    assert r.status_code == 200, r.text
+    best = brute_force_ranking(GemmShape(4096, 4096, 1024), machine_of(profile), SearchSpace())[0]
+    assert r.json()["best"]["predicted_time_us"] == best.overall_time_ns / 1000
+
+
+def test_a_fit_without_spare_runs_flags_every_start_value(client: TestClient) -> None:
+    """Six runs for six figures identify none: v100's calibrated GeMM-WS figures are the
+    starting values (another GPU's), each flagged estimate with a warning, none a fit."""
+    r = client.post(
+        "/calibrate", json={"model": "gemm-ws", "base_device": "v100", "measurements": RUNS[:6]}
+    )
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    a6000 = client.get("/devices/rtx-a6000").json()["gemm_ws"]  # the only shipped carrier
+    profile = client.get(f"/devices/{answer['device']}").json()
+    assert len(answer["fitted"]) == 6
+    for f in answer["fitted"]:
+        assert not f["identifiable"] and f["estimate"]
+        assert f["value"] == a6000[f["name"]]["value"]
+        stored = profile["gemm_ws"][f["name"]]
+        assert stored["estimate"] is True and not stored["source"].startswith("fitted")
+        assert any(w.startswith(f"{f['name']} was not identified") for w in answer["warnings"])
+    listing = profile["needs_calibration"]["gemm-ws"]
+    assert listing["status"] == "uncalibrated-estimates"
+    assert {x["state"] for x in listing["figures"]} == {"estimate"}

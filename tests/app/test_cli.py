@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from app.cli import main
-from tests.app.service_helpers import REPO, clean_environ, live_server
+from tests.app.service_helpers import REPO, clean_environ, live_server, start_server
 
 __all__ = ["clean_environ", "live_server"]
 
@@ -67,6 +69,13 @@ def test_devices_list_and_detail(live_server: str) -> None:
     assert code == 0 and "hardware.sm_count" in detail and "84" in detail
 
 
+def test_device_detail_names_what_to_calibrate(live_server: str) -> None:
+    code, detail, _ = run("devices", "h100", "--url", live_server)
+    assert code == 0 and "many-bsp: needs-calibration" in detail
+    assert "many_bsp.mu" in detail
+    assert "kperf calibrate runs.jsonl --model many-bsp --device h100" in detail
+
+
 def test_errors_show_the_field_and_exit_1() -> None:
     code, out, err = run("optimize", "--m", "0", "--n", "1", "--k", "1", "--device", "rtx-a6000")
     assert code == 1 and out == ""
@@ -109,3 +118,17 @@ def test_bad_arguments_are_usage_errors() -> None:
     with pytest.raises(SystemExit) as info:
         run("predict", str(HOTSPOT), "--device", "gtx-760", "--grid", "a,b", "--block", "1")
     assert info.value.code == 2
+
+
+def test_serve_takes_its_address_from_the_environment_and_exits_0_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    # as in the container: KPERF_HOST / KPERF_PORT, no flags; `docker stop` sends SIGTERM, and
+    # a graceful stop is a success (exit 0, not 143 as uvicorn's re-raised signal would give)
+    env = {"KPERF_LOG_LEVEL": "INFO", "KPERF_CACHE_PATH": str(tmp_path / "cache.sqlite3")}
+    proc, url = start_server(env, address_in_env=True)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    port = url.rsplit(":", 1)[1]
+    log = (Path(tempfile.gettempdir()) / f"kperf-test-server-{port}.log").read_text()
+    assert "service stopped" in log  # the lifespan shutdown ran: worker pool and cache closed

@@ -45,7 +45,9 @@ def test_bar_sync_overhead_is_linear_in_block_size() -> None:
     ("device", "must_miss"),
     [
         ("gtx-1070", {"many_bsp.block_launch_overhead_cycles", "many_bsp.mu"}),
-        ("v100", {"many_bsp.mem_lat_cycles", "many_bsp.mu"}),
+        ("v100", {"many_bsp.block_launch_overhead_cycles", "many_bsp.mu"}),
+        ("a100", {"many_bsp.block_launch_overhead_cycles", "many_bsp.mu"}),
+        ("h100", {"many_bsp.block_launch_overhead_cycles", "many_bsp.mu"}),
         ("p100", {"many_bsp.mem_lat_cycles", "many_bsp.mu"}),
         ("rtx-a6000", {"many_bsp.mem_lat_cycles", "many_bsp.bar_sync_overhead"}),
     ],

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -13,6 +15,9 @@ from device_profiles.loader import PROFILE_DIR, UnknownDevice
 from device_profiles.schema import Figure
 
 PROFILE_FILES = sorted(PROFILE_DIR.glob("*.json"))
+
+#: numbers a paper gives as zero: GeMM-WS §4.2.3 "its startup latency is negligible"
+ZERO_BY_SOURCE = {"gemm_ws.compute_startup_latency_us"}
 
 
 def _figures(node: object) -> list[Figure]:
@@ -27,6 +32,21 @@ def _figures(node: object) -> list[Figure]:
     return []
 
 
+def _cited(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """(dotted path, object) of every JSON object with a "source" key: figures, instruction
+    classes, barrier and synchronization points, read from the raw file."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        if "source" in node:
+            found.append((path, node))
+        for key, value in node.items():
+            found += _cited(value, f"{path}.{key}" if path else key)
+    elif isinstance(node, list):
+        for item in node:
+            found += _cited(item, path)
+    return found
+
+
 @pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.stem)
 def test_profile_loads_and_every_figure_is_cited(path: Path) -> None:
     profile = load_profile_file(path)
@@ -35,6 +55,32 @@ def test_profile_loads_and_every_figure_is_cited(path: Path) -> None:
     assert figures, "a profile without figures serves no model"
     for figure in figures:
         assert len(figure.source.strip()) >= 10, f"{path.name}: figure {figure} lacks a source"
+
+
+@pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.stem)
+def test_every_number_is_cited_finite_and_positive(path: Path) -> None:
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    cited = _cited(raw)
+    assert cited
+    for where, item in cited:
+        assert len(item["source"].strip()) >= 10, f"{path.name}: {where} lacks a source"
+        numbers = {k: v for k, v in item.items() if isinstance(v, int | float)}
+        numbers = {k: v for k, v in numbers.items() if not isinstance(v, bool)}
+        for key, value in numbers.items():
+            assert math.isfinite(value), f"{path.name}: {where}.{key}"
+            assert value > 0 or where in ZERO_BY_SOURCE, f"{path.name}: {where}.{key} = {value}"
+
+
+@pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.stem)
+def test_estimates_say_so_and_need_version_2(path: Path) -> None:
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    flagged = [(w, item) for w, item in _cited(raw) if item.get("estimate") is True]
+    for where, item in flagged:
+        assert "estimate" in item.get("note", ""), f"{path.name}: {where} hides that it estimates"
+    if flagged:
+        assert raw["schema_version"] >= 2
+    profile = load_profile_file(path)
+    assert profile.estimated_figures() == sorted({w for w, _ in flagged})
 
 
 def test_a6000_figures_are_the_papers() -> None:
@@ -53,6 +99,18 @@ def _write(tmp_path: Path, name: str, body: object) -> Path:
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(body))
     return path
+
+
+def test_version_1_file_may_not_flag_estimates(tmp_path: Path) -> None:
+    raw = json.loads((PROFILE_DIR / "rtx-a6000.json").read_text())
+    assert raw["schema_version"] == 1
+    raw["gemm_ws"]["t_init_us"]["estimate"] = True
+    with pytest.raises(ProfileError, match="schema_version 2"):
+        load_profile_file(_write(tmp_path, "rtx-a6000", raw))
+    raw["schema_version"] = 2
+    profile = load_profile_file(_write(tmp_path, "rtx-a6000", raw))
+    assert profile.estimated_figures() == ["gemm_ws.t_init_us"]
+    assert profile.calibration_needs()["gemm-ws"] == ["gemm_ws.t_init_us"]
 
 
 def test_unknown_schema_version_is_refused(tmp_path: Path) -> None:

@@ -13,6 +13,8 @@ from perfmodel.gemm_ws import (
     GemmWsMachine,
     Tiling,
     WaveTimeModel,
+    last_math_start_closed_form_ns,
+    overall_time_closed_form_ns,
     simulate,
     stage_durations,
     us_to_ns,
@@ -120,6 +122,19 @@ def test_math_wait_sum_and_wave_time_variants(
     last = paper.events[-1].math_start_ns
     expected = paper.waves * (last + us_to_ns(machine.t_epilogue_us)) + us_to_ns(machine.t_init_us)
     assert paper.overall_time_ns == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes, tilings, machines, st.sampled_from(WaveTimeModel))
+def test_closed_form_equals_the_stage_by_stage_simulation(
+    shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, wave_model: WaveTimeModel
+) -> None:
+    """docs/model-notes.md GeMM-WS 7: Sm(S) = L + (S-1) max(L, T), or L + (S-1)(L + T) at
+    depth 1, on the same integer durations; the oracle runs eq. (1)-(3) stage by stage."""
+    sim = simulate(shape, tiling, machine, wave_model)
+    closed = last_math_start_closed_form_ns(sim.durations, sim.stages, tiling.buffer_depth)
+    assert closed == sim.events[-1].math_start_ns
+    assert overall_time_closed_form_ns(shape, tiling, machine, wave_model) == sim.overall_time_ns
 
 
 def test_invalid_machine_and_tiling_are_refused() -> None:

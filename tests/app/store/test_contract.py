@@ -4,18 +4,45 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from app.store import MemoryStore, Store
+from app.store import MemoryStore, Store, make_store
+from app.store.redis_store import RedisStore
+from app.store.sqlite_store import SqliteStore
+from tests.app.redis_helpers import redis_server
 
-#: name -> factory; a backend that needs a server adds a fixture-backed factory here
-BACKENDS: dict[str, Callable[[], Store]] = {"memory": MemoryStore}
+__all__ = ["redis_server"]
+
+
+def _redis_url(request: pytest.FixtureRequest) -> str:
+    server = request.getfixturevalue("redis_server")
+    if server.proc is None:
+        server.start()
+    server.flush()
+    return str(server.url)
+
+
+def _sqlite_path(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue("tmp_path") / "store.sqlite3")
+
+
+#: name -> factory; a backend that needs a server or a file takes it from the test's fixtures
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Store]] = {
+    "memory": lambda request: MemoryStore(),
+    "sqlite": lambda request: SqliteStore(Path(_sqlite_path(request))),
+    "redis": lambda request: RedisStore(_redis_url(request)),
+    # what the service holds: breaker + checked envelope around the backend
+    "memory-service": lambda request: make_store("memory://"),
+    "sqlite-service": lambda request: make_store("sqlite://" + _sqlite_path(request)),
+    "redis-service": lambda request: make_store(_redis_url(request)),
+}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def store(request: pytest.FixtureRequest) -> Iterator[Store]:
-    backend = BACKENDS[request.param]()
+    backend = BACKENDS[request.param](request)
     try:
         yield backend
     finally:

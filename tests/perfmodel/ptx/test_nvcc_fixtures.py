@@ -194,3 +194,114 @@ def test_crlf_line_endings_give_the_same_positions():
     assert [(i.line, i.column, i.text) for i in a.instructions] == [
         (i.line, i.column, i.text) for i in b.instructions
     ]
+
+
+# ---- sm_90a (tests/fixtures/ptx/nvcc/make_hopper_fixtures.sh)
+
+
+@pytest.mark.parametrize("name", ["grammar.sm_90a.ptx", "grammar.debug.sm_90a.ptx"])
+def test_grammar_directives_of_grammar_cu(name):
+    """Launch attributes of grammar.cu become header directives; values from the source."""
+    m = parse_module(load(name))
+    assert m.target == "sm_90a"
+    tuning = {f.name: dict(f.tuning) for f in m.functions if f.is_entry}
+    # __cluster_dims__(2, 1, 1) __launch_bounds__(128)
+    assert tuning["_Z16cluster_exchangePfPKf"] == {
+        "maxntid": (128, 1, 1),
+        "explicitcluster": (),
+        "reqnctapercluster": (2, 1, 1),
+    }
+    assert tuning["_Z13indirect_callPfi"] == {"maxntid": (256, 1, 1), "minnctapersm": (2,)}
+    assert tuning["_Z6cappedPfi"] == {"maxnreg": (64,)}  # __maxnreg__(64)
+    # __block_size__((64, 2, 1)): a required shape, and each block its own 1x1x1 cluster
+    assert tuning["_Z11fixed_shapePf"] == {
+        "blocksareclusters": (),
+        "reqntid": (64, 2, 1),
+        "reqnctapercluster": (1, 1, 1),
+    }
+    bodies = {f.name for f in m.functions if not f.is_entry}
+    # __noinline__ functions have bodies (.visible/.weak .func); external_scale is .extern only
+    assert {"_Z5twicef", "_Z6thricef", "_Z4polyILi4EEff", "_Z4polyILi2EEff"} <= bodies
+    assert "_Z14external_scalef" not in bodies
+
+
+def test_grammar_loops_and_calls():
+    m = parse_module(load("grammar.sm_90a.ptx"))
+    fns = {f.name: f for f in m.functions}
+    # poly<K>: for (i = 0; i < K; ++i) under #pragma unroll 1 (.pragma "nounroll")
+    for k in (3, 4):
+        fn = fns[f"_Z4polyILi{k}EEff"]
+        (loop,) = find_loops(fn, build_cfg(fn))
+        assert loop.inferred_trip_count == k
+    # poly<2> is counted by a predicate that flips (mov.pred %p, -1 ... 0): no counter
+    fn = fns["_Z4polyILi2EEff"]
+    (loop,) = find_loops(fn, build_cfg(fn))
+    assert loop.inferred_trip_count is None
+    # capped: the loop bound is the runtime n
+    (loop,) = find_loops(fns["_Z6cappedPfi"], build_cfg(fns["_Z6cappedPfi"]))
+    assert loop.inferred_trip_count is None
+    # indirect_call: one call through the function pointer (with a prototype), one direct
+    calls = [i for i in fns["_Z13indirect_callPfi"].instructions if i.opcode == "call"]
+    assert len(calls) == 2
+    assert sum(any(o.text.startswith("prototype_") for o in c.operands) for c in calls) == 1
+    # cluster_exchange: cluster.sync() is barrier.cluster arrive + wait, twice
+    ops = [i.full_opcode for i in fns["_Z16cluster_exchangePfPKf"].instructions]
+    assert ops.count("barrier.cluster.arrive") == ops.count("barrier.cluster.wait") == 2
+
+
+# (fixture, wgmma shape: M 64 per warp group, N the tile N (or the tile N a warp group owns))
+CUTLASS = [
+    # 64x128x64, ping-pong: each math warp group owns a whole 64x128 tile
+    ("cutlass_ws_gemm.pingpong_64x128x64.sm_90a.ptx", "m64n128k16"),
+    # 128x256x64, cooperative: two warp groups split M, each 64x256
+    ("cutlass_ws_gemm.cooperative_128x256x64.sm_90a.ptx", "m64n256k16"),
+    ("cutlass_ws_gemm.ws_64x128x64.sm_90a.ptx", "m64n128k16"),
+    # FMHA 128x64, head dim 64: S = Q K^T per 64-wide KV tile and O += P V, both 64x64
+    ("cutlass_fmha.cooperative_128x64x64.sm_90a.ptx", "m64n64k16"),
+]
+
+
+@pytest.mark.parametrize(("fixture", "shape"), CUTLASS)
+def test_cutlass_kernels_parse_with_their_tile_shapes(fixture, shape):
+    text = load(fixture)
+    m = parse_module(text)
+    (fn,) = [f for f in m.functions if f.is_entry]
+    mma = [i for i in fn.instructions if i.opcode == "wgmma" and i.modifiers[0] == "mma_async"]
+    assert mma and {i.modifiers[3] for i in mma} == {shape}
+    # the k loop advances by k16 steps: a 64-deep k tile takes 64 / 16 = 4 wgmma per stage
+    assert len(mma) % 4 == 0
+    # CuTe's barrier waits reuse LAB_WAIT in every inline-asm block: each is its own loop
+    waits = text.count("LAB_WAIT:")
+    assert waits > 1
+    assert sum(1 for lab in fn.label_index if lab.startswith("LAB_WAIT@")) == waits
+    # shared memory is dynamic (extern .shared []): nothing static
+    assert fn.shared_bytes == 0
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+def test_ptxas_counts_registers_of_sm_90a_modules():
+    from perfmodel.manybsp.ptxas import ptxas_registers
+
+    fixture = "cutlass_ws_gemm.pingpong_64x128x64.sm_90a.ptx"
+    text = load(fixture)
+    fn = parse_module(text).entries[0]
+    found = ptxas_registers(text, fn, "sm_90a")
+    assert found is not None
+    regs, arch = found
+    assert arch == "sm_90a"  # compiled for its own target, no fallback
+    # setmaxnreg.inc raises the math warp groups to 232: the launch count is at most that
+    assert 1 <= regs <= 232
+
+
+def test_string_valued_section_with_braces_and_slashes():
+    """A .debug_str-style .section whose strings hold braces and '//' (nvcc 13's -G output
+    in grammar.debug.sm_90a.ptx encodes its strings as .b8 numbers; this is the string form)."""
+    text = (
+        ".version 8.0\n.target sm_90a\n.address_size 64\n"
+        '.section .debug_str\n{\n$L__info_string0:\n.b8 "void k<{1}>() // x"\n.b8 0\n}\n'
+        ".visible .entry k()\n{\nret;\n}\n"
+    )
+    m = parse_module(text)
+    assert m.entries == ("k",)
+    assert m.entry("k").instructions[0].line == text.splitlines().index("ret;") + 1

@@ -1,0 +1,133 @@
+"""The calibration core's side of the conversions: stored runs -> the core's measurements,
+the core's checks and fits, its result -> the response schema.
+
+Worker-side only: this module imports :mod:`perfmodel.calibration` (numpy, scipy), which the
+service's own process never loads; ``app/jobs.py`` imports it inside the calibration jobs.
+Runs arrive as JSON documents (request order, or canonical order for a fit: see
+``app/convert/calibrate.py``); errors name runs as the core does, ``measurements[3]``
+(:func:`app.convert.calibrate.request_field` turns that into the request's terms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from app.convert.optimize import gemm_ws_machine
+from app.convert.predict import launch_to_core
+from app.schemas.calibrate import (
+    CalibrationFit,
+    FittedFigureOut,
+    GemmWsMeasurementIn,
+    ManyBspMeasurementIn,
+    ResidualOut,
+)
+from device_profiles import DeviceProfile
+from device_profiles.schema import CalibrationErrorSummary
+from perfmodel.calibration import (
+    CalibrationResult,
+    ErrorSummary,
+    GemmWsMeasurement,
+    ManyBspMeasurement,
+    check_gemm_ws_shared_memory,
+    fit_gemm_ws,
+    fit_many_bsp,
+    predict_many_bsp_cycles,
+)
+from perfmodel.errors import CalibrationInputError, ModelInputError
+from perfmodel.gemm_ws import GemmWsMachine
+from perfmodel.manybsp import DeviceFigures, device_from_profile
+
+
+def gemm_ws_measurement(document: Mapping[str, Any]) -> GemmWsMeasurement:
+    return GemmWsMeasurement(**GemmWsMeasurementIn.model_validate(document).model_dump())
+
+
+def many_bsp_measurement(document: Mapping[str, Any], device: DeviceFigures) -> ManyBspMeasurement:
+    run = ManyBspMeasurementIn.model_validate(document)
+    return ManyBspMeasurement(launch_to_core(run, device), run.measured_cycles)
+
+
+def gemm_ws_core(
+    base: DeviceProfile, documents: Sequence[Mapping[str, Any]]
+) -> tuple[GemmWsMachine, list[GemmWsMeasurement]]:
+    """The core's GeMM-WS machine of ``base`` (every figure present: ``fit_ready``) and the
+    runs."""
+    return gemm_ws_machine(base), [gemm_ws_measurement(d) for d in documents]
+
+
+def many_bsp_core(
+    base: DeviceProfile, documents: Sequence[Mapping[str, Any]]
+) -> tuple[DeviceFigures, list[ManyBspMeasurement]]:
+    """The core's Many-BSP figures of ``base`` (every figure present: ``fit_ready``) and
+    the runs, each a request on those figures."""
+    device = device_from_profile(base, field_prefix="base_device")
+    return device, [many_bsp_measurement(d, device) for d in documents]
+
+
+def check_runs(model: str, base: DeviceProfile, documents: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse a run that cannot have run on ``base`` as described, naming it: a GeMM-WS tiling
+    whose buffer exceeds the device's shared memory per block, a Many-BSP launch the predictor
+    cannot analyse on the device (bad PTX, a block over the device's limits, ...)."""
+    if model == "gemm-ws":
+        machine, gemm_runs = gemm_ws_core(base, documents)
+        check_gemm_ws_shared_memory(machine, gemm_runs)
+        return
+    device, kernel_runs = many_bsp_core(base, documents)
+    for i, run in enumerate(kernel_runs):
+        try:
+            predict_many_bsp_cycles(device, run.request)
+        except ModelInputError as exc:
+            raise CalibrationInputError(f"measurements[{i}].{exc.field}", exc.reason) from None
+
+
+def fit(
+    model: str,
+    base: DeviceProfile,
+    documents: Sequence[Mapping[str, Any]],
+    names: Sequence[str] | None,
+    folds: int,
+) -> CalibrationFit:
+    """Check the runs against ``base`` (:func:`check_runs` for GeMM-WS; the Many-BSP fit
+    analyses each run itself), then fit ``names`` (None: every figure of the model)."""
+    if model == "gemm-ws":
+        check_runs(model, base, documents)
+        machine, gemm_runs = gemm_ws_core(base, documents)
+        return to_fit(fit_gemm_ws(machine, gemm_runs, fit=names, folds=folds))
+    device, kernel_runs = many_bsp_core(base, documents)
+    return to_fit(fit_many_bsp(device, kernel_runs, fit=names, folds=folds))
+
+
+def to_fit(result: CalibrationResult) -> CalibrationFit:
+    """The core's result as the response schema (canonical indices; see
+    :func:`app.convert.calibrate.in_request`)."""
+    return CalibrationFit(
+        fitted=[
+            FittedFigureOut(
+                name=f.name,
+                value=f.value,
+                base_value=f.base_value,
+                standard_error=f.standard_error,
+                identifiable=f.identifiable,
+            )
+            for f in result.fitted
+        ],
+        training_error=_errors(result.training_error),
+        cross_validation_error=(
+            _errors(result.cross_validation_error) if result.cross_validation_error else None
+        ),
+        residuals=[
+            ResidualOut(
+                index=r.index, measured=r.measured, predicted=r.predicted, error_pct=r.error_pct
+            )
+            for r in result.residuals
+        ],
+        warnings=list(result.warnings),
+        method=result.method,
+    )
+
+
+def _errors(summary: ErrorSummary) -> CalibrationErrorSummary:
+    return CalibrationErrorSummary(
+        mean_abs_pct=summary.mean_abs_pct, max_abs_pct=summary.max_abs_pct
+    )

@@ -1,0 +1,22 @@
+"""The base every request schema derives from: unknown fields and lax coercion are refused.
+
+A JSON boolean or string where a number belongs (``"m": true``, ``"m": "1024"``) is a client
+bug: pydantic's default (lax) mode would solve ``true`` as 1 and parse ``"1024"``; strict mode
+answers 422 naming the field instead. Strict mode still accepts an integer where a float
+belongs, refuses a float (even ``1024.0``) where an integer belongs, and applies to nested
+models that derive from this base too. A field that must stay lax says so with
+``Annotated[..., Strict(False)]`` and a comment why (e.g. integer keys of a JSON object, which
+JSON can only write as strings).
+
+Response models keep pydantic's defaults: they are built by this service, not sent to it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class RequestModel(BaseModel):
+    """Base of request bodies: unknown fields refused (``extra="forbid"``), strict types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)

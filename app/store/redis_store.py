@@ -1,0 +1,108 @@
+"""Shared by replicas: the store in Redis (``redis://host:port/db``, ``rediss://`` for TLS).
+
+Each value is one Redis string under ``kperf:<len(namespace)>:<namespace>:<key>``: the length
+makes the layout unambiguous (namespace ``measurements`` never lists the keys of namespace
+``measurements:gtx-760``), and ``keys`` is a SCAN of one namespace's prefix. Expiry is Redis's
+own (``PX``), ``put_if_absent`` is ``SET NX PX``: atomic across every replica.
+
+Nothing connects until the first call, and every socket operation gives up after
+``timeout_s`` (default 0.25 s): a dead or frozen Redis costs a request at most about two
+timeouts (one retry on a fresh connection, which is what a Redis restart needs), and the
+circuit breaker (``resilient.py``) then stops calling it for a while. Every redis-py or socket
+error becomes :class:`StoreUnavailable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from app.store.base import Store, StoreUnavailable, check_ttl_s, redact
+
+R = TypeVar("R")
+
+KEY_PREFIX = "kperf"
+#: SCAN batch size for ``keys``
+SCAN_COUNT = 1000
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _ttl_ms(ttl_s: float | None) -> int | None:
+    ttl_s = check_ttl_s(ttl_s)
+    return None if ttl_s is None else max(1, round(ttl_s * 1000))
+
+
+class RedisStore(Store):
+    name = "redis"
+
+    def __init__(self, url: str, *, timeout_s: float = 0.25) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.url = url
+        try:
+            self._client: redis.Redis = redis.Redis.from_url(
+                url,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                # one immediate retry on a new connection: a pooled connection to a Redis that
+                # restarted fails once, the fresh one works; never a backoff inside a request
+                retry=Retry(NoBackoff(), 1),
+                health_check_interval=30,
+            )
+        except ValueError as exc:
+            raise ValueError(
+                f"bad Redis URL {redact(url)!r} ({exc}); expected redis://host:port/db"
+            ) from exc
+
+    def _prefix(self, namespace: str) -> str:
+        return f"{KEY_PREFIX}:{len(namespace)}:{namespace}:"
+
+    def _run(self, operation: str, fn: Callable[[], R]) -> R:
+        try:
+            return fn()
+        except (redis.RedisError, OSError) as exc:
+            raise StoreUnavailable(f"redis {operation}: {type(exc).__name__}: {exc}") from exc
+
+    def ping(self) -> None:
+        self._run("ping", self._client.ping)
+
+    def get(self, namespace: str, key: str) -> bytes | None:
+        value: Any = self._run("get", lambda: self._client.get(self._prefix(namespace) + key))
+        return None if value is None else bytes(value)
+
+    def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
+        px = _ttl_ms(ttl_s)
+        self._run("set", lambda: self._client.set(self._prefix(namespace) + key, value, px=px))
+
+    def put_if_absent(
+        self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None
+    ) -> bool:
+        px = _ttl_ms(ttl_s)
+        stored = self._run(
+            "set nx",
+            lambda: self._client.set(self._prefix(namespace) + key, value, px=px, nx=True),
+        )
+        return bool(stored)
+
+    def delete(self, namespace: str, key: str) -> None:
+        self._run("del", lambda: self._client.delete(self._prefix(namespace) + key))
+
+    def keys(self, namespace: str) -> list[str]:
+        prefix = self._prefix(namespace)
+        pattern = _glob_escape(prefix) + "*"
+
+        def scan() -> list[str]:
+            found = self._client.scan_iter(match=pattern, count=SCAN_COUNT)
+            return sorted(bytes(k).decode("ascii")[len(prefix) :] for k in found)
+
+        return self._run("scan", scan)
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,162 @@
+"""One node, durable: the store in a single SQLite file (``sqlite:///path/to/file``).
+
+The file is opened on first use (building the app opens nothing). Any database error raises
+:class:`StoreUnavailable` and closes the connection, so the next call (after the circuit
+breaker's pause, see ``resilient.py``) opens the file again: a table dropped or a disk filled
+by someone else is recovered from without a restart. A file that is not a database is left
+untouched for inspection. Several processes may share one file: writes take SQLite's lock
+(waiting at most ``busy_timeout_s``), and ``put_if_absent`` runs in one write transaction.
+Expiry uses wall-clock time, which every process on the node shares.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from app.store.base import Store, StoreUnavailable, check_ttl_s
+
+R = TypeVar("R")
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS store_entries ("
+    "namespace TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
+    "expires_unix_s REAL, PRIMARY KEY (namespace, key))"
+)
+_LIVE = "(expires_unix_s IS NULL OR expires_unix_s > ?)"
+#: every this many puts, expired rows are deleted
+PURGE_EVERY_PUTS = 100
+
+
+def _expiry(ttl_s: float | None) -> float | None:
+    ttl_s = check_ttl_s(ttl_s)
+    return None if ttl_s is None else time.time() + ttl_s
+
+
+class SqliteStore(Store):
+    name = "sqlite"
+
+    def __init__(self, path: Path, *, busy_timeout_s: float = 1.0) -> None:
+        self.path = path
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._puts = 0
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout_s,
+                check_same_thread=False,
+                isolation_level=None,  # autocommit; put_if_absent opens its own transaction
+            )
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreUnavailable(f"open {self.path}: {type(exc).__name__}: {exc}") from exc
+        try:
+            conn.execute(_SCHEMA)
+            # reading a row proves the file is a database, not just that it exists
+            conn.execute("SELECT key FROM store_entries LIMIT 1").fetchall()
+            # readers do not wait for a writer (several processes may share the file)
+            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreUnavailable(f"open {self.path}: {type(exc).__name__}: {exc}") from exc
+        return conn
+
+    def _run(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        with self._lock:
+            if self._conn is None:
+                self._conn = self._open()
+            try:
+                return fn(self._conn)
+            except sqlite3.Error as exc:
+                conn, self._conn = self._conn, None
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+                raise StoreUnavailable(f"{self.path}: {type(exc).__name__}: {exc}") from exc
+
+    def ping(self) -> None:
+        self._run(lambda conn: conn.execute("SELECT 1").fetchall())
+
+    def get(self, namespace: str, key: str) -> bytes | None:
+        row = self._run(
+            lambda conn: conn.execute(
+                f"SELECT value FROM store_entries WHERE namespace = ? AND key = ? AND {_LIVE}",
+                (namespace, key, time.time()),
+            ).fetchone()
+        )
+        return None if row is None else bytes(row[0])
+
+    def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
+        expires = _expiry(ttl_s)
+        self._puts += 1
+        purge = self._puts % PURGE_EVERY_PUTS == 0
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR REPLACE INTO store_entries (namespace, key, value, expires_unix_s) "
+                "VALUES (?, ?, ?, ?)",
+                (namespace, key, value, expires),
+            )
+            if purge:  # expired rows are invisible; this gives their space back now and then
+                conn.execute("DELETE FROM store_entries WHERE expires_unix_s <= ?", (time.time(),))
+
+        self._run(write)
+
+    def put_if_absent(
+        self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None
+    ) -> bool:
+        expires = _expiry(ttl_s)
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")  # the write lock: one process decides at a time
+            try:
+                conn.execute(
+                    "DELETE FROM store_entries WHERE namespace = ? AND key = ? "
+                    "AND expires_unix_s IS NOT NULL AND expires_unix_s <= ?",
+                    (namespace, key, time.time()),
+                )
+                cursor = conn.execute(
+                    "INSERT OR IGNORE INTO store_entries (namespace, key, value, expires_unix_s) "
+                    "VALUES (?, ?, ?, ?)",
+                    (namespace, key, value, expires),
+                )
+                stored = cursor.rowcount == 1
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return stored
+
+        return self._run(insert)
+
+    def delete(self, namespace: str, key: str) -> None:
+        self._run(
+            lambda conn: conn.execute(
+                "DELETE FROM store_entries WHERE namespace = ? AND key = ?", (namespace, key)
+            )
+        )
+
+    def keys(self, namespace: str) -> list[str]:
+        rows = self._run(
+            lambda conn: conn.execute(
+                f"SELECT key FROM store_entries WHERE namespace = ? AND {_LIVE} ORDER BY key",
+                (namespace, time.time()),
+            ).fetchall()
+        )
+        return [str(row[0]) for row in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

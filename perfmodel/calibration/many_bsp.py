@@ -1,0 +1,301 @@
+"""Many-BSP calibration: fit mu and the launch overheads to measured kernel cycles.
+
+None of the three figures reaches the BLOCK table or the supersteps: mu enters eq. (24)/(25)
+only, the overheads eq. (4)/(5) (and through COMP eq. (15), (19), (23)). So each distinct run
+is analysed once (:func:`predict_kernel`), reduced to its block totals (eq. (10)-(12) and the
+instruction counts), and a trial set of figures re-evaluates only
+:func:`perfmodel.manybsp.kernel.kernel_from_totals`.
+
+Runs of one kernel that differ only in the grid share the analysis: n_b enters eq. (22),
+(24), (25) piecewise linearly, so three evaluations per kernel give every run's cycles.
+
+In 1/mu and the overheads the total is piecewise linear (1/min(mu, (1+rho)/2) is
+max(1/mu, 2/(1+rho)); block_lnch_ovh adds once; warp_lnch_ovh scales COMP by w, with steps where
+eq. (15)'s ceiling or eq. (23)'s tau change), so the fit runs on 1/mu with a central-difference
+Jacobian (the steps are crossed with vanishing probability by a 1e-6 relative step) and checks
+identifiability with one-sided differences (a run at mu = (1+rho)/2 has a slope on one side).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from perfmodel.calibration import validate
+from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
+from perfmodel.calibration.records import (
+    MANY_BSP_FIGURES,
+    MANY_BSP_MODEL,
+    CalibrationResult,
+    ManyBspMeasurement,
+)
+from perfmodel.calibration.run import calibrate, identifiable_values
+from perfmodel.errors import CalibrationInputError, ModelInputError
+from perfmodel.manybsp import DeviceFigures, PredictRequest, predict_kernel
+from perfmodel.manybsp.kernel import (
+    BlockTotals,
+    block_totals,
+    kernel_from_totals,
+    occupancy_rho,
+)
+from perfmodel.manybsp.types import LaunchShape, ManyBspDevice
+
+N_STARTS = 4
+METHOD = (
+    "scipy.optimize.least_squares (trf, bounded; plain then Cauchy loss on relative "
+    "error), "
+    f"{N_STARTS} starts, over 1/mu and the launch overheads; each distinct run analysed "
+    "once, eq. (4)-(5), (13)-(25) re-evaluated per trial; central-difference Jacobian"
+)
+#: relative step of the central differences (of max(|x|, 1) for the overheads in cycles)
+_STEP = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysedKernel:
+    """One distinct analysed launch, all but its block count: the block totals of each warp
+    role (one for an SPMD kernel; the kernel is its slowest role, docs/model-notes.md "Warp
+    roles"), the launch with n_b = 0, and n_sm x rho, the n_b at which eq. (22)'s K is 1."""
+
+    role_totals: tuple[BlockTotals, ...]
+    launch: LaunchShape
+    full_wave_blocks: int
+
+    def role_cycles(self, n_b: int, device: ManyBspDevice) -> list[float]:
+        launch = dataclasses.replace(self.launch, n_b=n_b)
+        return [kernel_from_totals(t, launch, device).kernel_exec_cycle for t in self.role_totals]
+
+    def cycles(self, n_b: int, device: ManyBspDevice) -> float:
+        return max(self.role_cycles(n_b, device))
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysedRuns:
+    kernels: tuple[AnalysedKernel, ...]
+    kernel_of: IntArray  # per run, index into kernels
+    blocks: NDArray[np.int64]  # per run, n_b
+
+    def subset(self, rows: IntArray) -> AnalysedRuns:
+        used = np.unique(self.kernel_of[rows])
+        renumber = np.full(len(self.kernels), -1, dtype=np.intp)
+        renumber[used] = np.arange(used.size)
+        return AnalysedRuns(
+            tuple(self.kernels[i] for i in used.tolist()),
+            renumber[self.kernel_of[rows]],
+            self.blocks[rows],
+        )
+
+
+def _device_with(base: ManyBspDevice, values: dict[str, float]) -> ManyBspDevice:
+    return dataclasses.replace(base, **values)  # type: ignore[arg-type]
+
+
+def _analysis_key(req: PredictRequest) -> tuple[object, ...]:
+    """Everything but the grid: the grid changes only n_b, which enters eq. (22)-(25)."""
+    return (
+        req.ptx,
+        req.kernel,
+        req.block,
+        req.registers_per_thread,
+        req.shared_bytes_per_block,
+        tuple(sorted(req.loop_trip_counts.items())),
+        tuple(sorted(req.memory_transactions.items())),
+    )
+
+
+def _analyse(
+    base: DeviceFigures, request: PredictRequest, field: str
+) -> tuple[tuple[BlockTotals, ...], LaunchShape]:
+    try:
+        result = predict_kernel(dataclasses.replace(request, device=base))
+    except ModelInputError as exc:
+        raise CalibrationInputError(f"{field}.request.{exc.field}", exc.reason) from exc
+    if result.roles:
+        totals = tuple(block_totals(r.costs, r.level1, r.estimate.w) for r in result.roles)
+    else:
+        totals = (block_totals(result.costs, result.level1, result.estimate.w),)
+    # eq. (21) occupancy counts the whole block, whatever the role
+    launch = LaunchShape(0, result.n_t, result.registers_per_thread, result.shared_bytes_per_block)
+    return totals, launch
+
+
+def analyse_runs(base: DeviceFigures, measurements: Sequence[ManyBspMeasurement]) -> AnalysedRuns:
+    """Validate the runs and analyse each distinct kernel launch once (with ``base``)."""
+    index: dict[tuple[object, ...], int] = {}
+    kernels: list[AnalysedKernel] = []
+    kernel_of, blocks = [], []
+    for i, m in enumerate(measurements):
+        field = f"measurements[{i}]"
+        if not isinstance(m.request, PredictRequest):
+            raise CalibrationInputError(f"{field}.request", "must be a PredictRequest")
+        validate.positive_time(m.measured_cycles, f"{field}.measured_cycles")
+        if m.request.device.device_id != base.device_id:
+            raise CalibrationInputError(
+                f"{field}.request.device",
+                f"the run is on device {m.request.device.device_id!r} but the figures being "
+                f"calibrated are {base.device_id!r}; calibrate one device at a time",
+            )
+        for axis, v in zip("xyz", m.request.grid, strict=True):
+            validate.whole(v, f"{field}.request.grid.{axis}")
+        key = _analysis_key(m.request)
+        if key not in index:
+            totals, launch = _analyse(base, m.request, field)
+            rho = occupancy_rho(launch, base.device)  # eq. (21): no fitted figure enters it
+            index[key] = len(kernels)
+            kernels.append(AnalysedKernel(totals, launch, base.device.n_sm * rho))
+        kernel_of.append(index[key])
+        g = m.request.grid
+        blocks.append(g[0] * g[1] * g[2])
+    return AnalysedRuns(
+        tuple(kernels), np.array(kernel_of, dtype=np.intp), np.array(blocks, dtype=np.int64)
+    )
+
+
+class ManyBspResidualModel:
+    """kernel_exec_cycle of a list of analysed runs; ``x`` holds 1/mu or the overhead (cycles)
+    of each fitted figure, in the order of ``names``.
+
+    n_b enters eq. (22), (24) and (25) only as ``a + b n_b + c max(0, n_b / (n_sm rho) - 1)``,
+    so :meth:`predict` evaluates each distinct kernel (each of its warp roles) at n_b = 0,
+    n_sm rho and 2 n_sm rho and interpolates every run of it exactly, then takes the slowest
+    role (tested against :meth:`predict_exact`).
+    """
+
+    def __init__(self, runs: AnalysedRuns, base: ManyBspDevice, names: Sequence[str]) -> None:
+        self._runs = runs
+        self._rows = [np.flatnonzero(runs.kernel_of == k) for k in range(len(runs.kernels))]
+        self._base = base
+        self._names = tuple(names)
+
+    def subset(self, rows: IntArray) -> ManyBspResidualModel:
+        return ManyBspResidualModel(self._runs.subset(rows), self._base, self._names)
+
+    def device(self, x: FloatArray) -> ManyBspDevice:
+        values = {
+            name: 1.0 / float(v) if name == "mu" else float(v)
+            for name, v in zip(self._names, x, strict=True)
+        }
+        return _device_with(self._base, values)
+
+    def predict(self, x: FloatArray) -> FloatArray:
+        device = self.device(x)
+        out = np.empty(self._runs.blocks.size, dtype=np.float64)
+        for kernel, rows in zip(self._runs.kernels, self._rows, strict=True):
+            wave = kernel.full_wave_blocks
+            u = self._runs.blocks[rows] / wave
+            at = [np.array(kernel.role_cycles(n, device)) for n in (0, wave, 2 * wave)]
+            slope, bend = at[1] - at[0], at[2] - 2 * at[1] + at[0]
+            per_role = at[0] + np.outer(u, slope) + np.outer(np.maximum(0, u - 1), bend)
+            out[rows] = per_role.max(axis=1)  # the slowest role bounds the kernel
+        return out
+
+    def predict_exact(self, x: FloatArray) -> FloatArray:
+        """kernel_from_totals evaluated for every run at its own n_b."""
+        device = self.device(x)
+        kernels, blocks = self._runs.kernels, self._runs.blocks.tolist()
+        return np.array(
+            [
+                kernels[k].cycles(n, device)
+                for k, n in zip(self._runs.kernel_of, blocks, strict=True)
+            ],
+            dtype=np.float64,
+        )
+
+    def _step(self, x: FloatArray, j: int) -> float:
+        scale = abs(float(x[j])) if self._names[j] == "mu" else max(abs(float(x[j])), 1.0)
+        return _STEP * scale
+
+    def _differences(self, x: FloatArray, forward: bool, backward: bool) -> FloatArray:
+        centre = self.predict(x) if not (forward and backward) else None
+        columns = []
+        for j in range(len(self._names)):
+            h = self._step(x, j)
+            up, down = x.copy(), x.copy()
+            up[j] += h if forward else 0.0
+            down[j] -= h if backward else 0.0
+            high = self.predict(up) if forward else centre
+            low = self.predict(down) if backward else centre
+            assert high is not None and low is not None
+            columns.append((high - low) / (up[j] - down[j]))
+        return np.column_stack(columns)
+
+    def jacobian(self, x: FloatArray) -> FloatArray:
+        return self._differences(x, forward=True, backward=True)
+
+    def one_sided_jacobians(self, x: FloatArray) -> list[FloatArray]:
+        """Forward and backward differences: at mu = (1 + rho) / 2 of eq. (24) one of them
+        is zero for that run."""
+        return [
+            self._differences(x, forward=True, backward=False),
+            self._differences(x, forward=False, backward=True),
+        ]
+
+
+def _specs(
+    base: ManyBspDevice, names: Sequence[str], measured: FloatArray
+) -> tuple[FigureSpec, ...]:
+    specs = []
+    for name in names:
+        value = float(getattr(base, name))
+        if name == "mu":
+            if not value > 0:
+                raise CalibrationInputError("base.mu", f"must be > 0 to be fitted, got {value}")
+            x = 1.0 / value
+            # mu in [0.01, 1000]; eq. (24)/(25) cap it at (1 + rho) / 2 anyway
+            specs.append(FigureSpec(name, value, True, 1e-3, 100.0, x / 10, x * 10, True, x))
+        else:
+            upper = max(float(measured.max()), value)
+            typical = max(value, 1.0)
+            specs.append(
+                FigureSpec(name, value, False, 0.0, upper, 0.0, 2 * typical, False, typical)
+            )
+    return tuple(specs)
+
+
+def predict_many_bsp_cycles(device: DeviceFigures, request: PredictRequest) -> float:
+    """The service's kernel_exec_cycle for ``request`` run on ``device``'s figures."""
+    return predict_kernel(dataclasses.replace(request, device=device)).estimate.kernel_exec_cycle
+
+
+def fit_many_bsp(
+    base: DeviceFigures,
+    measurements: Sequence[ManyBspMeasurement],
+    *,
+    fit: Sequence[str] | None = None,
+    folds: int = 5,
+    seed: int = 0,
+) -> CalibrationResult:
+    """Fit ``fit`` (default: MANY_BSP_FIGURES) of ``base`` to measured kernel cycles; each
+    request's device must be ``base`` (its figures are the starting point). Same contract as
+    :func:`perfmodel.calibration.gemm_ws.fit_gemm_ws` otherwise."""
+    measurements = list(measurements)
+    names, k, fold_warnings = validate.fit_arguments(
+        fit, MANY_BSP_FIGURES, len(measurements), folds, seed
+    )
+    runs = analyse_runs(base, measurements)
+    measured = np.array([m.measured_cycles for m in measurements], dtype=np.float64)
+    specs = _specs(base.device, names, measured)
+    model = ManyBspResidualModel(runs, base.device, names)
+
+    def report(x: FloatArray, rows: IntArray) -> FloatArray:
+        return model.subset(rows).predict_exact(x)
+
+    problem = FitProblem(model, measured, specs, N_STARTS, report)
+    return calibrate(
+        problem,
+        model_name=MANY_BSP_MODEL,
+        folds=k,
+        seed=seed,
+        method=METHOD,
+        warnings=fold_warnings,
+    )
+
+
+def apply_many_bsp(base: DeviceFigures, result: CalibrationResult) -> DeviceFigures:
+    """``base`` with every identifiable fitted figure of ``result`` in place."""
+    values = identifiable_values(result, MANY_BSP_MODEL, MANY_BSP_FIGURES)
+    return dataclasses.replace(base, device=_device_with(base.device, values))

@@ -1,0 +1,111 @@
+"""Measurement records and calibration results: plain frozen data, no model logic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.manybsp import PredictRequest
+
+GEMM_WS_MODEL = "gemm-ws"
+MANY_BSP_MODEL = "many-bsp"
+MODELS: tuple[str, ...] = (GEMM_WS_MODEL, MANY_BSP_MODEL)
+
+#: GemmWsMachine fields a GeMM-WS calibration fits by default (§2.2's machine figures less
+#: sm_count and the shared-memory limit, which are read off the device, not fitted)
+GEMM_WS_FIGURES: tuple[str, ...] = (
+    "load_throughput_elements_per_us",
+    "compute_throughput_macs_per_us",
+    "load_startup_latency_us",
+    "compute_startup_latency_us",
+    "t_init_us",
+    "t_epilogue_us",
+)
+
+#: ManyBspDevice fields a Many-BSP calibration fits by default: eq. (24)/(25)'s mu and the
+#: launch overheads of eq. (4)/(5)
+MANY_BSP_FIGURES: tuple[str, ...] = (
+    "mu",
+    "block_launch_overhead_cycles",
+    "warp_launch_overhead_cycles",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmWsMeasurement:
+    """One timed GEMM: problem (m, n, k) in elements, dtype (a key of ELEMENT_BYTES), the
+    tiling it ran with, and its measured time in microseconds."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    buffer_depth: int
+    measured_time_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class ManyBspMeasurement:
+    """One timed kernel launch; ``request.device`` is the device whose figures are calibrated
+    (the same figures as the ``base`` given to the fit)."""
+
+    request: PredictRequest
+    measured_cycles: float
+
+
+@dataclass(frozen=True, slots=True)
+class FittedFigure:
+    """``value`` is the fitted figure when ``identifiable``, else ``base_value`` unchanged.
+
+    ``standard_error`` is in the figure's unit (None when the data leave no degree of
+    freedom to estimate it, or the figure is not identifiable).
+    """
+
+    name: str
+    value: float
+    base_value: float
+    standard_error: float | None
+    identifiable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSummary:
+    """Absolute relative errors of predictions against measurements, in percent."""
+
+    mean_abs_pct: float
+    max_abs_pct: float
+
+
+@dataclass(frozen=True, slots=True)
+class Residual:
+    """Measurement ``index`` (its position in the input) against its prediction, in the
+    model's unit (microseconds for GeMM-WS, cycles for Many-BSP);
+    ``error_pct = 100 (predicted - measured) / measured``."""
+
+    index: int
+    measured: float
+    predicted: float
+    error_pct: float
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationResult:
+    model: str
+    fitted: tuple[FittedFigure, ...]
+    training_error: ErrorSummary
+    cross_validation_error: ErrorSummary | None
+    residuals: tuple[Residual, ...]
+    warnings: tuple[str, ...]
+    method: str
+    #: each measurement predicted by the fit of the folds that left it out (empty when
+    #: cross-validation is off or could not run)
+    cross_validation_residuals: tuple[Residual, ...] = ()
+
+    def figure(self, name: str) -> FittedFigure:
+        """The fitted figure called ``name``; KeyError lists the fitted names otherwise."""
+        for f in self.fitted:
+            if f.name == name:
+                return f
+        raise KeyError(f"{name!r} was not fitted; fitted: {', '.join(f.name for f in self.fitted)}")

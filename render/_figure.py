@@ -1,0 +1,66 @@
+"""Matplotlib behind one door: lazy import, fixed settings, deterministic SVG bytes.
+
+Only :class:`matplotlib.figure.Figure` and the SVG canvas are used: no pyplot, no GUI
+backend, no global figure registry. matplotlib (and numpy under it) take ~0.5 s to import,
+so nothing here is imported before the first picture is drawn. Drawing holds one lock:
+matplotlib's settings are process-global, so a picture is drawn by one thread at a time.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+#: fixed settings of every picture: text stays text (<text>, searchable and small), ids are
+#: derived from a constant salt, so the same answer always gives the same bytes
+RC: dict[str, Any] = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "kperf",
+    "font.family": "DejaVu Sans",
+    "font.size": 9.0,
+    "axes.titlesize": 10.0,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "path.simplify": True,
+}
+
+#: metadata written into the SVG: no date, so the bytes do not change from run to run
+METADATA = {"Date": None, "Creator": "kperf"}
+
+_LOCK = threading.Lock()
+
+
+@contextmanager
+def figure(
+    width_in: float, height_in: float, layout: Literal["constrained"] | None = "constrained"
+) -> Iterator[Figure]:
+    """A fresh figure under :data:`RC`, for one picture (yields while holding the lock)."""
+    import matplotlib
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+    from matplotlib.figure import Figure
+
+    with _LOCK, matplotlib.rc_context():
+        # restored when the context ends; typed Any: the stubs' key type differs by version
+        params: Any = matplotlib.rcParams
+        params.update(RC)
+        fig = Figure(figsize=(width_in, height_in), layout=layout)
+        FigureCanvasSVG(fig)
+        yield fig
+
+
+def svg_bytes(fig: Figure) -> bytes:
+    """The figure as SVG, UTF-8, deterministic (call inside :func:`figure`)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="svg", metadata=METADATA)
+    return buffer.getvalue()
+
+
+def fmt_us(value_us: float) -> str:
+    """A time in µs with nanosecond resolution, as every picture labels it."""
+    return f"{value_us:,.3f} µs"

@@ -1,0 +1,543 @@
+"""GeMM-WS pipeline timeline of one tiling (warp-specialization-gemm-model.txt §2).
+
+Two panels. The top one is the whole kernel: T_INIT, then W identical waves (§2.1.1), with
+the labelled total ``W x wave + T_INIT``. The bottom one is one wave, stage by stage
+(eq. 1-3): the DMA warp's lane (load A, load B, and its stalls on a full buffer), the MATH
+warp's lane (MATH per stage and the wait before it), the buffer slots freed when a MATH
+ends, and T_EPILOGUE at the end of the wave. Long pipelines keep their first
+:data:`FIRST_STAGES` and last :data:`LAST_STAGES` stages; the periodic middle is cut out of
+the time axis and labelled (above :data:`MAX_STAGES_DRAWN` stages).
+
+Every drawn element has an SVG id (matplotlib ``gid``) a reader or a test can find:
+``stage-<i>-load-a``, ``stage-<i>-load-b``, ``stage-<i>-math``, ``stage-<i>-math-wait``,
+``stage-<i>-dma-stall``, ``slot-free-<i>``, ``t-epilogue``, ``wave-end``, ``elided-stages``;
+in the kernel panel ``t-init``, ``wave-<w>``, ``wave-boundary-<w>``, ``elided-waves`` and
+``total`` (the text ``total = ... = <predicted_time_us> µs``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from perfmodel.gemm_ws import GemmWsMachine, Simulation, StageEvents, us_to_ns
+from render._figure import figure, fmt_us, svg_bytes
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+#: stages drawn at the start and at the end of a long pipeline
+FIRST_STAGES = 8
+LAST_STAGES = 4
+#: pipelines up to this long are drawn whole
+MAX_STAGES_DRAWN = 24
+#: waves drawn at the start of a kernel with many waves (plus the last one)
+FIRST_WAVES = 2
+MAX_WAVES_DRAWN = 5
+#: width of a cut in the time axis, as a fraction of the drawn span
+GAP_FRACTION = 0.07
+
+COLORS = {
+    "load_a": "#4C72B0",
+    "load_b": "#64B5CD",
+    "dma_stall": "#BBBBBB",
+    "math": "#DD8452",
+    "math_wait": "#C44E52",
+    "slot": "#55A868",
+    "epilogue": "#8172B3",
+    "init": "#937860",
+    "wave": "#CCB974",
+    "cut": "#F2F2F2",
+}
+LANES = {"dma": 3.0, "math": 2.0, "slots": 1.0, "epilogue": 0.0}
+BAR_HEIGHT = 0.6
+#: behind labels that may lie over bars or a cut
+LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.5}
+
+
+@dataclass(frozen=True, slots=True)
+class TimeAxis:
+    """Real time (ns) to drawn x (µs): the interval (cut_start, cut_end) is replaced by a gap.
+
+    Without a cut, x is the time in µs. Times inside the cut are never drawn.
+    """
+
+    cut_start_ns: int | None = None
+    cut_end_ns: int | None = None
+    gap_us: float = 0.0
+
+    def x(self, t_ns: int) -> float:
+        if self.cut_start_ns is None or self.cut_end_ns is None or t_ns <= self.cut_start_ns:
+            return t_ns / 1000
+        return (t_ns - (self.cut_end_ns - self.cut_start_ns)) / 1000 + self.gap_us
+
+    def segments(self, end_ns: int) -> list[tuple[int, int]]:
+        """The drawn ranges of real time, in ns."""
+        if self.cut_start_ns is None or self.cut_end_ns is None:
+            return [(0, end_ns)]
+        return [(0, self.cut_start_ns), (self.cut_end_ns, end_ns)]
+
+
+def with_cut(start_ns: int, end_ns: int, drawn_span_ns: int) -> TimeAxis:
+    """A :class:`TimeAxis` cutting out (start, end), its gap a fixed share of the drawing."""
+    gap_us = GAP_FRACTION * drawn_span_ns / 1000 / (1 - GAP_FRACTION)
+    return TimeAxis(start_ns, end_ns, gap_us)
+
+
+@dataclass(frozen=True, slots=True)
+class StageSelection:
+    """What the wave panel draws: the stages whose MATH it shows, and the cut in time."""
+
+    shown: tuple[int, ...]
+    elided: tuple[int, int] | None  # first and last stage whose MATH is cut out
+    axis: TimeAxis
+
+
+def select_stages(sim: Simulation, wave_end_ns: int) -> StageSelection:
+    """All stages of a short pipeline; else the first and last ones, cutting the middle out.
+
+    The cut runs from the end of MATH ``FIRST_STAGES`` to the end of the last elided MATH,
+    so the MATH lane shows whole stages on both sides. Everything else (loads, stalls,
+    waits, freed slots) is drawn wherever it falls in the two windows, clipped at the cut:
+    the DMA warp runs ahead of MATH, so the loads beside a MATH belong to later stages.
+    """
+    stages, t_math = sim.stages, sim.durations.t_math_ns
+    if stages <= MAX_STAGES_DRAWN:
+        return StageSelection(tuple(range(1, stages + 1)), None, TimeAxis())
+    last_elided = stages - LAST_STAGES
+    cut_start = sim.events[FIRST_STAGES - 1].math_start_ns + t_math
+    cut_end = sim.events[last_elided - 1].math_start_ns + t_math
+    end = max(wave_end_ns, sim.events[-1].math_start_ns + t_math)
+    drawn = cut_start + (end - cut_end)
+    shown = (*range(1, FIRST_STAGES + 1), *range(last_elided + 1, stages + 1))
+    return StageSelection(
+        shown, (FIRST_STAGES + 1, last_elided), with_cut(cut_start, cut_end, drawn)
+    )
+
+
+def visible(axis: TimeAxis, start_ns: int, end_ns: int) -> list[tuple[int, int]]:
+    """The parts of [start, end] outside the cut (none, one, or two when it spans the cut).
+
+    An empty interval (a duration that rounds to 0 ns) is kept where it is drawn: a point.
+    """
+    if end_ns < start_ns:
+        return []
+    cut_start, cut_end = axis.cut_start_ns, axis.cut_end_ns
+    if cut_start is None or cut_end is None:
+        return [(start_ns, end_ns)]
+    if end_ns == start_ns:
+        return [(start_ns, end_ns)] if not cut_start < start_ns < cut_end else []
+    parts = []
+    if start_ns < cut_start:
+        parts.append((start_ns, min(end_ns, cut_start)))
+    if end_ns > cut_end:
+        parts.append((max(start_ns, cut_end), end_ns))
+    return parts
+
+
+def _candidate_stages(sim: Simulation, axis: TimeAxis) -> list[int]:
+    """Stages with something in a window: a stage's DMA work and stalls span
+    [Sb(i-1) + T_LOAD-B, Sb(i) + T_LOAD-B], its MATH wait and MATH [Sm(i-1) + T_MATH, ...]."""
+    events, t_b = sim.events, sim.durations.t_load_b_ns
+    if axis.cut_start_ns is None or axis.cut_end_ns is None:
+        return list(range(1, sim.stages + 1))
+    cut_start, cut_end = axis.cut_start_ns, axis.cut_end_ns
+    # stage i starts (its load A, or the stall before it) at Sb(i-1) + T_LOAD-B: stages up to
+    # one past the last load B that ends before the cut reach into the first window
+    early = bisect.bisect_left(events, cut_start, key=lambda e: e.load_b_start_ns + t_b) + 1
+    # the second window: from the first stage whose load B ends after the cut, and at the
+    # latest the first stage whose MATH is shown there
+    late = bisect.bisect_right(events, cut_end, key=lambda e: e.load_b_start_ns + t_b) + 1
+    late = min(late, sim.stages - LAST_STAGES + 1)
+    early = max(early, FIRST_STAGES)  # the shown MATHs, even when durations round to 0 ns
+    return sorted({*range(1, min(early, sim.stages) + 1), *range(late, sim.stages + 1)})
+
+
+def _period_text(events: Sequence[StageEvents], first: int, last: int) -> str:
+    """MATH start to MATH start across the elided stages: one value when periodic."""
+    steps = {
+        events[i].math_start_ns - events[i - 1].math_start_ns for i in range(first - 1, last + 1)
+    }
+    if len(steps) == 1:
+        return f"periodic: one stage every {fmt_us(steps.pop() / 1000)}"
+    return f"not periodic: {fmt_us(min(steps) / 1000)} to {fmt_us(max(steps) / 1000)} per stage"
+
+
+def _bar(
+    ax: Axes,
+    axis: TimeAxis,
+    start_ns: int,
+    end_ns: int,
+    lane: str,
+    gid: str,
+    *,
+    work: bool = True,
+    **style: Any,
+) -> None:
+    """One bar, clipped to the drawn windows (a second part gets the id ``<gid>-2``).
+
+    Work (a load, a MATH) is drawn even when it takes 0 ns; a wait of 0 ns is not a wait.
+    """
+    from matplotlib.patches import Rectangle
+
+    if not work and end_ns <= start_ns:
+        return
+    height = style.pop("height", BAR_HEIGHT)
+    y = LANES[lane] - height / 2
+    for n, (s0, s1) in enumerate(visible(axis, start_ns, end_ns)):
+        x0, x1 = axis.x(s0), axis.x(s1)
+        part = gid if n == 0 else f"{gid}-2"
+        # add_artist, not add_patch: the limits are set explicitly, autoscaling is wasted work
+        ax.add_artist(Rectangle((x0, y), x1 - x0, height, gid=part, **style))
+
+
+def _time_ticks(ax: Axes, axis: TimeAxis, end_ns: int) -> None:
+    """Ticks labelled with real µs on each drawn segment of a (possibly cut) time axis."""
+    from matplotlib.ticker import MaxNLocator
+
+    locator = MaxNLocator(nbins=6 if axis.cut_start_ns is None else 3, steps=[1, 2, 2.5, 5, 10])
+    ticks: list[float] = []
+    labels: list[str] = []
+    for lo, hi in axis.segments(end_ns):
+        for value_us in locator.tick_values(lo / 1000, hi / 1000):
+            t_ns = round(value_us * 1000)
+            if lo <= t_ns <= hi:
+                ticks.append(axis.x(t_ns))
+                labels.append(f"{value_us:,.0f}" if value_us == int(value_us) else f"{value_us:,g}")
+    ax.set_xticks(ticks, labels)
+
+
+def _cut_band(ax: Axes, axis: TimeAxis, gid: str, text: str, rotation: float = 90) -> None:
+    assert axis.cut_start_ns is not None
+    x0 = axis.x(axis.cut_start_ns)
+    ax.axvspan(x0, x0 + axis.gap_us, color=COLORS["cut"], zorder=0, gid=f"{gid}-band")
+    ax.text(
+        x0 + axis.gap_us / 2,
+        0.5,
+        text,
+        transform=ax.get_xaxis_transform(),
+        rotation=rotation,
+        ha="center",
+        va="center",
+        fontsize=7.5,
+        color="#555555",
+        gid=gid,
+    )
+
+
+STYLE: dict[str, dict[str, Any]] = {
+    "load-a": {"facecolor": COLORS["load_a"], "edgecolor": "white", "linewidth": 0.4},
+    "load-b": {"facecolor": COLORS["load_b"], "edgecolor": "white", "linewidth": 0.4},
+    "dma-stall": {
+        "facecolor": "none",
+        "edgecolor": COLORS["dma_stall"],
+        "hatch": "////",
+        "linewidth": 0.5,
+    },
+    "math": {"facecolor": COLORS["math"], "edgecolor": "white", "linewidth": 0.4},
+    "math-wait": {
+        "facecolor": COLORS["math_wait"],
+        "alpha": 0.25,
+        "edgecolor": COLORS["math_wait"],
+        "hatch": "xx",
+        "linewidth": 0.5,
+    },
+}
+
+
+def _draw_stage(
+    ax: Axes, sim: Simulation, axis: TimeAxis, i: int, math_shown: bool, label_min_ns: float
+) -> None:
+    """Stage i's bars, each clipped to the drawn windows; its MATH side if ``math_shown``."""
+    d, events = sim.durations, sim.events
+    e = events[i - 1]
+    a_end, b_end = e.load_a_start_ns + d.t_load_a_ns, e.load_b_start_ns + d.t_load_b_ns
+    math_end = e.math_start_ns + d.t_math_ns
+    previous_b_end = events[i - 2].load_b_start_ns + d.t_load_b_ns if i > 1 else 0
+    stall = STYLE["dma-stall"]
+    # DMA stalls: eq. (1)/(2) waited for a free buffer slot (the MATH of stage i - depth)
+    _bar(
+        ax,
+        axis,
+        previous_b_end,
+        e.load_a_start_ns,
+        "dma",
+        f"stage-{i}-dma-stall",
+        work=False,
+        **stall,
+    )
+    _bar(ax, axis, a_end, e.load_b_start_ns, "dma", f"stage-{i}-dma-stall-b", work=False, **stall)
+    _bar(ax, axis, e.load_a_start_ns, a_end, "dma", f"stage-{i}-load-a", **STYLE["load-a"])
+    _bar(ax, axis, e.load_b_start_ns, b_end, "dma", f"stage-{i}-load-b", **STYLE["load-b"])
+    if not math_shown:
+        return
+    # §3.2 Wait(i): the MATH warp idles until b_i has arrived
+    _bar(
+        ax,
+        axis,
+        e.math_start_ns - e.math_wait_ns,
+        e.math_start_ns,
+        "math",
+        f"stage-{i}-math-wait",
+        work=False,
+        **STYLE["math-wait"],
+    )
+    _bar(ax, axis, e.math_start_ns, math_end, "math", f"stage-{i}-math", **STYLE["math"])
+    # the stage number: inside its MATH bar when it fits, else just below it
+    inside = d.t_math_ns >= label_min_ns
+    ax.text(
+        axis.x(e.math_start_ns + d.t_math_ns // 2),
+        LANES["math"] if inside else LANES["math"] - BAR_HEIGHT / 2 - 0.04,
+        str(i),
+        ha="center",
+        va="center" if inside else "top",
+        fontsize=7,
+        color="white" if inside else "#333333",
+        gid=f"stage-{i}-number",
+    )
+    # the slot of stage i is free when its MATH ends; stage i + depth loads into it
+    from matplotlib.lines import Line2D
+
+    ax.add_artist(
+        Line2D(
+            [axis.x(math_end)],
+            [LANES["slots"]],
+            marker="v",
+            markersize=5,
+            color=COLORS["slot"],
+            linestyle="none",
+            gid=f"slot-free-{i}",
+        )
+    )
+
+
+def _draw_wave(ax: Axes, sim: Simulation, machine: GemmWsMachine, wave_end_ns: int) -> str:
+    """The wave panel; returns its title."""
+    d = sim.durations
+    selection = select_stages(sim, wave_end_ns)
+    axis = selection.axis
+    end_ns = max(wave_end_ns, sim.events[-1].math_start_ns + d.t_math_ns)
+    label_min_ns = 0.025 * axis.x(end_ns) * 1000
+    shown = set(selection.shown)
+    for i in _candidate_stages(sim, axis):
+        _draw_stage(ax, sim, axis, i, i in shown, label_min_ns)
+    epilogue_ns = us_to_ns(machine.t_epilogue_us)
+    _bar(
+        ax,
+        axis,
+        wave_end_ns - epilogue_ns,
+        wave_end_ns,
+        "epilogue",
+        "t-epilogue",
+        facecolor=COLORS["epilogue"],
+        edgecolor="white",
+        linewidth=0.4,
+    )
+    ax.text(
+        axis.x(wave_end_ns - epilogue_ns),
+        LANES["epilogue"],
+        f"T_EPILOGUE = {fmt_us(epilogue_ns / 1000)} ",
+        ha="right",
+        va="center",
+        fontsize=7.5,
+    )
+    ax.axvline(axis.x(wave_end_ns), color="black", linewidth=0.8, linestyle="--", gid="wave-end")
+    ax.text(
+        axis.x(wave_end_ns),
+        LANES["dma"] + 0.55,
+        f"wave = Sm(S) + T_EPILOGUE = {fmt_us(wave_end_ns / 1000)}",
+        ha="right",
+        va="bottom",
+        fontsize=7.5,
+        bbox=LABEL_BOX,
+        gid="wave-time",
+    )
+    if selection.elided is not None:
+        first, last = selection.elided
+        _cut_band(
+            ax,
+            axis,
+            "elided-stages",
+            f"MATH of stages {first}–{last} ({last - first + 1}) elided\n"
+            f"{_period_text(sim.events, first, last)}",
+        )
+    ax.set_xlim(0, axis.x(end_ns) * 1.01)
+    ax.set_ylim(LANES["epilogue"] - 0.6, LANES["dma"] + 0.9)
+    ax.set_yticks(
+        [LANES[k] for k in ("dma", "math", "slots", "epilogue")],
+        ["DMA warp", "MATH warp", "slot freed", "epilogue"],
+    )
+    _time_ticks(ax, axis, end_ns)
+    ax.set_xlabel("time from the wave's start (µs)")
+    if selection.elided is None:
+        return f"one wave: all {sim.stages} stages"
+    first, last = selection.elided
+    return (
+        f"one wave: MATH of stages 1–{first - 1} and {last + 1}–{sim.stages} of {sim.stages} "
+        "shown, the middle elided"
+    )
+
+
+def _draw_kernel(ax: Axes, sim: Simulation, machine: GemmWsMachine) -> None:
+    init_ns = us_to_ns(machine.t_init_us)
+    wave_ns, waves = sim.wave_time_ns, sim.waves
+    end_ns = init_ns + waves * wave_ns
+    if waves > MAX_WAVES_DRAWN:
+        drawn_waves = [*range(1, FIRST_WAVES + 1), waves]
+        cut = (init_ns + FIRST_WAVES * wave_ns, init_ns + (waves - 1) * wave_ns)
+        axis = with_cut(cut[0], cut[1], init_ns + (FIRST_WAVES + 1) * wave_ns)
+    else:
+        drawn_waves = list(range(1, waves + 1))
+        axis = TimeAxis()
+    height, y = 0.6, 0.0
+
+    def box(start: int, stop: int, gid: str, color: str, text: str) -> None:
+        from matplotlib.patches import Rectangle
+
+        x0, x1 = axis.x(start), axis.x(stop)
+        ax.add_artist(
+            Rectangle(
+                (x0, y - height / 2),
+                x1 - x0,
+                height,
+                gid=gid,
+                facecolor=color,
+                edgecolor="white",
+                linewidth=0.8,
+            )
+        )
+        if (x1 - x0) >= 0.08 * axis.x(end_ns):
+            ax.text((x0 + x1) / 2, y, text, ha="center", va="center", fontsize=7.5)
+
+    box(0, init_ns, "t-init", COLORS["init"], "T_INIT")
+    for w in drawn_waves:
+        start = init_ns + (w - 1) * wave_ns
+        box(
+            start,
+            start + wave_ns,
+            f"wave-{w}",
+            COLORS["wave"],
+            f"wave {w}\n{fmt_us(wave_ns / 1000)}",
+        )
+        if w > 1:
+            ax.vlines(
+                axis.x(start),
+                y - height / 2 - 0.1,
+                y + height / 2 + 0.1,
+                color="black",
+                linewidth=0.8,
+                gid=f"wave-boundary-{w}",
+            )
+    if axis.cut_start_ns is not None:
+        _cut_band(ax, axis, "elided-waves", f"waves\n{FIRST_WAVES + 1}–{waves - 1}", rotation=0)
+    ax.set_xlim(0, axis.x(end_ns) * 1.01)
+    ax.set_ylim(-0.5, 0.9)
+    ax.set_yticks([])
+    ax.spines["left"].set_visible(False)
+    _time_ticks(ax, axis, end_ns)
+    ax.set_xlabel("time from the kernel's launch (µs)")
+    ax.text(
+        0.0,
+        0.98,
+        f"T_INIT = {fmt_us(machine.t_init_us)}",
+        transform=ax.transAxes,
+        ha="left",
+        va="top",
+        fontsize=7.5,
+    )
+    ax.text(
+        1.0,
+        0.98,
+        f"total = W × wave + T_INIT = {waves} × {fmt_us(wave_ns / 1000)} + "
+        f"{fmt_us(init_ns / 1000)} = {fmt_us(sim.overall_time_ns / 1000)}",
+        transform=ax.transAxes,
+        ha="right",
+        va="top",
+        fontsize=8.5,
+        fontweight="bold",
+        bbox=LABEL_BOX,
+        gid="total",
+    )
+
+
+def _legend(fig: Any) -> None:
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(facecolor=COLORS["load_a"], label="load A (DMA)"),
+        Patch(facecolor=COLORS["load_b"], label="load B (DMA)"),
+        Patch(
+            facecolor="none",
+            edgecolor=COLORS["dma_stall"],
+            hatch="////",
+            label="DMA stalls: buffer full",
+        ),
+        Patch(facecolor=COLORS["math"], label="MATH"),
+        Patch(
+            facecolor=COLORS["math_wait"],
+            alpha=0.25,
+            edgecolor=COLORS["math_wait"],
+            hatch="xx",
+            label="MATH waits for data",
+        ),
+        Patch(facecolor=COLORS["slot"], label="▼ slot freed (MATH done)"),
+        Patch(facecolor=COLORS["epilogue"], label="T_EPILOGUE"),
+        Patch(facecolor=COLORS["wave"], label="wave"),
+        Patch(facecolor=COLORS["init"], label="T_INIT"),
+    ]
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncols=5,
+        fontsize=7.5,
+        frameon=False,
+    )
+
+
+def timeline_svg(
+    sim: Simulation,
+    machine: GemmWsMachine,
+    *,
+    device: str = "",
+    dtype: str = "",
+    rank: int | None = None,
+) -> bytes:
+    """The timeline of ``sim`` (one tiling simulated on ``machine``) as SVG bytes.
+
+    ``device``, ``dtype`` and ``rank`` only label the picture.
+    """
+    d, t = sim.durations, sim.tiling
+    wave_end_ns = sim.wave_time_ns
+    shape = sim.shape
+    where = f" on {device}" if device else ""
+    kind = f" ({dtype})" if dtype else ""
+    ranked = f", rank {rank}" if rank is not None else ""
+    load = d.t_load_a_ns + d.t_load_b_ns
+    bound = (
+        f"load-bound: T_LOAD-A {fmt_us(d.t_load_a_ns / 1000)} + T_LOAD-B "
+        f"{fmt_us(d.t_load_b_ns / 1000)} > T_MATH {fmt_us(d.t_math_ns / 1000)}"
+        if sim.load_bound
+        else f"MATH-bound: T_MATH {fmt_us(d.t_math_ns / 1000)} ≥ T_LOAD-A + T_LOAD-B "
+        f"{fmt_us(load / 1000)}"
+    )
+    # a fixed layout: constrained layout would cost a third of the drawing time
+    with figure(11.0, 5.6, layout=None) as fig:
+        top = fig.add_axes((0.095, 0.72, 0.88, 0.11))
+        bottom = fig.add_axes((0.095, 0.2, 0.88, 0.38))
+        fig.suptitle(
+            f"GeMM-WS timeline: {shape.m}×{shape.n}×{shape.k}{kind}{where} — tiling "
+            f"{t.tile_m}×{t.tile_n}×{t.tile_k}, buffer depth {t.buffer_depth}{ranked}\n"
+            f"{bound}; {sim.stages} stages × {sim.waves} waves; MATH wait "
+            f"{fmt_us(sim.total_math_wait_ns / 1000)} in all (W × Σ Wait(i))",
+            fontsize=9.5,
+        )
+        _draw_kernel(top, sim, machine)
+        top.set_title("kernel: T_INIT, then W identical waves (§2.1.1)", loc="left", fontsize=8.5)
+        bottom.set_title(
+            _draw_wave(bottom, sim, machine, wave_end_ns) + " (eq. 1–3)", loc="left", fontsize=8.5
+        )
+        _legend(fig)
+        return svg_bytes(fig)

@@ -1,0 +1,151 @@
+"""Optimize, measure, calibrate, optimize again: the GeMM-WS closed loop on the pure core.
+
+Each round solves every tiling problem with the current figures, measures each ranked
+shortlist (``measure`` is the GPU, or a simulator standing in for one), fits the device's
+figures to every measurement so far (always starting from the base figures), and hands the
+calibrated figures to the next round. Deterministic when ``measure`` is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from perfmodel.calibration import (
+    GEMM_WS_FIGURES,
+    CalibrationResult,
+    GemmWsMeasurement,
+    apply_gemm_ws,
+    fit_gemm_ws,
+)
+from perfmodel.errors import CalibrationInputError
+from perfmodel.gemm_ws import ELEMENT_BYTES, GemmShape, GemmWsMachine, Tiling
+from solver.optimize import TilingProblem, optimize_tiling
+
+#: measured time in microseconds of one run of ``shape`` with ``tiling``
+Measure = Callable[[GemmShape, Tiling], float]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopRound:
+    """``picks`` are the optimizer's best per problem with ``machine``; ``measured`` the
+    shortlists' runs; ``calibration`` the fit of all measurements up to this round."""
+
+    round: int
+    machine: GemmWsMachine
+    picks: tuple[Tiling, ...]
+    measured: tuple[GemmWsMeasurement, ...]
+    calibration: CalibrationResult
+
+
+@dataclass(frozen=True, slots=True)
+class LoopResult:
+    rounds: tuple[LoopRound, ...]
+    #: the figures of the last calibration, and the optimizer's best per problem with them
+    final_machine: GemmWsMachine
+    final_picks: tuple[Tiling, ...]
+
+    def picks_of(self, problem: int) -> tuple[Tiling, ...]:
+        """Problem ``problem``'s pick before any calibration, then after each round's."""
+        return (*(r.picks[problem] for r in self.rounds), self.final_picks[problem])
+
+
+def supported_figures(requested: Sequence[str], measurements: int) -> tuple[str, ...]:
+    """The first ``measurements - 1`` of ``requested``: as many figures as the data can fit
+    (fit_gemm_ws needs one measurement more than the figures it determines)."""
+    return tuple(requested[: max(1, measurements - 1)])
+
+
+def _measure_shortlist(
+    problem: TilingProblem,
+    machine: GemmWsMachine,
+    measure: Measure,
+    dtype: str,
+    top_k: int,
+    time_limit_s: float,
+) -> tuple[Tiling, tuple[GemmWsMeasurement, ...]]:
+    result = optimize_tiling(
+        dataclasses.replace(problem, machine=machine), top_k=top_k, time_limit_s=time_limit_s
+    )
+    shape = problem.shape
+    runs = tuple(
+        GemmWsMeasurement(
+            shape.m,
+            shape.n,
+            shape.k,
+            dtype,
+            s.tiling.tile_m,
+            s.tiling.tile_n,
+            s.tiling.tile_k,
+            s.tiling.buffer_depth,
+            measure(shape, s.tiling),
+        )
+        for s in result.candidates
+    )
+    return result.best.tiling, runs
+
+
+def calibration_loop(
+    problems: Sequence[TilingProblem],
+    measure: Measure,
+    *,
+    dtype: str = "fp16",
+    rounds: int = 3,
+    top_k: int = 5,
+    fit: Sequence[str] | None = None,
+    seed: int = 0,
+    time_limit_s: float = 10.0,
+) -> LoopResult:
+    """Run ``rounds`` rounds of: optimize every problem -> measure each top ``top_k`` -> fit
+    the device's figures to all measurements so far; then optimize once more.
+
+    The problems share one device (the same base machine): its figures are fitted from the
+    runs of all of them. ``fit`` (default GEMM_WS_FIGURES) is in priority order: while there
+    are too few measurements for all of it, the first ones are fitted.
+    """
+    if not problems:
+        raise CalibrationInputError("problems", "give at least one tiling problem")
+    if rounds < 1:
+        raise CalibrationInputError("rounds", f"must be at least 1, got {rounds}")
+    base = problems[0].machine
+    for i, p in enumerate(problems):
+        if p.machine != base or p.wave_model != problems[0].wave_model:
+            raise CalibrationInputError(
+                f"problems[{i}]",
+                "every problem must use the same device figures and wave-time model (one "
+                "device is calibrated); run one loop per device",
+            )
+        if ELEMENT_BYTES.get(dtype) != p.element_bytes:
+            raise CalibrationInputError(
+                "dtype", f"{dtype!r} is not the {p.element_bytes}-byte elements of problems[{i}]"
+            )
+    requested = tuple(fit) if fit is not None else GEMM_WS_FIGURES
+    machine = base
+    measurements: list[GemmWsMeasurement] = []
+    history = []
+    for number in range(1, rounds + 1):
+        picks: list[Tiling] = []
+        new: list[GemmWsMeasurement] = []
+        for p in problems:
+            pick, runs = _measure_shortlist(p, machine, measure, dtype, top_k, time_limit_s)
+            picks.append(pick)
+            new += runs
+        measurements += new
+        calibration = fit_gemm_ws(
+            base,
+            measurements,
+            fit=supported_figures(requested, len(measurements)),
+            folds=0,
+            wave_time_model=problems[0].wave_model,
+            seed=seed,
+        )
+        history.append(LoopRound(number, machine, tuple(picks), tuple(new), calibration))
+        machine = apply_gemm_ws(base, calibration)
+    final = tuple(
+        optimize_tiling(
+            dataclasses.replace(p, machine=machine), top_k=1, time_limit_s=time_limit_s
+        ).best.tiling
+        for p in problems
+    )
+    return LoopResult(tuple(history), machine, final)

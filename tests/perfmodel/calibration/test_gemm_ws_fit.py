@@ -1,0 +1,258 @@
+"""Issue 7, GeMM-WS: recovery of known figures from simulated measurements, identifiability,
+determinism and the typed errors. Oracles: the hidden figures the data were simulated from,
+and the event simulator (tests/calibration_cases.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from perfmodel.calibration import (
+    GEMM_WS_FIGURES,
+    CalibrationInputError,
+    CalibrationResult,
+    GemmWsMeasurement,
+    apply_gemm_ws,
+    check_gemm_ws_shared_memory,
+    fit_gemm_ws,
+    predict_gemm_ws_us,
+)
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, simulate
+from tests.calibration_cases import BASE, draw_machine, draw_runs, measure, simulated_time_us
+
+
+def _held_out_errors_pct(
+    result: CalibrationResult, truth: GemmWsMachine, runs: list[tuple[GemmShape, Tiling]]
+) -> list[float]:
+    """|calibrated service prediction / true simulated time - 1| in percent."""
+    calibrated = apply_gemm_ws(BASE, result)
+    out = []
+    for shape, t in runs:
+        run = GemmWsMeasurement(
+            shape.m, shape.n, shape.k, "fp16", t.tile_m, t.tile_n, t.tile_k, t.buffer_depth, 1.0
+        )
+        truth_us = simulated_time_us(shape, t, truth)
+        out.append(100 * abs(predict_gemm_ws_us(calibrated, run) / truth_us - 1))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noise_free_recovers_every_figure_within_half_a_percent(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    truth = draw_machine(rng)
+    result = fit_gemm_ws(BASE, measure(truth, draw_runs(rng, 40), rng), seed=seed)
+    # 40 random tilings mix load- and compute-bound runs, depths 1-4 and wave counts, so the
+    # six figures are all determined
+    assert [f.identifiable for f in result.fitted] == [True] * 6
+    for f in result.fitted:
+        assert f.value == pytest.approx(getattr(truth, f.name), rel=0.005), f.name
+        assert f.base_value == getattr(BASE, f.name)
+    # the service's predictions (integer ns per duration) of the training runs ...
+    assert result.training_error.max_abs_pct <= 0.1
+    assert all(abs(r.error_pct) <= 0.1 for r in result.residuals)
+    # ... and of 40 runs it never saw
+    assert max(_held_out_errors_pct(result, truth, draw_runs(rng, 40))) <= 0.1
+    assert result.cross_validation_error is not None
+    assert result.cross_validation_error.max_abs_pct <= 0.1
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_three_percent_noise_predicts_held_out_runs_within_five_percent(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    truth = draw_machine(rng)
+    data = measure(truth, draw_runs(rng, 40), rng, noise=0.03)
+    result = fit_gemm_ws(BASE, data, folds=0, seed=seed)
+    held_out = _held_out_errors_pct(result, truth, draw_runs(rng, 40))
+    assert sum(held_out) / len(held_out) <= 5.0
+    for f in result.fitted:
+        if f.identifiable:
+            assert f.standard_error is not None and f.standard_error > 0
+        else:  # not determined by these noisy data: the base value, not an invention
+            assert f.value == f.base_value and f.standard_error is None
+
+
+def test_every_run_load_bound_leaves_the_compute_figures_unidentified() -> None:
+    rng = np.random.default_rng(7)
+    truth = dataclasses.replace(
+        draw_machine(rng), load_throughput_elements_per_us=30.0, compute_throughput_macs_per_us=1e6
+    )
+    runs = draw_runs(rng, 40, depths=(2, 3, 4))
+    measurements = measure(truth, runs, rng)
+    for m in measurements:  # the premise: T_MATH < T_LOAD in every run
+        sim = simulate(GemmShape(m.m, m.n, m.k), Tiling(m.tile_m, m.tile_n, m.tile_k, 2), truth)
+        assert sim.load_bound
+    result = fit_gemm_ws(BASE, measurements)
+    compute = {"compute_throughput_macs_per_us", "compute_startup_latency_us"}
+    for f in result.fitted:
+        if f.name in compute:
+            assert not f.identifiable
+            assert f.value == f.base_value == getattr(BASE, f.name)
+            assert f.standard_error is None
+        else:
+            assert f.identifiable
+            assert f.value == pytest.approx(getattr(truth, f.name), rel=0.005)
+    assert any("compute_throughput_macs_per_us" in w for w in result.warnings)
+    assert any("load-bound" in w for w in result.warnings)
+    # the figures it did fit still predict new load-bound runs
+    assert max(_held_out_errors_pct(result, truth, draw_runs(rng, 20, depths=(2, 3)))) <= 0.1
+
+
+def test_single_wave_runs_cannot_separate_t_init_from_t_epilogue() -> None:
+    """With W = 1 everywhere the time is ... + T_EPILOGUE + T_INIT: only the sum is seen."""
+    rng = np.random.default_rng(3)
+    truth = draw_machine(rng)
+    runs = []
+    while len(runs) < 30:
+        (shape, tiling), *_ = draw_runs(rng, 1)
+        shape = GemmShape(tiling.tile_m * int(rng.integers(1, 7)), tiling.tile_n * 2, shape.k)
+        runs.append((shape, tiling))  # at most 6 x 2 = 12 output tiles: one wave on 84 SMs
+    result = fit_gemm_ws(BASE, measure(truth, runs, rng), folds=0)
+    by_name = {f.name: f for f in result.fitted}
+    for name in ("t_init_us", "t_epilogue_us"):
+        assert not by_name[name].identifiable
+        assert by_name[name].value == getattr(BASE, name)
+    assert any("t_init_us" in w and "t_epilogue_us" in w for w in result.warnings)
+    for name in ("load_throughput_elements_per_us", "compute_throughput_macs_per_us"):
+        assert by_name[name].identifiable
+        assert by_name[name].value == pytest.approx(getattr(truth, name), rel=0.005)
+
+
+def test_as_many_measurements_as_figures_determine_nothing() -> None:
+    rng = np.random.default_rng(0)
+    truth = draw_machine(rng)
+    result = fit_gemm_ws(BASE, measure(truth, draw_runs(rng, 6), rng), folds=0)
+    assert [f.identifiable for f in result.fitted] == [False] * 6
+    assert [f.value for f in result.fitted] == [getattr(BASE, n) for n in GEMM_WS_FIGURES]
+    assert any("at least 7" in w for w in result.warnings)
+
+
+def test_subset_fit_keeps_the_other_figures_and_apply_replaces_only_fitted_ones() -> None:
+    rng = np.random.default_rng(11)
+    truth = dataclasses.replace(
+        BASE, load_throughput_elements_per_us=400.0, compute_throughput_macs_per_us=9000.0
+    )
+    names = ["compute_throughput_macs_per_us", "load_throughput_elements_per_us"]
+    result = fit_gemm_ws(BASE, measure(truth, draw_runs(rng, 12), rng), fit=names, folds=3)
+    assert [f.name for f in result.fitted] == names
+    assert result.figure("load_throughput_elements_per_us").value == pytest.approx(400.0, 1e-5)
+    calibrated = apply_gemm_ws(BASE, result)
+    assert calibrated.compute_throughput_macs_per_us == pytest.approx(9000.0, rel=1e-5)
+    assert (
+        dataclasses.replace(
+            calibrated,
+            load_throughput_elements_per_us=BASE.load_throughput_elements_per_us,
+            compute_throughput_macs_per_us=BASE.compute_throughput_macs_per_us,
+        )
+        == BASE
+    )
+    assert len(result.residuals) == 12 and len(result.cross_validation_residuals) == 12
+    assert [r.index for r in result.residuals] == list(range(12))
+
+
+def test_more_folds_than_measurements_is_leave_one_out() -> None:
+    result = fit_gemm_ws(BASE, _data(), fit=["t_init_us"], folds=20)
+    assert any("leave-one-out (8 folds)" in w for w in result.warnings)
+    assert len(result.cross_validation_residuals) == 8
+
+
+def test_same_inputs_give_the_same_result() -> None:
+    rng = np.random.default_rng(5)
+    data = measure(draw_machine(rng), draw_runs(rng, 30), rng, noise=0.03)
+    assert fit_gemm_ws(BASE, data, seed=1) == fit_gemm_ws(BASE, list(data), seed=1)
+
+
+def test_a_wild_outlier_is_down_weighted_by_the_robust_loss() -> None:
+    rng = np.random.default_rng(9)
+    truth = draw_machine(rng)
+    data = measure(truth, draw_runs(rng, 40), rng)
+    data[5] = dataclasses.replace(data[5], measured_time_us=data[5].measured_time_us * 3)
+    result = fit_gemm_ws(BASE, data, folds=0)
+    for name in ("load_throughput_elements_per_us", "compute_throughput_macs_per_us"):
+        assert result.figure(name).value == pytest.approx(getattr(truth, name), rel=0.02)
+    assert result.residuals[5].error_pct == pytest.approx(100 * (1 / 3 - 1), abs=2)
+
+
+# ---- bad input: typed errors naming the field, saying how to fix it --------------------------
+
+_GOOD = GemmWsMeasurement(1024, 1024, 1024, "fp16", 128, 128, 64, 2, 500.0)
+
+
+def _data(n: int = 8, **change: object) -> list[GemmWsMeasurement]:
+    """n valid measurements (varied tilings); ``change`` is applied to measurement 2."""
+    tiles = [(64, 64, 32), (128, 64, 64), (64, 128, 32), (128, 128, 64), (32, 64, 64)]
+    out = [
+        dataclasses.replace(_GOOD, tile_m=tm, tile_n=tn, tile_k=tk, measured_time_us=100.0 + i)
+        for i, (tm, tn, tk) in enumerate(tiles * (n // len(tiles) + 1))
+    ][:n]
+    if change:
+        out[2] = dataclasses.replace(out[2], **change)  # type: ignore[arg-type]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "says"),
+    [
+        # a time that is not a positive finite number
+        ({"measurements": _data(measured_time_us=0.0)}, "measurements[2].measured_time_us", "> 0"),
+        ({"measurements": _data(measured_time_us=-3.0)}, "measurements[2].measured_time_us", "> 0"),
+        (
+            {"measurements": _data(measured_time_us=math.nan)},
+            "measurements[2].measured_time_us",
+            "",
+        ),
+        (
+            {"measurements": _data(measured_time_us=math.inf)},
+            "measurements[2].measured_time_us",
+            "",
+        ),
+        # invalid tilings and shapes
+        ({"measurements": _data(tile_m=0)}, "measurements[2].tile_m", "at least 1"),
+        ({"measurements": _data(buffer_depth=0)}, "measurements[2].buffer_depth", "at least 1"),
+        ({"measurements": _data(k=2.5)}, "measurements[2].k", "whole number"),
+        ({"measurements": _data(tile_n=True)}, "measurements[2].tile_n", "whole number"),
+        ({"measurements": _data(dtype="fp64")}, "measurements[2].dtype", "fp16"),
+        # too few measurements for the figures asked: says how many are needed
+        ({"measurements": _data(5)}, "measurements", "at least 7"),
+        ({"measurements": _data(2), "fit": ["t_init_us", "t_epilogue_us", "mu"]}, "fit", "mu"),
+        ({"measurements": _data(2), "fit": ["t_init_us", "t_epilogue_us", "t_init_us"]}, "fit", ""),
+        ({"measurements": []}, "measurements", "needs 7"),
+        # unknown figure names, listing the valid ones
+        ({"fit": ["load_throughput"]}, "fit", "load_throughput_elements_per_us"),
+        ({"fit": []}, "fit", "at least one"),
+        ({"fit": "t_init_us"}, "fit", "list"),
+        # folds: 0 (off) or 2..n
+        ({"folds": 1}, "folds", "0 (no cross-validation) or at least 2"),
+        ({"folds": -2}, "folds", "at least 2"),
+        ({"seed": -1}, "seed", ">= 0"),
+    ],
+)
+def test_bad_arguments_raise_typed_errors_naming_the_field(
+    kwargs: dict[str, object], field: str, says: str
+) -> None:
+    args: dict[str, object] = {"measurements": _data()} | kwargs
+    with pytest.raises(CalibrationInputError) as info:
+        fit_gemm_ws(BASE, **args)  # type: ignore[arg-type]
+    assert info.value.field == field
+    assert says in info.value.reason
+
+
+def test_shared_memory_check_names_the_run_that_cannot_fit() -> None:
+    fits = _GOOD  # (128x64 + 64x128) x 2 bytes x 2 stages = 64 KiB
+    too_deep = dataclasses.replace(_GOOD, buffer_depth=4)  # 128 KiB > 99 KiB
+    check_gemm_ws_shared_memory(BASE, [fits, fits])
+    with pytest.raises(CalibrationInputError) as info:
+        check_gemm_ws_shared_memory(BASE, [fits, too_deep])
+    assert info.value.field == "measurements[1]"
+    assert "131072" in info.value.reason and "101376" in info.value.reason
+    check_gemm_ws_shared_memory(
+        dataclasses.replace(BASE, shared_memory_per_block_bytes=None), [too_deep]
+    )
+
+
+def test_apply_refuses_a_result_of_the_other_model() -> None:
+    result = fit_gemm_ws(BASE, _data(), fit=["t_init_us"], folds=0)
+    with pytest.raises(CalibrationInputError, match="gemm-ws"):
+        apply_gemm_ws(BASE, dataclasses.replace(result, model="many-bsp"))

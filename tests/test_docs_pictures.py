@@ -1,0 +1,28 @@
+"""docs/make_pictures.py regenerates every picture the README shows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.render.svg import Svg
+
+REPO = Path(__file__).resolve().parents[1]
+NAMES = {"timeline.svg", "timeline-math-bound.svg", "breakdown.svg", "calibration.svg"}
+
+
+def test_the_script_writes_each_picture_the_readme_shows(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, str(REPO / "docs" / "make_pictures.py"), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    assert {p.name for p in tmp_path.iterdir()} == NAMES
+    committed = {p.name for p in (REPO / "docs" / "pictures").iterdir()}
+    assert committed == NAMES
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for name in NAMES:
+        assert f"docs/pictures/{name}" in readme
+        svg = Svg.parse((tmp_path / name).read_bytes())
+        assert svg.ids("total") or svg.ids("summary")

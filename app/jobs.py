@@ -96,6 +96,7 @@ async def optimize_via_pool(
         canonical_request=canonical_optimize_request(request),
         profile=profile,
         compute=compute,
+        wait_limit_s=time_limit_s,
     )
 
 
@@ -160,6 +161,7 @@ async def predict_via_pool(service: Service, request: PredictKernelRequest) -> C
         canonical_request=canonical_predict_request(request_json, summary_above_bytes),
         profile=profile,
         compute=compute,
+        wait_limit_s=service.settings.default_time_limit_s,
     )
 
 

@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Any
 
-from app.calibration import calibrate_request
+from fastapi import APIRouter, Request, Response
+
+from app.calibration import calibrate_request, calibration_response
+from app.negotiation import NOT_ACCEPTABLE_RESPONSE, picture_requested
 from app.schemas.calibrate import CalibrateRequest, CalibrateResponse
 from app.service import ServiceDep
 
 router = APIRouter(tags=["calibration"])
 
+#: the answers of the calibrating routes besides the JSON one
+CALIBRATE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {"image/svg+xml": {"schema": {"type": "string", "format": "binary"}}},
+        "description": "the answer as JSON, or with `Accept: image/svg+xml` the fit drawn "
+        "(measured against predicted per run, and the residuals); `Location` names the profile",
+    },
+    406: NOT_ACCEPTABLE_RESPONSE,
+    409: {"description": "name already names another profile"},
+}
 
-@router.post(
-    "/calibrate",
-    response_model=CalibrateResponse,
-    responses={409: {"description": "name already names another profile"}},
-)
-async def calibrate(request: CalibrateRequest, service: ServiceDep) -> CalibrateResponse:
-    """Fit a base profile's figures to measured runs; the result is a stored device profile."""
+
+@router.post("/calibrate", response_model=CalibrateResponse, responses=CALIBRATE_RESPONSES)
+async def calibrate(
+    request: CalibrateRequest, service: ServiceDep, http_request: Request
+) -> Response:
+    """Fit a base profile's figures to measured runs; the result is a stored device profile.
+
+    With `Accept: image/svg+xml` the answer is the fit drawn; the profile is stored either way.
+    """
+    picture = picture_requested(http_request.headers.get("accept"))  # a 406 before any fit
     # checks, then the fit in a worker, then the store: app/calibration.py
-    return await calibrate_request(service, request)
+    answer = await calibrate_request(service, request)
+    return await calibration_response(service, answer, picture)

@@ -223,11 +223,12 @@ def test_recalibration_never_serves_a_stale_answer(client: TestClient) -> None:
     r1 = client.post("/optimize-tiling", json=problem)
     assert r1.headers["x-cache"] == "miss" and r1.json()["device"] == first["device"]
     assert client.post("/optimize-tiling", json=problem).headers["x-cache"] == "hit"
-    added = client.post(
-        "/devices/cache-gpu/measurements", json={"model": "gemm-ws", "measurements": RUNS[14:]}
-    )
+    # the answer's feedback URLs name the device as the request did: the name
+    feedback = r1.json()["feedback"]
+    assert feedback["url"] == "/devices/cache-gpu/measurements"
+    added = client.post(feedback["url"], json={"model": "gemm-ws", "measurements": RUNS[14:]})
     assert added.status_code == 200 and added.json()["total"] == len(RUNS)
-    second = client.post("/devices/cache-gpu/recalibrate").json()
+    second = client.post(feedback["recalibrate_url"]).json()
     assert second["device"] != first["device"] and second["name"] == "cache-gpu"
     # the refit from every recorded run is the same profile /calibrate makes from them
     assert second["device"] == calibrate(client, measurements=RUNS)["device"]

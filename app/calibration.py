@@ -18,10 +18,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from fastapi import Response
 from pydantic import BaseModel
 
 from app.convert import calibrate as convert
-from app.jobs import calibrate_via_pool, check_runs_via_pool
+from app.jobs import calibrate_via_pool, calibration_svg_via_pool, check_runs_via_pool
+from app.negotiation import SVG_MEDIA_TYPE
 from app.schemas.calibrate import (
     DEFAULT_FOLDS,
     FIGURES,
@@ -35,7 +37,7 @@ from app.schemas.calibrate import (
     MeasurementsRequest,
     RecalibrateRequest,
 )
-from app.service import MODEL_VERSION, RequestFieldError, Service
+from app.service import MODEL_VERSION, RequestFieldError, Service, json_bytes_response
 from device_profiles import DeviceProfile
 from perfmodel.errors import CalibrationInputError
 
@@ -266,3 +268,24 @@ async def recalibrate(
         base_field="device",
         moving_alias_from=profile.id,
     )
+
+
+async def calibration_response(
+    service: Service, answer: CalibrateResponse, picture: bool
+) -> Response:
+    """The answer of /calibrate and /recalibrate: JSON, or (``picture``: Accept asked for SVG)
+    the fit drawn, measured against predicted per run with the residuals. Either way the new
+    profile is stored, and ``Location`` names it."""
+    headers = {"Vary": "Accept", "Location": f"/devices/{answer.device}"}
+    if not picture:
+        body = await asyncio.to_thread(answer.model_dump_json)
+        return json_bytes_response(body.encode(), headers)
+    title = f"{answer.device}: {answer.model} fit to {answer.measurement_count} runs"
+    svg = await calibration_svg_via_pool(
+        service,
+        [r.measured for r in answer.residuals],
+        [r.predicted for r in answer.residuals],
+        unit="µs" if answer.unit == "us" else "cycles",
+        title=title,
+    )
+    return Response(svg, media_type=SVG_MEDIA_TYPE, headers=headers)

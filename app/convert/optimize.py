@@ -171,12 +171,14 @@ def to_response(
             checks=result.statistics.checks,
         ),
         timeline=timeline,
-        feedback=None if request.device is None else feedback(device),
+        # the device as the request named it: recalibrating through a name moves the name
+        feedback=None if request.device is None else feedback(request.device),
     )
 
 
 def feedback(device_id: str) -> Feedback:
-    """Where the measured times of this answer's tilings go back to."""
+    """Where the measured times of this answer's tilings go back to (``device_id``: an id or
+    a name)."""
     return Feedback(
         url=f"/devices/{device_id}/measurements",
         recalibrate_url=f"/devices/{device_id}/recalibrate",

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request, Response
 
-from app.calibration import add_measurements, measurement_record, recalibrate
+from app.calibration import (
+    add_measurements,
+    calibration_response,
+    measurement_record,
+    recalibrate,
+)
+from app.negotiation import picture_requested
+from app.routes.calibrate import CALIBRATE_RESPONSES
 from app.schemas.calibrate import (
     CalibrateResponse,
     MeasurementRecord,
@@ -66,12 +73,16 @@ async def post_measurements(
 
 
 @router.post(
-    "/{device_id}/recalibrate",
-    response_model=CalibrateResponse,
-    responses={409: {"description": "name already names another profile"}},
+    "/{device_id}/recalibrate", response_model=CalibrateResponse, responses=CALIBRATE_RESPONSES
 )
 async def post_recalibrate(
-    device_id: str, service: ServiceDep, request: RecalibrateRequest | None = Body(None)
-) -> CalibrateResponse:
-    """Refit from every run recorded for the device; answers with a new profile id."""
-    return await recalibrate(service, device_id, request or RecalibrateRequest())
+    device_id: str,
+    service: ServiceDep,
+    http_request: Request,
+    request: RecalibrateRequest | None = Body(None),
+) -> Response:
+    """Refit from every run recorded for the device; answers with a new profile id (or, with
+    `Accept: image/svg+xml`, the fit drawn)."""
+    picture = picture_requested(http_request.headers.get("accept"))
+    answer = await recalibrate(service, device_id, request or RecalibrateRequest())
+    return await calibration_response(service, answer, picture)

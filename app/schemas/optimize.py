@@ -211,5 +211,6 @@ class OptimizeTilingResponse(BaseModel):
     feedback: Feedback | None = Field(
         default=None,
         description="how to post measured times back (POST /devices/{device}/measurements, "
-        "then POST /devices/{device}/recalibrate); null for inline device_params",
+        "then POST /devices/{device}/recalibrate, with the device as the request named it: a "
+        "name moves to the refit profile); null for inline device_params",
     )

@@ -14,7 +14,6 @@ import random
 import re
 from collections.abc import Iterator
 from typing import Any
-from xml.etree import ElementTree
 
 import pytest
 from fastapi.testclient import TestClient
@@ -29,10 +28,13 @@ from solver.search_space import SearchSpace
 from tests.app.calibration_helpers import TRUE_GEMM, gemm_ws_runs, paper_launches, true_time_us
 from tests.app.service_helpers import clean_environ
 from tests.gemm_ws_cases import brute_force_ranking
+from tests.render.svg import Svg
 
 __all__ = ["clean_environ"]
 
 RUNS = gemm_ws_runs()
+PROBLEM = {"m": 2048, "n": 1024, "k": 2048}
+SVG = {"accept": "image/svg+xml"}
 CALIBRATED_ID = re.compile(r"^rtx-a6000-cal-[0-9a-f]{12}$")
 #: every figure of a profile's gemm_ws section is fitted by default
 GEMM_FIGURES = tuple(GemmWsSection.model_fields)
@@ -221,11 +223,12 @@ def test_recalibration_never_serves_a_stale_answer(client: TestClient) -> None:
     r1 = client.post("/optimize-tiling", json=problem)
     assert r1.headers["x-cache"] == "miss" and r1.json()["device"] == first["device"]
     assert client.post("/optimize-tiling", json=problem).headers["x-cache"] == "hit"
-    added = client.post(
-        "/devices/cache-gpu/measurements", json={"model": "gemm-ws", "measurements": RUNS[14:]}
-    )
+    # the answer's feedback URLs name the device as the request did: the name
+    feedback = r1.json()["feedback"]
+    assert feedback["url"] == "/devices/cache-gpu/measurements"
+    added = client.post(feedback["url"], json={"model": "gemm-ws", "measurements": RUNS[14:]})
     assert added.status_code == 200 and added.json()["total"] == len(RUNS)
-    second = client.post("/devices/cache-gpu/recalibrate").json()
+    second = client.post(feedback["recalibrate_url"]).json()
     assert second["device"] != first["device"] and second["name"] == "cache-gpu"
     # the refit from every recorded run is the same profile /calibrate makes from them
     assert second["device"] == calibrate(client, measurements=RUNS)["device"]
@@ -368,21 +371,42 @@ def test_a_fit_without_spare_runs_flags_every_start_value(client: TestClient) ->
     assert {x["state"] for x in listing["figures"]} == {"estimate"}
 
 
-def test_the_fit_as_a_picture_plots_every_run_against_the_json_answer(
-    client: TestClient,
-) -> None:
-    payload = {"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": RUNS}
-    answer = client.post("/calibrate", json=payload).json()
-    response = client.post("/calibrate", json=payload, headers={"Accept": "image/svg+xml"})
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("image/svg+xml")
-    root = ElementTree.fromstring(response.content)
-    groups = {g.get("id"): g for g in root.iter("{http://www.w3.org/2000/svg}g")}
-    # one marker per run, in the scatter and in the residuals
-    for gid in ("points", "residuals"):
-        markers = [u for u in groups[gid].iter() if u.tag.endswith("use")]
-        assert len(markers) == len(answer["residuals"]) == len(RUNS)
-    assert "identity" in groups
-    # the title states the JSON answer's mean absolute error
-    summary = "".join(groups["summary"].itertext())
-    assert f"{answer['training_error']['mean_abs_pct']:.2f}" in summary
+def test_calibrated_ids_and_names_serve_batch_and_pictures(client: TestClient) -> None:
+    answer = calibrate(client, name="drawn-gpu")
+    items = client.post(
+        "/optimize-tiling/batch",
+        json={"problems": [{**PROBLEM, "device": answer["device"]},
+                           {**PROBLEM, "device": "drawn-gpu"},
+                           {**PROBLEM, "device": "no-such-gpu"}]},
+    ).json()["items"]  # fmt: skip
+    assert [i["status"] for i in items] == ["ok", "ok", "error"]
+    assert {i["result"]["device"] for i in items[:2]} == {answer["device"]}
+    assert items[2]["error"]["errors"][0]["field"] == "problems.2.device"
+    r = client.post("/optimize-tiling", json={**PROBLEM, "device": "drawn-gpu"}, headers=SVG)
+    assert r.status_code == 200 and r.headers["content-type"] == "image/svg+xml"
+    # the timeline's total is the calibrated figures' prediction
+    best = items[0]["result"]["best"]["predicted_time_us"]
+    assert f"{best:.1f}" in r.text or f"{best:,.1f}" in r.text
+
+
+def test_a_calibration_can_answer_with_its_picture(client: TestClient) -> None:
+    r = client.post(
+        "/calibrate",
+        json={"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": RUNS[:12]},
+        headers=SVG,
+    )
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "image/svg+xml" and r.headers["vary"] == "Accept"
+    assert Svg.parse(r.content).markers("points") == 12
+    # the profile was stored all the same, and Location names it
+    made = client.get(r.headers["location"])
+    assert made.status_code == 200 and made.json()["calibration"]["measurement_count"] == 12
+    as_json = client.post(
+        "/calibrate",
+        json={"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": RUNS[:12]},
+    )
+    assert as_json.headers["location"] == f"/devices/{as_json.json()['device']}"
+    assert as_json.headers["location"] == r.headers["location"]  # same runs, same profile
+    refit = client.post(f"{r.headers['location']}/recalibrate", headers=SVG)
+    assert refit.status_code == 200 and refit.headers["content-type"] == "image/svg+xml"
+    assert Svg.parse(refit.content).markers("points") == 12

@@ -264,6 +264,16 @@ def test_too_few_runs_keep_no_made_up_number_as_a_fit(client: TestClient) -> Non
     )
     assert {x["state"] for x in listing["figures"]} == {"estimate"}
     assert listing["calibrate"]["body"]["base_device"] == answer["device"]
+    # that listed call, with enough runs, replaces the estimates with fits: served
+    call = listing["calibrate"]
+    refit = client.post(call["path"], json={**call["body"], "measurements": measured_runs(truth)})
+    assert refit.status_code == 200, refit.text
+    assert refit.json()["base_device"] == answer["device"]
+    assert all(f["identifiable"] and not f["estimate"] for f in refit.json()["fitted"])
+    again = client.get(f"/devices/{refit.json()['device']}").json()
+    assert again["needs_calibration"]["many-bsp"]["status"] == "served"
+    assert again["calibration"]["root_device"] == "v100"
+    assert again["many_bsp"]["mu"]["value"] == pytest.approx(TRUE_MANY_BSP["mu"], rel=0.02)
     # fewer runs than figures: refused, saying how many it takes
     r = client.post(
         "/calibrate", json={"model": "many-bsp", "base_device": "v100", "measurements": runs[:2]}

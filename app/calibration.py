@@ -1,9 +1,11 @@
 """The calibration workflow behind POST /calibrate and the /devices/{id} feedback routes.
 
-A calibration resolves its base profile, checks what it can without a worker (fit names and
-counts, tilings against the device's shared memory, PTX size, the alias), fits in a worker,
-then stores a new content-addressed profile with the runs it was fitted to as its record
-(``app/profile_store.py``). Shipped profile files are never written.
+A calibration resolves its base profile, fills the figures the base lacks with starting values
+flagged ``estimate`` (``convert.fit_ready``), checks what it can without a worker (fit names
+and counts, PTX size, the alias), checks the runs against the device and fits in a worker
+(``app/convert/calibration_core.py``: the service's process never imports the numerical
+core), then stores a new content-addressed profile with the runs it was fitted to as its
+record (``app/profile_store.py``). Shipped profile files are never written.
 
 Recalibration refits from the device's whole record. A device calibrated for the model starts
 again from the profile it was calibrated from (so the same runs reach the same id whichever

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from app.convert import calibrate as convert
 from app.jobs import calibrate_via_pool, calibration_svg_via_pool, check_runs_via_pool
-from app.negotiation import SVG_MEDIA_TYPE
+from app.negotiation import svg_response
 from app.schemas.calibrate import (
     DEFAULT_FOLDS,
     FIGURES,
@@ -283,11 +283,15 @@ async def calibration_response(
         body = await asyncio.to_thread(answer.model_dump_json)
         return json_bytes_response(body.encode(), headers)
     title = f"{answer.device}: {answer.model} fit to {answer.measurement_count} runs"
+    residuals = sorted(answer.residuals, key=lambda r: r.index)  # request order
     svg = await calibration_svg_via_pool(
         service,
-        [r.measured for r in answer.residuals],
-        [r.predicted for r in answer.residuals],
+        [r.measured for r in residuals],
+        [r.predicted for r in residuals],
+        [f"run {r.index}" for r in residuals],
         unit="µs" if answer.unit == "us" else "cycles",
         title=title,
     )
-    return Response(svg, media_type=SVG_MEDIA_TYPE, headers=headers)
+    response = svg_response(svg, hit=False)
+    response.headers["Location"] = headers["Location"]
+    return response

@@ -123,6 +123,7 @@ async def optimize_via_pool(
         canonical_request=canonical_optimize_request(request),
         profile=profile,
         compute=compute,
+        wait_limit_s=time_limit_s,
     )
 
 
@@ -198,6 +199,7 @@ async def predict_via_pool(
         canonical_request=canonical_predict_request(request_json, summary_above_bytes),
         profile=profile,
         compute=compute,
+        wait_limit_s=service.settings.default_time_limit_s,
     )
 
 

@@ -54,6 +54,18 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.singleflight = Counter(
+            "kperf_singleflight",
+            "cache misses by how single-flight answered them (app/singleflight.py): holder "
+            "(took the store's lock and solved), coalesced (per request: an identical request of "
+            "this process was being answered), waited (another replica's answer, read from the "
+            "store), took_over (the holder died: took its expired lock and solved), uncacheable "
+            "(the holder's answer was incomplete: solved without the lock), deadline (waited the "
+            "request's time limit, then solved), no_store (store unavailable: solved without "
+            "single-flight), local (in-process store: no lock)",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.store_errors = Counter(
             "kperf_store_errors",
             "shared store (KPERF_STORE_URL) operations that failed and were answered without "

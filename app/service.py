@@ -33,6 +33,7 @@ from app.pool import (
 )
 from app.profile_store import ProfileStore
 from app.settings import Settings
+from app.singleflight import SingleFlight
 from app.store import MemoryStore, Store
 from device_profiles import DeviceProfile, default_profiles
 from solver.errors import SolverTimeout
@@ -71,6 +72,15 @@ class Service:
     profiles: dict[str, DeviceProfile] = field(default_factory=dict)
     #: shared with other replicas when KPERF_STORE_URL names one; in-process by default
     store: Store = field(default_factory=MemoryStore)
+    #: identical concurrent misses solve once (app/singleflight.py); built from the cache
+    flights: SingleFlight = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.flights = SingleFlight(
+            self.cache,
+            lock_ttl_s=self.settings.singleflight_lock_ttl_s,
+            on_outcome=lambda outcome: self.metrics.singleflight.labels(outcome).inc(),
+        )
 
     def resolve_time_limit(
         self, requested_s: float | None, field_name: str = "time_limit_s"
@@ -262,12 +272,17 @@ async def cached_solve(
     canonical_request: dict[str, Any],
     profile: DeviceProfile | None,
     compute: Callable[[], Awaitable[EncodedAnswer]],
+    wait_limit_s: float,
 ) -> CachedAnswer:
-    """Answer from the cache, else ``compute()`` and store its body when it is cacheable.
+    """Answer from the cache, else ``compute()`` once for every identical concurrent request
+    (single-flight, across replicas sharing the store: ``app/singleflight.py``) and store its
+    body when it is cacheable.
 
     Hits are the stored bytes, sent as they are: nothing is validated or serialised again.
-    The key (canonical JSON of a request that may hold megabytes of PTX) is hashed off the
-    event loop, and so are the store's reads and writes.
+    ``X-Cache: hit`` also answers a request that waited for an identical one's solve: hit means
+    this request caused no solve. A request waits for another's solve at most
+    ``wait_limit_s``, then solves by itself. The key (canonical JSON of a request that may hold
+    megabytes of PTX) is hashed off the event loop, and so are the store's reads and writes.
     """
     key = await asyncio.to_thread(lambda: cache_key(kind, canonical_request, versions_for(profile)))
     stored = await service.cache.get(key)
@@ -275,7 +290,5 @@ async def cached_solve(
         service.metrics.cache.labels("hit").inc()
         return CachedAnswer(stored.data, hit=True, holder=stored)
     service.metrics.cache.labels("miss").inc()
-    answer = await compute()
-    if answer.cacheable:
-        await service.cache.put(key, answer.body)
-    return CachedAnswer(answer.body, hit=False)
+    flown = await service.flights.solve(key, compute, wait_limit_s=wait_limit_s)
+    return CachedAnswer(flown.body, hit=not flown.computed, holder=flown.holder)

@@ -125,6 +125,13 @@ class Settings(BaseSettings):
         le=10,
         description="socket timeout of a network store (Redis) per operation",
     )
+    singleflight_lock_ttl_s: float = Field(
+        default=5.0,
+        ge=0.5,
+        le=60,
+        description="single-flight lock in the shared store: renewed every third of this while "
+        "its holder solves; a dead holder's lock expires after it and a waiter takes over",
+    )
     predict_summary_above_bytes: int = Field(
         default=1024 * 1024,
         ge=1024,

@@ -4,7 +4,9 @@ Builds the air-gapped base (``scripts/offline-base-image.sh``: debootstrap from 
 mirror) and the image (``scripts/build-image.sh``) on a private dockerd (or ``$DOCKER_HOST``),
 runs it and checks what an operator relies on: health, answers, non-root, the cache volume
 across a restart, a graceful ``docker stop``, no development tools in the image; then brings
-up ``compose.yaml``. Everything it starts is stopped and removed (tests/container_engine.py).
+up ``compose.yaml`` (two replicas sharing Redis behind nginx) and checks that it answers through
+the load balancer, then from the shared cache whichever replica answers. Everything it starts
+is stopped and removed (tests/container_engine.py).
 
 Skipped, with the reason, where no container engine can run; ``KPERF_TEST_REQUIRE_CONTAINER=1``
 (set by .ci/run) turns that skip into a failure. ``KPERF_TEST_BASE_IMAGE=<image>`` uses an
@@ -197,10 +199,12 @@ def test_container_serves_keeps_its_cache_and_stops_gracefully(engine: Engine, i
 
 # ---------------------------------------------------------------------------- compose
 
-#: the compose files the smoke test brings up. Hook for the scale-out stack (replicas, Redis,
-#: load balancer): add its files here and its checks to test_compose_stack_answers; the stack
-#: must publish its entry point on 127.0.0.1:${KPERF_PUBLISH_PORT} and use ${KPERF_IMAGE}.
+#: the compose files the smoke test brings up: the scale-out stack (replicas, Redis, load
+#: balancer); it publishes its entry point on 127.0.0.1:${KPERF_PUBLISH_PORT} and runs the
+#: images named by ${KPERF_IMAGE}, ${KPERF_REDIS_IMAGE} and ${KPERF_LB_IMAGE}
 COMPOSE_FILES: Sequence[str] = ("compose.yaml",)
+#: kperf replicas the test asks for (KPERF_REPLICAS)
+COMPOSE_REPLICAS = 2
 
 
 def compose_command() -> list[str] | None:
@@ -216,30 +220,69 @@ def compose_command() -> list[str] | None:
 
 
 @pytest.fixture
-def compose_stack(engine: Engine, image: str) -> Iterator[dict[str, Any]]:
-    """``compose.yaml`` up (image prebuilt, workers 1) on a free port; down -v afterwards."""
+def compose_stack(engine: Engine, image: str, base_image: str) -> Iterator[dict[str, Any]]:
+    """``compose.yaml`` up (images prebuilt, 2 replicas of 1 worker) on a free port; down -v
+    afterwards. Redis and the load balancer are built from deploy/Dockerfile on the same base."""
     compose = compose_command()
     if compose is None:
         _unavailable("no compose tool (docker compose or docker-compose; Debian: docker-compose)")
+    redis_image, lb_image = (
+        build_image(
+            engine, base_image, f"{engine.prefix}-{target}:latest",
+            "--file", "deploy/Dockerfile", "--target", target,
+        )
+        for target in ("redis", "lb")
+    )  # fmt: skip
     port = free_port()
     argv = [*compose, "--project-name", engine.prefix]
     for path in COMPOSE_FILES:
         argv += ["--file", path]
-    env = {"KPERF_IMAGE": image, "KPERF_PUBLISH_PORT": str(port), "KPERF_WORKERS": "1"}
+    env = {
+        "KPERF_IMAGE": image,
+        "KPERF_REDIS_IMAGE": redis_image,
+        "KPERF_LB_IMAGE": lb_image,
+        "KPERF_PUBLISH_PORT": str(port),
+        "KPERF_REPLICAS": str(COMPOSE_REPLICAS),
+        "KPERF_WORKERS": "1",
+    }
     try:
         engine.run(*argv, "up", "--detach", "--no-build", env=env, timeout_s=180)
         containers = engine.run(*argv, "ps", "--quiet", env=env).stdout.split()
-        yield {"url": f"http://127.0.0.1:{port}", "containers": containers}
+        replicas = engine.run(*argv, "ps", "--quiet", "kperf", env=env).stdout.split()
+        yield {"url": f"http://127.0.0.1:{port}", "containers": containers, "replicas": replicas}
     finally:
         down = ("down", "--volumes", "--remove-orphans", "--timeout", "10")
         engine.run(*argv, *down, env=env, timeout_s=120, check=False)
 
 
 def test_compose_stack_answers(engine: Engine, compose_stack: dict[str, Any]) -> None:
-    assert compose_stack["containers"], "compose started no container"
-    for container in compose_stack["containers"]:
+    assert len(compose_stack["replicas"]) == COMPOSE_REPLICAS, compose_stack
+    assert len(compose_stack["containers"]) == COMPOSE_REPLICAS + 2, "replicas, Redis, nginx"
+    for container in compose_stack["containers"]:  # each image has its HEALTHCHECK
         engine.wait_healthy(container)
-    # through the published port (the load balancer's, once the scale-out stack has one)
+    # through the load balancer's published port, the one entry point
     with httpx.Client(base_url=compose_stack["url"], timeout=60) as http:
-        assert http.get("/readyz").status_code == 200
-        _solve(http)
+        deadline = time.monotonic() + 30
+        while True:  # a replica that started before Redis answered reconnects by itself
+            ready = http.get("/readyz")
+            assert ready.status_code == 200, ready.text
+            if ready.json()["store"]["status"] == "ok":
+                break
+            assert time.monotonic() < deadline, ready.text
+            time.sleep(0.5)
+        assert ready.json()["store"]["backend"] == "redis"
+        assert _solve(http).headers["x-cache"] == "miss"
+        # solved once, then a hit whichever replica answers: they share Redis
+        answered_by = set()
+        for _ in range(20):
+            again = _solve(http)
+            assert again.headers["x-cache"] == "hit"
+            answered_by.add(again.headers["x-kperf-replica"])
+    assert len(answered_by) == COMPOSE_REPLICAS, f"the load balancer used {answered_by}"
+    # a replica dies: the load balancer sends every request to the one left
+    engine.docker("kill", compose_stack["replicas"][0])
+    with httpx.Client(base_url=compose_stack["url"], timeout=60) as http:
+        started = time.monotonic()
+        for _ in range(10):
+            assert _solve(http).headers["x-cache"] == "hit"
+        assert time.monotonic() - started < 30

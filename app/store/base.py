@@ -69,6 +69,16 @@ class Store(abc.ABC):
     def delete(self, namespace: str, key: str) -> None:
         """Remove ``key``; absent keys are not an error."""
 
+    def delete_if_equals(self, namespace: str, key: str, value: bytes) -> bool:
+        """Atomically remove ``key`` only while it holds ``value`` (a lock released by its
+        holder, never by someone who took it after it expired); True when removed."""
+        raise NotImplementedError(f"the {self.name} store has no compare-and-delete")
+
+    def expire_if_equals(self, namespace: str, key: str, value: bytes, *, ttl_s: float) -> bool:
+        """Atomically make ``key`` expire ``ttl_s`` seconds from now only while it holds
+        ``value`` (a lock's holder renewing it); True when renewed."""
+        raise NotImplementedError(f"the {self.name} store has no compare-and-expire")
+
     @abc.abstractmethod
     def keys(self, namespace: str) -> list[str]:
         """Every live key of ``namespace``, sorted."""
@@ -130,6 +140,21 @@ class MemoryStore(Store):
     def delete(self, namespace: str, key: str) -> None:
         with self._lock:
             self._data.pop((namespace, key), None)
+
+    def delete_if_equals(self, namespace: str, key: str, value: bytes) -> bool:
+        with self._lock:
+            if self._live((namespace, key), time.monotonic()) != value:
+                return False
+            del self._data[(namespace, key)]
+            return True
+
+    def expire_if_equals(self, namespace: str, key: str, value: bytes, *, ttl_s: float) -> bool:
+        expires_at = self._expiry(ttl_s)
+        with self._lock:
+            if self._live((namespace, key), time.monotonic()) != value:
+                return False
+            self._data[(namespace, key)] = (bytes(value), expires_at)
+            return True
 
     def keys(self, namespace: str) -> list[str]:
         now = time.monotonic()

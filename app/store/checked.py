@@ -126,6 +126,13 @@ class CheckedStore(Store):
     def delete(self, namespace: str, key: str) -> None:
         self.inner.delete(namespace, key)
 
+    def delete_if_equals(self, namespace: str, key: str, value: bytes) -> bool:
+        # sealing is deterministic: the stored envelope of ``value`` is this one
+        return self.inner.delete_if_equals(namespace, key, seal(namespace, key, value))
+
+    def expire_if_equals(self, namespace: str, key: str, value: bytes, *, ttl_s: float) -> bool:
+        return self.inner.expire_if_equals(namespace, key, seal(namespace, key, value), ttl_s=ttl_s)
+
     def keys(self, namespace: str) -> list[str]:
         return self.inner.keys(namespace)
 

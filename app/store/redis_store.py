@@ -3,7 +3,8 @@
 Each value is one Redis string under ``kperf:<len(namespace)>:<namespace>:<key>``: the length
 makes the layout unambiguous (namespace ``measurements`` never lists the keys of namespace
 ``measurements:gtx-760``), and ``keys`` is a SCAN of one namespace's prefix. Expiry is Redis's
-own (``PX``), ``put_if_absent`` is ``SET NX PX``: atomic across every replica.
+own (``PX``), ``put_if_absent`` is ``SET NX PX``: atomic across every replica, and so are
+``delete_if_equals`` and ``expire_if_equals`` (a Lua script each: compare, then act).
 
 Nothing connects until the first call, and every socket operation gives up after
 ``timeout_s`` (default 0.25 s): a dead or frozen Redis costs a request at most about two
@@ -28,6 +29,17 @@ R = TypeVar("R")
 KEY_PREFIX = "kperf"
 #: SCAN batch size for ``keys``
 SCAN_COUNT = 1000
+
+
+#: compare-and-delete / compare-and-renew: Redis runs a script atomically
+_DELETE_IF_EQUALS = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_EXPIRE_IF_EQUALS = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
 
 
 def _glob_escape(text: str) -> str:
@@ -60,6 +72,9 @@ class RedisStore(Store):
             raise ValueError(
                 f"bad Redis URL {redact(url)!r} ({exc}); expected redis://host:port/db"
             ) from exc
+        # sent by SHA (EVALSHA), loaded again by redis-py when a restarted Redis lost it
+        self._delete_if_equals = self._client.register_script(_DELETE_IF_EQUALS)
+        self._expire_if_equals = self._client.register_script(_EXPIRE_IF_EQUALS)
 
     def _prefix(self, namespace: str) -> str:
         return f"{KEY_PREFIX}:{len(namespace)}:{namespace}:"
@@ -93,6 +108,17 @@ class RedisStore(Store):
 
     def delete(self, namespace: str, key: str) -> None:
         self._run("del", lambda: self._client.delete(self._prefix(namespace) + key))
+
+    def delete_if_equals(self, namespace: str, key: str, value: bytes) -> bool:
+        slot = self._prefix(namespace) + key
+        deleted = self._run("del if equals", lambda: self._delete_if_equals([slot], [value]))
+        return bool(deleted)
+
+    def expire_if_equals(self, namespace: str, key: str, value: bytes, *, ttl_s: float) -> bool:
+        check_ttl_s(ttl_s)
+        slot, px = self._prefix(namespace) + key, max(1, round(ttl_s * 1000))
+        renewed = self._run("expire if equals", lambda: self._expire_if_equals([slot], [value, px]))
+        return bool(renewed)
 
     def keys(self, namespace: str) -> list[str]:
         prefix = self._prefix(namespace)

@@ -130,6 +130,17 @@ class ResilientStore(Store):
     def delete(self, namespace: str, key: str) -> None:
         self._call("delete", lambda: self.backend.delete(namespace, key))
 
+    def delete_if_equals(self, namespace: str, key: str, value: bytes) -> bool:
+        return self._call(
+            "delete_if_equals", lambda: self.backend.delete_if_equals(namespace, key, value)
+        )
+
+    def expire_if_equals(self, namespace: str, key: str, value: bytes, *, ttl_s: float) -> bool:
+        return self._call(
+            "expire_if_equals",
+            lambda: self.backend.expire_if_equals(namespace, key, value, ttl_s=ttl_s),
+        )
+
     def keys(self, namespace: str) -> list[str]:
         return self._call("keys", lambda: self.backend.keys(namespace))
 

@@ -146,6 +146,32 @@ class SqliteStore(Store):
             )
         )
 
+    def delete_if_equals(self, namespace: str, key: str, value: bytes) -> bool:
+        # one statement: SQLite runs it atomically under its write lock
+        return self._run(
+            lambda conn: (
+                conn.execute(
+                    "DELETE FROM store_entries WHERE namespace = ? AND key = ? AND value = ? "
+                    f"AND {_LIVE}",
+                    (namespace, key, value, time.time()),
+                ).rowcount
+                == 1
+            )
+        )
+
+    def expire_if_equals(self, namespace: str, key: str, value: bytes, *, ttl_s: float) -> bool:
+        expires = _expiry(ttl_s)
+        return self._run(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE store_entries SET expires_unix_s = ? WHERE namespace = ? AND key = ? "
+                    f"AND value = ? AND {_LIVE}",
+                    (expires, namespace, key, value, time.time()),
+                ).rowcount
+                == 1
+            )
+        )
+
     def keys(self, namespace: str) -> list[str]:
         rows = self._run(
             lambda conn: conn.execute(

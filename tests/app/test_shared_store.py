@@ -1,13 +1,20 @@
 """The shared store through the service, on a real redis-server: two uvicorn processes share
-answers; Redis dying mid-load costs no 5xx, /readyz says "degraded: store", and hits through the
-store resume by themselves when it returns; a bad value in the store is never served."""
+answers, and identical concurrent requests over both solve once (single-flight); a replica killed
+mid-solve costs only that solve; Redis dying mid-load costs no 5xx, /readyz says "degraded:
+store", and hits through the store resume by themselves when it returns; a bad value in the
+store is never served."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -22,15 +29,28 @@ from tests.app.service_helpers import (
     metric_value,
     problem,
     servers,
+    start_server,
+    stop_server,
 )
 
 __all__ = ["clean_environ", "redis_server", "redis_url"]
 
 
+#: single-flight locks of the servers here expire this long after their holder stops renewing
+LOCK_TTL_S = 2.0
+#: a shape whose solve takes 1-2 s on one worker (65,536 pipeline stages per ranked candidate),
+#: so identical requests sent together overlap it
+SLOW = problem(k=1 << 20, top_k=5, search_space={"tile_k": [16]}, time_limit_s=60)
+
+
 @pytest.fixture(scope="module")
 def two_instances(redis_server: RedisServer) -> Iterator[tuple[str, str]]:
     """Two `kperf serve` processes on the module's Redis (queue large enough for 16 clients)."""
-    env = {"KPERF_STORE_URL": redis_server.url, "KPERF_QUEUE_SIZE": "64"}
+    env = {
+        "KPERF_STORE_URL": redis_server.url,
+        "KPERF_QUEUE_SIZE": "64",
+        "KPERF_SINGLEFLIGHT_LOCK_TTL_S": str(LOCK_TTL_S),
+    }
     with servers(2, env) as (url_a, url_b):
         yield url_a, url_b
 
@@ -47,6 +67,122 @@ def test_a_shape_solved_on_one_instance_is_a_hit_on_the_other(
     assert second.content == first.content, "B sends the bytes A stored"
     ready = httpx.get(f"{url_b}/readyz", timeout=10).json()
     assert ready["store"] == {"backend": "redis", "status": "ok", "reason": None}
+
+
+def _counts(url: str) -> dict[str, float]:
+    """Solves (complete or not) and single-flight outcomes of one server, from /metrics."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    counts = {
+        outcome: metric_value(text, "kperf_singleflight_total", outcome=outcome)
+        for outcome in ("holder", "waited", "coalesced", "took_over")
+    }
+    counts["solves"] = sum(
+        metric_value(
+            text, "kperf_solve_duration_seconds_count", kind="optimize-tiling", outcome=outcome
+        )
+        for outcome in ("ok", "partial")
+    )
+    return counts
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {name: after[name] - before[name] for name in after}
+
+
+def test_eight_identical_concurrent_requests_over_two_instances_solve_once(
+    two_instances: tuple[str, str], redis_url: str
+) -> None:
+    url_a, url_b = two_instances
+    before = [_counts(u) for u in two_instances]
+
+    async def eight() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as http:
+            return await asyncio.gather(
+                *(http.post(f"{url_a if i % 2 else url_b}/optimize-tiling", json=SLOW)
+                  for i in range(8))
+            )  # fmt: skip
+
+    responses = asyncio.run(eight())
+    assert [r.status_code for r in responses] == [200] * 8
+    assert len({r.content for r in responses}) == 1
+    # hit: this request caused no solve
+    assert sorted(r.headers["x-cache"] for r in responses) == ["hit"] * 7 + ["miss"]
+    a, b = (_delta(_counts(u), old) for u, old in zip(two_instances, before, strict=True))
+    assert a["solves"] + b["solves"] == 1, (a, b)
+    # one flight per instance (the other three requests of each joined it); one held the
+    # lock and solved, the other waited for its answer in Redis
+    assert {"holder": a["holder"] + b["holder"], "waited": a["waited"] + b["waited"]} == {
+        "holder": 1,
+        "waited": 1,
+    }, (a, b)
+    assert a["coalesced"] == b["coalesced"] == 3
+
+
+def _family(pid: int) -> list[int]:
+    """``pid`` and its descendants (the fork server, the workers), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    family, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        family.append(current)
+        todo.extend(parents.get(current, []))
+    return family
+
+
+def _kill_family(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_an_instance_killed_mid_solve_costs_only_that_solve(
+    redis_server: RedisServer, redis_url: str, two_instances: tuple[str, str]
+) -> None:
+    _, url_b = two_instances
+    body = {**SLOW, "m": 2048}
+    raw = redis.Redis.from_url(redis_url)
+    c, url_c = start_server(
+        {"KPERF_STORE_URL": redis_server.url, "KPERF_SINGLEFLIGHT_LOCK_TTL_S": str(LOCK_TTL_S)}
+    )
+    try:
+        # C takes the lock and starts solving; then C dies with every process it has (as a
+        # container does), without a word to Redis
+        def ask_c() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # C dies before it answers
+                httpx.post(f"{url_c}/optimize-tiling", json=body, timeout=30)
+
+        asking_c = threading.Thread(target=ask_c, daemon=True)
+        asking_c.start()
+        deadline = time.monotonic() + 20
+        while not list(raw.scan_iter(match="kperf:17:singleflight:lock:*")):
+            assert time.monotonic() < deadline, "C never took the single-flight lock"
+            time.sleep(0.01)
+        _kill_family(_family(c.pid))
+        c.wait(timeout=10)
+        asking_c.join(timeout=10)  # its connection was reset
+        # B finds C's lock, waits for it to expire (C no longer renews it), takes it, solves
+        before = _counts(url_b)
+        started = time.monotonic()
+        answer = httpx.post(f"{url_b}/optimize-tiling", json=body, timeout=60)
+        elapsed_s = time.monotonic() - started
+        assert answer.status_code == 200 and answer.headers["x-cache"] == "miss"
+        assert answer.json()["status"] == "optimal"
+        b = _delta(_counts(url_b), before)
+        assert (b["took_over"], b["holder"], b["solves"]) == (1, 0, 1), b
+        assert elapsed_s < LOCK_TTL_S + 15, elapsed_s
+        assert not list(raw.scan_iter(match="kperf:17:singleflight:lock:*")), "B released it"
+    finally:
+        _kill_family(_family(c.pid) if c.poll() is None else [])
+        stop_server(c)
+        raw.close()
 
 
 async def _client_loop(

@@ -77,3 +77,35 @@ def test_put_if_absent_is_a_lock_that_expires(store: Store) -> None:
     assert store.get("locks", "solve") is None
     assert store.keys("locks") == []
     assert store.put_if_absent("locks", "solve", b"holder-2", ttl_s=5)
+
+
+def test_compare_and_delete_releases_only_the_holders_lock(store: Store) -> None:
+    assert store.put_if_absent("locks", "solve", b"holder-1", ttl_s=5)
+    assert not store.delete_if_equals("locks", "solve", b"holder-2")
+    assert store.get("locks", "solve") == b"holder-1"
+    assert store.delete_if_equals("locks", "solve", b"holder-1")
+    assert store.get("locks", "solve") is None
+    assert not store.delete_if_equals("locks", "solve", b"holder-1"), "already gone"
+    # an expired lock is not released by its late holder after another took it
+    assert store.put_if_absent("locks", "solve", b"holder-1", ttl_s=0.2)
+    time.sleep(0.3)
+    assert not store.delete_if_equals("locks", "solve", b"holder-1")
+    assert store.put_if_absent("locks", "solve", b"holder-2", ttl_s=5)
+    assert not store.delete_if_equals("locks", "solve", b"holder-1")
+    assert store.get("locks", "solve") == b"holder-2"
+
+
+def test_compare_and_expire_renews_only_the_holders_lock(store: Store) -> None:
+    assert store.put_if_absent("locks", "solve", b"holder-1", ttl_s=0.4)
+    assert not store.expire_if_equals("locks", "solve", b"holder-2", ttl_s=5)
+    assert store.expire_if_equals("locks", "solve", b"holder-1", ttl_s=5)
+    time.sleep(0.5)
+    assert store.get("locks", "solve") == b"holder-1", "renewed past its first expiry"
+    # renewing shortens too: the expiry is ttl_s from now
+    assert store.expire_if_equals("locks", "solve", b"holder-1", ttl_s=0.2)
+    time.sleep(0.3)
+    assert store.get("locks", "solve") is None
+    assert not store.expire_if_equals("locks", "solve", b"holder-1", ttl_s=5), "expired"
+    assert store.get("locks", "solve") is None, "renewing never brings a value back"
+    with pytest.raises(ValueError, match="ttl_s"):
+        store.expire_if_equals("locks", "solve", b"holder-1", ttl_s=0)

@@ -1,9 +1,11 @@
 """The calibration workflow behind POST /calibrate and the /devices/{id} feedback routes.
 
-A calibration resolves its base profile, checks what it can without a worker (fit names and
-counts, tilings against the device's shared memory, PTX size, the alias), fits in a worker,
-then stores a new content-addressed profile with the runs it was fitted to as its record
-(``app/profile_store.py``). Shipped profile files are never written.
+A calibration resolves its base profile, fills the figures the base lacks with starting values
+flagged ``estimate`` (``convert.fit_ready``), checks what it can without a worker (fit names
+and counts, PTX size, the alias), checks the runs against the device and fits in a worker
+(``app/convert/calibration_core.py``: the service's process never imports the numerical
+core), then stores a new content-addressed profile with the runs it was fitted to as its
+record (``app/profile_store.py``). Shipped profile files are never written.
 
 Recalibration refits from the device's whole record. A device calibrated for the model starts
 again from the profile it was calibrated from (so the same runs reach the same id whichever
@@ -23,7 +25,7 @@ from pydantic import BaseModel
 
 from app.convert import calibrate as convert
 from app.jobs import calibrate_via_pool, calibration_svg_via_pool, check_runs_via_pool
-from app.negotiation import SVG_MEDIA_TYPE
+from app.negotiation import svg_response
 from app.schemas.calibrate import (
     DEFAULT_FOLDS,
     FIGURES,
@@ -281,11 +283,15 @@ async def calibration_response(
         body = await asyncio.to_thread(answer.model_dump_json)
         return json_bytes_response(body.encode(), headers)
     title = f"{answer.device}: {answer.model} fit to {answer.measurement_count} runs"
+    residuals = sorted(answer.residuals, key=lambda r: r.index)  # request order
     svg = await calibration_svg_via_pool(
         service,
-        [r.measured for r in answer.residuals],
-        [r.predicted for r in answer.residuals],
+        [r.measured for r in residuals],
+        [r.predicted for r in residuals],
+        [f"run {r.index}" for r in residuals],
         unit="µs" if answer.unit == "us" else "cycles",
         title=title,
     )
-    return Response(svg, media_type=SVG_MEDIA_TYPE, headers=headers)
+    response = svg_response(svg, hit=False)
+    response.headers["Location"] = headers["Location"]
+    return response

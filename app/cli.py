@@ -542,7 +542,7 @@ async def _measurements_add(args: argparse.Namespace, out: TextIO, err: TextIO) 
     else:
         out.write(
             f"recorded {added.added} {added.model} runs for {added.device} ({added.total} in "
-            f"all); refit with: kperf recalibrate {added.device}\n"
+            f"all); refit with: kperf recalibrate {args.device}\n"
         )
     return 0
 

@@ -13,6 +13,10 @@ Schema versions: 1 is the original format; 2 adds the optional ``estimate`` flag
 numbers (an uncalibrated starting value derived in docs/model-notes.md rather than a figure a
 source states). A version-1 file may not flag estimates, so a reader that knows only version 1
 never half-reads a file that relies on them.
+
+A calibrated profile (POST /calibrate, kept in the service's store, never a file here) also
+carries a ``calibration`` provenance block; the service writes those in version 2, flagging
+``estimate`` any figure it had to start from another GPU's value and the runs did not identify.
 """
 
 from __future__ import annotations

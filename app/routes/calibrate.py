@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from app.calibration import calibrate_request, calibration_response
-from app.negotiation import NOT_ACCEPTABLE_RESPONSE, picture_requested
+from app.negotiation import NOT_ACCEPTABLE_RESPONSE, SVG_RESPONSE, picture_requested
 from app.schemas.calibrate import CalibrateRequest, CalibrateResponse
 from app.service import ServiceDep
 
@@ -16,7 +16,7 @@ router = APIRouter(tags=["calibration"])
 #: the answers of the calibrating routes besides the JSON one
 CALIBRATE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
-        "content": {"image/svg+xml": {"schema": {"type": "string", "format": "binary"}}},
+        **SVG_RESPONSE,
         "description": "the answer as JSON, or with `Accept: image/svg+xml` the fit drawn "
         "(measured against predicted per run, and the residuals); `Location` names the profile",
     },

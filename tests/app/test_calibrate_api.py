@@ -14,6 +14,7 @@ import random
 import re
 from collections.abc import Iterator
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 from fastapi.testclient import TestClient
@@ -410,3 +411,23 @@ def test_a_calibration_can_answer_with_its_picture(client: TestClient) -> None:
     refit = client.post(f"{r.headers['location']}/recalibrate", headers=SVG)
     assert refit.status_code == 200 and refit.headers["content-type"] == "image/svg+xml"
     assert Svg.parse(refit.content).markers("points") == 12
+
+
+def test_the_fit_as_a_picture_plots_every_run_against_the_json_answer(
+    client: TestClient,
+) -> None:
+    payload = {"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": RUNS}
+    answer = client.post("/calibrate", json=payload).json()
+    response = client.post("/calibrate", json=payload, headers={"Accept": "image/svg+xml"})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("image/svg+xml")
+    root = ElementTree.fromstring(response.content)
+    groups = {g.get("id"): g for g in root.iter("{http://www.w3.org/2000/svg}g")}
+    # one marker per run, in the scatter and in the residuals
+    for gid in ("points", "residuals"):
+        markers = [u for u in groups[gid].iter() if u.tag.endswith("use")]
+        assert len(markers) == len(answer["residuals"]) == len(RUNS)
+    assert "identity" in groups
+    # the title states the JSON answer's mean absolute error
+    summary = "".join(groups["summary"].itertext())
+    assert f"{answer['training_error']['mean_abs_pct']:.2f}" in summary

@@ -45,6 +45,7 @@ def test_calibrate_record_and_recalibrate(tmp_path: Path, live_server: str) -> N
     code, out, err = run("measurements", "add", str(more), "--device", "cli-gpu", *url)
     assert code == 0, err
     assert f"recorded {len(RUNS) - 20} gemm-ws runs for {made['device']} ({len(RUNS)}" in out
+    assert out.rstrip().endswith("refit with: kperf recalibrate cli-gpu")  # the name moves
     code, out, _ = run("measurements", "list", "cli-gpu", *url)
     listed = [json.loads(line) for line in out.splitlines()]
     assert [{k: v for k, v in r.items() if k != "model"} for r in listed] == sorted(

@@ -115,12 +115,13 @@ class MemoryLRU:
 
 
 class Body:
-    """An answer's bytes as the cache hands them out. While any Body of a key read from the
-    store is alive (a response still sending it), lookups of that key share it."""
+    """An answer's bytes as the cache hands them out (a read-only view when they came from the
+    store inside its envelope: not copied out). While any Body of a key read from the store is
+    alive (a response still sending it), lookups of that key share it."""
 
     __slots__ = ("data", "__weakref__")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | memoryview) -> None:
         self.data = data
 
 
@@ -167,13 +168,15 @@ class ResultCache:
 
     async def _read_shared(self, store: Store, key: str) -> Body | None:
         try:
-            data = await asyncio.to_thread(store.get, RESULTS_NAMESPACE, key)
+            data = await asyncio.to_thread(store.get_buffer, RESULTS_NAMESPACE, key)
         except StoreUnavailable:
             return None
         if data is None:
             return None
-        body = Body(data)
-        if not self.memory.put(key, data):
+        body = Body(memoryview(data).toreadonly() if isinstance(data, bytearray) else data)
+        # a small body is copied out of its envelope for the LRU (a view would pin the
+        # envelope); a large one is never copied
+        if len(data) > self.memory.max_entry_bytes or not self.memory.put(key, bytes(data)):
             # too large for the LRU: held only while some response still sends it
             self._sending[key] = body
         return body

@@ -55,6 +55,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from app import logging as kperf_logging
     from app.main import create_app
+    from app.malloc import pin_mmap_threshold
 
     overrides = {
         "host": args.host,
@@ -64,6 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
     }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     kperf_logging.configure(settings.log_level, settings.log_json)
+    pin_mmap_threshold()
     # SIGTERM (docker stop, systemd, Kubernetes) asks for a graceful stop, which is a success:
     # uvicorn drains and runs the lifespan shutdown (worker pool, cache), then re-raises the
     # signal it caught into the handler it found, this one, so the exit status is 0, not 143.

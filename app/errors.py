@@ -89,6 +89,26 @@ async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+class BodyTooLarge(StarletteHTTPException):
+    """A request body found over ``KPERF_MAX_BODY_BYTES`` while it streamed in (no declared
+    Content-Length). An HTTP error, so FastAPI's body reading passes it on unchanged."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__(413, body_limit_reason(limit_bytes), headers={"connection": "close"})
+
+
+def body_limit_reason(limit_bytes: int) -> str:
+    return (
+        f"request body exceeds the limit of {limit_bytes} bytes; send a smaller body "
+        "(operators: KPERF_MAX_BODY_BYTES)"
+    )
+
+
+async def _body_too_large_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BodyTooLarge)
+    return field_error(413, "Content too large", "body", str(exc.detail), dict(exc.headers or {}))
+
+
 async def _unknown_device_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UnknownDevice)
     # a device named by the URL (/devices/{device_id}...) is a missing resource; one named in
@@ -200,6 +220,7 @@ Handler = Callable[[Request, Exception], Any]
 HANDLERS: dict[type[Exception], Handler] = {
     RequestValidationError: _validation_handler,
     StarletteHTTPException: _http_handler,
+    BodyTooLarge: _body_too_large_handler,
     UnknownDevice: _unknown_device_handler,
     ModelNotServed: _model_not_served_handler,
     InvalidSearchSpace: _invalid_space_handler,

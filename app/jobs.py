@@ -136,7 +136,9 @@ async def optimize_model_via_pool(
 ) -> tuple[OptimizeTilingResponse, bool]:
     """:func:`optimize_via_pool` as a response model (decoded off the event loop)."""
     answer = await optimize_via_pool(service, request, profile, admitted=admitted)
-    model = await asyncio.to_thread(OptimizeTilingResponse.model_validate_json, answer.body)
+    # bytes(): a body read from the store may be a view, which pydantic does not take
+    body = answer.body
+    model = await asyncio.to_thread(lambda: OptimizeTilingResponse.model_validate_json(bytes(body)))
     return model, answer.hit
 
 
@@ -303,7 +305,8 @@ async def predict_svg_via_pool(
     full = request.model_copy(update={"detail": "full", "list_offset": 0, "list_limit": None})
     answer = await predict_via_pool(service, full, profile)
     # parsed off the event loop: a full answer lists every instruction
-    fields = await asyncio.to_thread(_breakdown_fields, answer.body)
+    body = answer.body
+    fields = await asyncio.to_thread(lambda: _breakdown_fields(bytes(body)))
     kwargs = {
         "request_json": full.model_dump(mode="json"),
         "profile_json": _profile_json(profile),

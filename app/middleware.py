@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import PROBLEM_JSON
+from app.errors import PROBLEM_JSON, BodyTooLarge, body_limit_reason
 from app.logging import REQUEST_ID_HEADER, request_id_from, request_id_var, request_started_var
 from app.metrics import Metrics
 
@@ -135,8 +135,11 @@ class RequestContextMiddleware:
 class BodyLimitMiddleware:
     """Refuse bodies larger than ``max_body_bytes`` with 413 problem+json.
 
-    A declared Content-Length is checked before reading; a chunked body is read up to the
-    limit and no further, so an oversized upload never sits in memory whole.
+    A declared Content-Length is checked before reading. Otherwise the body passes through as
+    it arrives (nothing is buffered here: a held copy per request would double what ten
+    concurrent 2 MB uploads cost) and is counted; the message that crosses the limit raises
+    :class:`~app.errors.BodyTooLarge` in whoever reads it, so an oversized upload never sits
+    in memory whole.
     """
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: Metrics) -> None:
@@ -145,13 +148,13 @@ class BodyLimitMiddleware:
         self.metrics = metrics
 
     async def _refuse(self, send: Send) -> None:
-        self.metrics.rejected.labels("body_too_large").inc()
-        reason = (
-            f"request body exceeds the limit of {self.max_body_bytes} bytes; send a smaller "
-            "body (operators: KPERF_MAX_BODY_BYTES)"
-        )
         await _send_problem(
-            send, 413, "Content too large", "body", reason, [(b"connection", b"close")]
+            send,
+            413,
+            "Content too large",
+            "body",
+            body_limit_reason(self.max_body_bytes),
+            [(b"connection", b"close")],
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -161,37 +164,38 @@ class BodyLimitMiddleware:
         declared = _header(scope, b"content-length")
         if declared is not None and declared.strip().isdigit():
             if int(declared) > self.max_body_bytes:
+                self.metrics.rejected.labels("body_too_large").inc()
                 await self._drain(receive, int(declared))
                 await self._refuse(send)
                 return
-        chunks: list[bytes] = []
         size = 0
-        more = True
-        while more:
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal size
             message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            more = bool(message.get("more_body", False))
-            if size > self.max_body_bytes:
-                chunks.clear()
-                if more:
-                    await self._drain(receive, None)
-                await self._refuse(send)
-                return
-            chunks.append(chunk)
-        body = b"".join(chunks)
-        replayed = False
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > self.max_body_bytes:
+                    self.metrics.rejected.labels("body_too_large").inc()
+                    if message.get("more_body", False):
+                        await self._drain(receive, None)
+                    raise BodyTooLarge(self.max_body_bytes)
+            return message
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
 
-        await self.app(scope, replay, send)
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except BodyTooLarge:
+            # read by something that let it through (not FastAPI's body reading, whose
+            # exception handlers answer it): answer here unless a response has begun
+            if started:
+                raise
+            await self._refuse(send)
 
     async def _drain(self, receive: Receive, declared: int | None) -> None:
         """Read and discard the rest of an oversized body, up to a bound.

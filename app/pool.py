@@ -212,7 +212,7 @@ def _worker_main(
     if memory_limit_bytes > 0:
         # Set after the imports so the cap measures the job, not the interpreter start-up.
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
-    conn.send(("ready", os.getpid(), 0.0))
+    _send(conn, ("ready", os.getpid(), 0.0))
     while True:
         try:
             data = conn.recv_bytes()
@@ -221,15 +221,34 @@ def _worker_main(
         try:
             job = pickle.loads(data)
         except BaseException as exc:  # noqa: BLE001 - e.g. the job's module fails to import
-            conn.send(("started", None, 0.0))
-            conn.send(("error", _ExceptionPayload.of(exc), 0.0))
+            _send(conn, ("started", None, 0.0))
+            _send(conn, ("error", _ExceptionPayload.of(exc), 0.0))
             continue
         if job is None:
             return
         # the acknowledgement tells the parent that a death from now on happened during the job
-        conn.send(("started", None, 0.0))
+        _send(conn, ("started", None, 0.0))
         fn, kwargs = job
-        conn.send(_run_job(fn, kwargs))
+        _send(conn, _run_job(fn, kwargs))
+
+
+def _send(conn: multiprocessing.connection.Connection, message: Any) -> None:
+    """One message to the parent: a 4-byte count of out-of-band buffers and the pickle
+    (protocol 5), then each buffer as a message of its own. An object that offers its bytes
+    out of band (``EncodedAnswer``: a 36 MB body) is sent without a copy in the pickle, and
+    received as the one bytes object ``recv_bytes`` makes (:func:`_receive`)."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    conn.send_bytes(len(buffers).to_bytes(4, "big") + data)
+    for buffer in buffers:
+        conn.send_bytes(buffer.raw())
+
+
+def _receive(conn: multiprocessing.connection.Connection) -> Any:
+    """The message :func:`_send` sent."""
+    head = conn.recv_bytes()
+    buffers = [conn.recv_bytes() for _ in range(int.from_bytes(head[:4], "big"))]
+    return pickle.loads(memoryview(head)[4:], buffers=buffers)
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -285,7 +304,8 @@ def _run_job(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[str, Any, 
         return ("error", _ExceptionPayload.of(exc), elapsed)
     elapsed = time.perf_counter() - start
     try:
-        pickle.dumps(result)
+        # as _send will pickle it; buffers offered out of band are not copied to check them
+        pickle.dumps(result, protocol=5, buffer_callback=lambda _: None)
     except Exception as exc:  # noqa: BLE001
         failure = RemoteError(f"result is not picklable: {exc}")
         return ("error", _ExceptionPayload.of(failure), elapsed)
@@ -417,7 +437,7 @@ async def _read(conn: multiprocessing.connection.Connection) -> Any:
         if fut.done():
             return
         try:
-            fut.set_result(conn.recv())
+            fut.set_result(_receive(conn))
         except (EOFError, OSError) as exc:
             fut.set_exception(EOFError(str(exc)))
         except Exception as exc:  # noqa: BLE001 - e.g. unpickling failure

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import pickle
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, SupportsIndex
 
 from fastapi import Depends, Request, Response
 from fastapi.responses import StreamingResponse
@@ -226,12 +227,18 @@ class EncodedAnswer:
     body: bytes
     cacheable: bool
 
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        # protocol 5 (the worker pool, app/pool.py): the body travels out of band, as itself,
+        # not copied into the pickle and out again
+        body = pickle.PickleBuffer(self.body) if int(protocol) >= 5 else self.body
+        return (EncodedAnswer, (body, self.cacheable))
+
 
 @dataclass(frozen=True, slots=True)
 class CachedAnswer:
     """The body to send and whether it came from the cache."""
 
-    body: bytes
+    body: bytes | memoryview
     hit: bool
     #: what must stay alive while the body is sent (the cache's shared copy of a large body)
     holder: object = None
@@ -247,13 +254,15 @@ class CachedAnswer:
 STREAM_CHUNK_BYTES = 256 * 1024
 
 
-def json_bytes_response(body: bytes, headers: dict[str, str], *, holder: object = None) -> Response:
+def json_bytes_response(
+    body: bytes | memoryview, headers: dict[str, str], *, holder: object = None
+) -> Response:
     """An ``application/json`` response of already-encoded ``body`` (nothing re-serialised);
     ``holder`` is kept alive until the last chunk is sent."""
     if len(body) <= STREAM_CHUNK_BYTES:
         return Response(body, media_type="application/json", headers=headers)
 
-    async def chunks() -> AsyncIterator[bytes]:
+    async def chunks() -> AsyncIterator[bytes | memoryview]:
         keep = holder  # noqa: F841 - referenced by the generator until it finishes
         for start in range(0, len(body), STREAM_CHUNK_BYTES):
             yield body[start : start + STREAM_CHUNK_BYTES]

@@ -76,7 +76,7 @@ class Solved(Protocol):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FlightAnswer:
-    body: bytes
+    body: bytes | memoryview
     #: solved for this request (False: another request's solve, here or on another replica)
     computed: bool
     #: a complete answer, which identical requests may be given

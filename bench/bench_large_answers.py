@@ -74,7 +74,10 @@ class HitRun:
     statuses: list[int] = field(default_factory=list)
     health_s: list[float] = field(default_factory=list)
     health_during_miss_s: list[float] = field(default_factory=list)
+    #: /healthz before the first request: what the idle server answers on this machine now
+    health_idle_s: list[float] = field(default_factory=list)
     rss_server_bytes: list[int] = field(default_factory=list)
+    rss_miss_bytes: list[int] = field(default_factory=list)
     rss_before_bytes: int = 0
     rss_total_after_bytes: int = 0
     #: CPU seconds the server process (all its threads, not the workers) spent on the hits
@@ -131,13 +134,20 @@ async def measure_concurrent_hits(
     limits = httpx.Limits(max_connections=concurrency + 2)
     try:
         async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as http:
-            await asyncio.sleep(0.5)  # the prober is running
+            await asyncio.sleep(1.0)  # the prober is running: its first second is the baseline
             rss_before = process_rss_bytes(pid)
             miss_start = time.monotonic()
-            status, cache, size, miss_s = await _post(http, payload)
+            stop_miss = asyncio.Event()
+            rss_miss: list[int] = []
+            sampler = asyncio.create_task(_sample_rss(pid, stop_miss, rss_miss))
+            try:
+                status, cache, size, miss_s = await _post(http, payload)
+            finally:
+                stop_miss.set()
+                await sampler
             if status != 200:
                 raise RuntimeError(f"the first request answered {status}")
-            run = HitRun(miss_s, size, cache, rss_before_bytes=rss_before)
+            run = HitRun(miss_s, size, cache, rss_before_bytes=rss_before, rss_miss_bytes=rss_miss)
             hits_start = time.monotonic()
             cpu_start_s = process_cpu_s(pid)
             stop = asyncio.Event()
@@ -161,6 +171,7 @@ async def measure_concurrent_hits(
         stop_probe.set()
         samples: list[tuple[float, float]] = receive.recv() if receive.poll(30) else []
         prober.join(10)
+    run.health_idle_s = [s for t, s in samples if t < miss_start]
     run.health_during_miss_s = [s for t, s in samples if miss_start <= t < hits_start]
     run.health_s = [s for t, s in samples if hits_start <= t < hits_end]
     run.rss_total_after_bytes = rss_bytes(pid)
@@ -234,7 +245,11 @@ def report(
         f"- /healthz every 20 ms during the hits: {len(run.health_s)} probes, p50 "
         f"{percentile(run.health_s, 50) * ms:.1f} ms, p99 **{health_p99 * ms:.1f} ms**, max "
         f"{max(run.health_s, default=0) * ms:.1f} ms",
+        f"- /healthz of the idle server before the first request: {len(run.health_idle_s)} "
+        f"probes, p50 {percentile(run.health_idle_s, 50) * ms:.1f} ms, p99 "
+        f"{percentile(run.health_idle_s, 99) * ms:.1f} ms",
         f"- server process RSS: {run.rss_before_bytes / MIB:.0f} MiB before the miss, max "
+        f"{max(run.rss_miss_bytes, default=0) / MIB:.0f} MiB during the miss, max "
         f"**{rss_max / MIB:.0f} MiB** during the hits (limit {rss_limit / MIB:.0f} MiB = "
         f"byte bound + 150 MB); server + worker {run.rss_total_after_bytes / MIB:.0f} MiB at "
         "the end",

@@ -11,6 +11,7 @@ from pydantic import TypeAdapter
 from app.convert.optimize import to_problem
 from app.errors import HANDLERS
 from app.jobs import optimize_model_via_pool, request_profile
+from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.batch import (
     BatchItem,
     ItemProblem,
@@ -20,7 +21,7 @@ from app.schemas.batch import (
 from app.schemas.optimize import OptimizeTilingRequest
 from app.service import RequestFieldError, Service, ServiceDep, json_bytes_response
 
-router = APIRouter(prefix="/optimize-tiling", tags=["optimize"])
+router = APIRouter(prefix="/optimize-tiling", tags=["optimize"], route_class=OffLoopJSONRoute)
 _BATCH_JSON = TypeAdapter(OptimizeTilingBatchResponse)
 
 

@@ -8,10 +8,11 @@ from fastapi import APIRouter, Request, Response
 
 from app.calibration import calibrate_request, calibration_response
 from app.negotiation import NOT_ACCEPTABLE_RESPONSE, SVG_RESPONSE, picture_requested
+from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.calibrate import CalibrateRequest, CalibrateResponse
 from app.service import ServiceDep
 
-router = APIRouter(tags=["calibration"])
+router = APIRouter(tags=["calibration"], route_class=OffLoopJSONRoute)
 
 #: the answers of the calibrating routes besides the JSON one
 CALIBRATE_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -19,6 +19,7 @@ from app.calibration import (
 )
 from app.negotiation import picture_requested
 from app.routes.calibrate import CALIBRATE_RESPONSES
+from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.calibrate import (
     CalibrateResponse,
     MeasurementRecord,
@@ -29,7 +30,7 @@ from app.schemas.calibrate import (
 from app.schemas.devices import DeviceDetail, DeviceList, detail_profile, summarize_profile
 from app.service import ServiceDep
 
-router = APIRouter(prefix="/devices", tags=["devices"])
+router = APIRouter(prefix="/devices", tags=["devices"], route_class=OffLoopJSONRoute)
 
 
 @router.get("", response_model=DeviceList)

@@ -15,10 +15,11 @@ from app.negotiation import (
     svg_response,
     vary_on_accept,
 )
+from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.optimize import MAX_TOP_K, OptimizeTilingRequest, OptimizeTilingResponse
 from app.service import ServiceDep
 
-router = APIRouter(tags=["optimize"])
+router = APIRouter(tags=["optimize"], route_class=OffLoopJSONRoute)
 
 CandidateRank = Annotated[
     int,

@@ -13,10 +13,11 @@ from app.negotiation import (
     svg_response,
     vary_on_accept,
 )
+from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.predict import PredictKernelRequest, PredictKernelResponse
 from app.service import ServiceDep
 
-router = APIRouter(tags=["predict"])
+router = APIRouter(tags=["predict"], route_class=OffLoopJSONRoute)
 
 
 @router.post(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -55,9 +56,29 @@ class Store(abc.ABC):
     def get(self, namespace: str, key: str) -> bytes | None:
         """The value stored under ``key``, or None when absent or expired."""
 
+    def get_buffer(self, namespace: str, key: str) -> bytes | bytearray | memoryview | None:
+        """As :meth:`get`, but without copying a large value out of whatever holds it: a
+        backend may answer the buffer it read into (Redis: a bytearray), a wrapper a
+        read-only view (``CheckedStore``: the payload inside its envelope). A 36 MB answer is
+        then held once, not twice. For callers that only send or hash it."""
+        return self.get(namespace, key)
+
     @abc.abstractmethod
     def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
         """Store ``value`` (replacing any), expiring after ``ttl_s`` seconds when given."""
+
+    def put_parts(
+        self,
+        namespace: str,
+        key: str,
+        parts: Sequence[bytes | memoryview],
+        *,
+        ttl_s: float | None = None,
+    ) -> None:
+        """:meth:`put` of the parts' concatenation; a backend that can write them one after
+        the other (SQLite's blob I/O) never joins them: an envelope around a 36 MB answer is
+        then not a second copy of it."""
+        self.put(namespace, key, b"".join(parts), ttl_s=ttl_s)
 
     @abc.abstractmethod
     def put_if_absent(

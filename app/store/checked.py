@@ -38,15 +38,15 @@ class CorruptValue(ValueError):
         self.reason = reason
 
 
-def _digest(namespace: str, key: str, payload: bytes) -> str:
+def _digest(namespace: str, key: str, payload: bytes | memoryview) -> str:
     h = hashlib.sha256()
     h.update(namespace.encode("ascii") + b"\0" + key.encode("ascii") + b"\0")
     h.update(payload)  # no copy of a large payload: hashlib reads it in place
     return h.hexdigest()
 
 
-def seal(namespace: str, key: str, payload: bytes) -> bytes:
-    """``payload`` inside the envelope, bound to ``namespace`` and ``key``."""
+def sealed_parts(namespace: str, key: str, payload: bytes) -> tuple[bytes, bytes]:
+    """The envelope's header line and ``payload``: what :func:`seal` joins."""
     if any(c.isspace() for c in namespace) or not namespace.isascii() or not namespace:
         raise ValueError(f"namespace must be non-empty ASCII without whitespace, got {namespace!r}")
     header = b"%s %d %s %s\n" % (
@@ -55,11 +55,17 @@ def seal(namespace: str, key: str, payload: bytes) -> bytes:
         namespace.encode("ascii"),
         _digest(namespace, key, payload).encode("ascii"),
     )
-    return b"".join((header, payload))
+    return header, payload
 
 
-def unseal(namespace: str, key: str, value: bytes) -> bytes:
-    """The payload of a sealed ``value``; raises :class:`CorruptValue` when it does not open."""
+def seal(namespace: str, key: str, payload: bytes) -> bytes:
+    """``payload`` inside the envelope, bound to ``namespace`` and ``key``."""
+    return b"".join(sealed_parts(namespace, key, payload))
+
+
+def unseal_view(namespace: str, key: str, value: bytes | bytearray) -> memoryview:
+    """The payload of a sealed ``value`` as a read-only view into it (no copy); raises
+    :class:`CorruptValue` when it does not open."""
     end = value.find(b"\n", 0, MAX_HEADER_BYTES)
     if end < 0:
         raise CorruptValue("not-an-envelope", "no envelope header line")
@@ -70,10 +76,15 @@ def unseal(namespace: str, key: str, value: bytes) -> bytes:
         raise CorruptValue("version", f"envelope version {parts[1]!r}, expected {ENVELOPE_VERSION}")
     if parts[2] != namespace.encode("ascii"):
         raise CorruptValue("namespace", f"written for {parts[2]!r}, read from {namespace!r}")
-    payload = value[end + 1 :]
+    payload = memoryview(value).toreadonly()[end + 1 :]
     if parts[3] != _digest(namespace, key, payload).encode("ascii"):
         raise CorruptValue("checksum", "SHA-256 of namespace, key and payload does not match")
     return payload
+
+
+def unseal(namespace: str, key: str, value: bytes) -> bytes:
+    """The payload of a sealed ``value``, as bytes (a copy); see :func:`unseal_view`."""
+    return bytes(unseal_view(namespace, key, value))
 
 
 class CheckedStore(Store):
@@ -94,11 +105,17 @@ class CheckedStore(Store):
         self._on_decode_failure = on_decode_failure
 
     def get(self, namespace: str, key: str) -> bytes | None:
-        value = self.inner.get(namespace, key)
+        payload = self.get_buffer(namespace, key)
+        return None if payload is None else bytes(payload)
+
+    def get_buffer(self, namespace: str, key: str) -> memoryview | None:
+        value = self.inner.get_buffer(namespace, key)
         if value is None:
             return None
+        if isinstance(value, memoryview):  # no backend answers one; unseal needs find()
+            value = value.tobytes()
         try:
-            return unseal(namespace, key, value)
+            return unseal_view(namespace, key, value)
         except CorruptValue as exc:
             self._drop(namespace, key, exc)
             return None
@@ -116,7 +133,7 @@ class CheckedStore(Store):
             pass  # dropped on a later read; it is never served either way
 
     def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
-        self.inner.put(namespace, key, seal(namespace, key, value), ttl_s=ttl_s)
+        self.inner.put_parts(namespace, key, sealed_parts(namespace, key, value), ttl_s=ttl_s)
 
     def put_if_absent(
         self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from app.store.base import Store, StoreHealth, StoreUnavailable
@@ -117,8 +117,21 @@ class ResilientStore(Store):
     def get(self, namespace: str, key: str) -> bytes | None:
         return self._call("get", lambda: self.backend.get(namespace, key))
 
+    def get_buffer(self, namespace: str, key: str) -> bytes | bytearray | memoryview | None:
+        return self._call("get", lambda: self.backend.get_buffer(namespace, key))
+
     def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
         self._call("put", lambda: self.backend.put(namespace, key, value, ttl_s=ttl_s))
+
+    def put_parts(
+        self,
+        namespace: str,
+        key: str,
+        parts: Sequence[bytes | memoryview],
+        *,
+        ttl_s: float | None = None,
+    ) -> None:
+        self._call("put", lambda: self.backend.put_parts(namespace, key, parts, ttl_s=ttl_s))
 
     def put_if_absent(
         self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None

@@ -11,10 +11,11 @@ Expiry uses wall-clock time, which every process on the node shares.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,6 +31,24 @@ _SCHEMA = (
 _LIVE = "(expires_unix_s IS NULL OR expires_unix_s > ?)"
 #: every this many puts, expired rows are deleted
 PURGE_EVERY_PUTS = 100
+#: values above this go through SQLite's incremental blob I/O: read straight into the one bytes
+#: object handed back (a plain SELECT assembles the value in SQLite's memory first), written
+#: part by part into a zero-filled blob (a bound parameter is copied into SQLite's memory)
+BLOB_IO_ABOVE_BYTES = 1 << 20
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection, begin: str = "BEGIN") -> Iterator[None]:
+    """``begin`` (``BEGIN IMMEDIATE``: take the write lock now), then COMMIT, or ROLLBACK on
+    any exception."""
+    conn.execute(begin)
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _expiry(ttl_s: float | None) -> float | None:
@@ -55,6 +74,9 @@ class SqliteStore(Store):
                 timeout=self.busy_timeout_s,
                 check_same_thread=False,
                 isolation_level=None,  # autocommit; put_if_absent opens its own transaction
+                # a cached statement keeps its last bound parameters until it is reused: a
+                # 36 MB value once written would stay in this process's memory for good
+                cached_statements=0,
             )
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"open {self.path}: {type(exc).__name__}: {exc}") from exc
@@ -87,27 +109,63 @@ class SqliteStore(Store):
         self._run(lambda conn: conn.execute("SELECT 1").fetchall())
 
     def get(self, namespace: str, key: str) -> bytes | None:
-        row = self._run(
-            lambda conn: conn.execute(
-                f"SELECT value FROM store_entries WHERE namespace = ? AND key = ? AND {_LIVE}",
-                (namespace, key, time.time()),
-            ).fetchone()
-        )
-        return None if row is None else bytes(row[0])
+        def read(conn: sqlite3.Connection) -> bytes | None:
+            # one snapshot for the row and its blob: a writer replacing the row between the
+            # two cannot make the blob handle point at nothing
+            with _transaction(conn):
+                row = conn.execute(
+                    "SELECT rowid, CASE WHEN length(value) <= ? THEN value END "
+                    f"FROM store_entries WHERE namespace = ? AND key = ? AND {_LIVE}",
+                    (BLOB_IO_ABOVE_BYTES, namespace, key, time.time()),
+                ).fetchone()
+                if row is None:
+                    return None
+                rowid, small = row
+                if small is not None:
+                    return bytes(small)
+                with conn.blobopen("store_entries", "value", rowid, readonly=True) as blob:
+                    return blob.read()
+
+        return self._run(read)
 
     def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
+        self.put_parts(namespace, key, (value,), ttl_s=ttl_s)
+
+    def put_parts(
+        self,
+        namespace: str,
+        key: str,
+        parts: Sequence[bytes | memoryview],
+        *,
+        ttl_s: float | None = None,
+    ) -> None:
         expires = _expiry(ttl_s)
         self._puts += 1
         purge = self._puts % PURGE_EVERY_PUTS == 0
+        size = sum(len(part) for part in parts)
+        insert = (
+            "INSERT OR REPLACE INTO store_entries (namespace, key, value, expires_unix_s) "
+            "VALUES (?, ?, {value}, ?)"
+        )
 
         def write(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT OR REPLACE INTO store_entries (namespace, key, value, expires_unix_s) "
-                "VALUES (?, ?, ?, ?)",
-                (namespace, key, value, expires),
-            )
-            if purge:  # expired rows are invisible; this gives their space back now and then
-                conn.execute("DELETE FROM store_entries WHERE expires_unix_s <= ?", (time.time(),))
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                if size <= BLOB_IO_ABOVE_BYTES:
+                    conn.execute(
+                        insert.format(value="?"), (namespace, key, b"".join(parts), expires)
+                    )
+                else:
+                    cursor = conn.execute(
+                        insert.format(value="zeroblob(?)"), (namespace, key, size, expires)
+                    )
+                    assert cursor.lastrowid is not None  # an INSERT sets it
+                    with conn.blobopen("store_entries", "value", cursor.lastrowid) as blob:
+                        for part in parts:
+                            blob.write(part)
+                if purge:  # expired rows are invisible; this gives their space back now and then
+                    conn.execute(
+                        "DELETE FROM store_entries WHERE expires_unix_s <= ?", (time.time(),)
+                    )
 
         self._run(write)
 
@@ -117,8 +175,8 @@ class SqliteStore(Store):
         expires = _expiry(ttl_s)
 
         def insert(conn: sqlite3.Connection) -> bool:
-            conn.execute("BEGIN IMMEDIATE")  # the write lock: one process decides at a time
-            try:
+            # the write lock: one process decides at a time
+            with _transaction(conn, "BEGIN IMMEDIATE"):
                 conn.execute(
                     "DELETE FROM store_entries WHERE namespace = ? AND key = ? "
                     "AND expires_unix_s IS NOT NULL AND expires_unix_s <= ?",
@@ -129,13 +187,7 @@ class SqliteStore(Store):
                     "VALUES (?, ?, ?, ?)",
                     (namespace, key, value, expires),
                 )
-                stored = cursor.rowcount == 1
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return stored
+                return cursor.rowcount == 1
 
         return self._run(insert)
 

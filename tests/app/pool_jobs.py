@@ -86,3 +86,14 @@ def die_optimize(
 ) -> None:
     """Kills its worker every time, like a request that triggers a segfault in the solver."""
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def encoded_answer(size: int, time_limit_s: float | None = None) -> object:
+    """A worker answer as the service's jobs return it: a large encoded body."""
+    from app.service import EncodedAnswer
+
+    return EncodedAnswer(bytes(range(256)) * (size // 256), cacheable=True)
+
+
+def unpicklable(time_limit_s: float | None = None) -> object:
+    return lambda: None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -176,34 +175,54 @@ def test_a_large_body_is_streamed_whole_and_not_held_above_the_entry_cap() -> No
 # ------------------------------------------------------------- the issue's acceptance
 
 
+#: an idle server answering /healthz slower than this at p99 means the machine is not giving
+#: it a CPU now (other jobs on a shared host): a 100 ms latency bound cannot be judged then
+IDLE_HEALTH_P99_LIMIT_S = 0.025
+
+
 @pytest.mark.slow
-def test_ten_concurrent_hits_of_the_big_answer_keep_healthz_fast_and_memory_bounded() -> None:
+@pytest.mark.parametrize(
+    ("detail", "store"),
+    [
+        pytest.param("auto", "memory", id="default-answer"),
+        # the issue's 36 MB answer: above the LRU's per-entry cap, so a hit comes from the store
+        pytest.param("full", "sqlite", id="full-36MB-answer-from-sqlite"),
+    ],
+)
+def test_ten_concurrent_hits_of_the_big_answer_keep_healthz_fast_and_memory_bounded(
+    detail: str, store: str, tmp_path: Path
+) -> None:
     """Issue 9: 10 concurrent cache hits of the 36 MB-class answer (1.9 MB of PTX): /healthz
-    p99 <= 100 ms, server RSS under the byte bound + 150 MB. Default detail (auto)."""
+    p99 <= 100 ms, server RSS under the byte bound + 150 MB (the bench's 64 MiB bound)."""
     memory_bytes = 64 * 1024 * 1024
-    server, url = start_server(
-        {
-            "KPERF_DEFAULT_TIME_LIMIT_S": "60",  # the 90k-instruction analysis takes ~6 s
-            "KPERF_CACHE_MEMORY_BYTES": str(memory_bytes),
-        }
-    )
+    env = {
+        "KPERF_DEFAULT_TIME_LIMIT_S": "60",  # the 90k-instruction analysis takes ~6 s
+        "KPERF_CACHE_MEMORY_BYTES": str(memory_bytes),
+        "KPERF_CACHE_MAX_ENTRY_BYTES": str(8 * 1024 * 1024),
+    }
+    if store == "sqlite":
+        env["KPERF_STORE_URL"] = f"sqlite://{tmp_path / 'store.sqlite3'}"
+    server, url = start_server(env)
     try:
-        body = large_answer_body()
+        body = {**large_answer_body(), "detail": detail}
         assert 1_800_000 < len(body["ptx"].encode()) < 2_000_000
         run = asyncio.run(measure_concurrent_hits(url, server.pid, body, concurrency=10, rounds=4))
     finally:
         stop_server(server)
     assert run.miss_cache == "miss"
     assert run.statuses == [200] * 40 and run.hit_cache == ["hit"] * 40
-    assert len(set(run.hit_bytes)) == 1 and run.hit_bytes[0] == run.miss_bytes < 1 << 20
+    assert len(set(run.hit_bytes)) == 1 and run.hit_bytes[0] == run.miss_bytes
+    if detail == "full":
+        assert run.miss_bytes > 30_000_000  # the issue's 36 MB answer, not a summary
+    else:
+        assert run.miss_bytes < 1 << 20
     assert max(run.rss_server_bytes) <= memory_bytes + RSS_HEADROOM_BYTES
     assert len(run.health_s) >= 10
     health_p99_s = percentile(run.health_s, 99)
-    if health_p99_s > 0.100 and os.getloadavg()[0] > (os.cpu_count() or 1):
-        # a latency bound says nothing when the server does not get a CPU: on a shared
-        # development machine other jobs can hold every core; the bench records real figures
+    idle_p99_s = percentile(run.health_idle_s, 99)
+    if health_p99_s > 0.100 and idle_p99_s > IDLE_HEALTH_P99_LIMIT_S:
         pytest.skip(
-            f"/healthz p99 {health_p99_s * 1000:.0f} ms with the machine oversubscribed "
-            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+            f"/healthz p99 {health_p99_s * 1000:.0f} ms, but the idle server already took "
+            f"{idle_p99_s * 1000:.0f} ms at p99 before any request: no CPU for it on this host"
         )
     assert health_p99_s <= 0.100, sorted(run.health_s)[-5:]

@@ -19,11 +19,13 @@ from app.pool import (
     KILL_GRACE_S,
     OverrunEstimate,
     PoolSaturated,
+    RemoteError,
     WorkerCrashed,
     WorkerMemoryExceeded,
     WorkerPool,
     WorkerTimeout,
 )
+from app.service import EncodedAnswer
 from tests.app import pool_jobs
 
 #: scheduling allowance on top of the issue's bound (event loop wake-up on a busy machine)
@@ -318,5 +320,36 @@ def test_worker_killed_during_a_job_gets_the_job_retried_on_another() -> None:
         os.kill(victim, signal.SIGKILL)
         assert (await job).value == 0.5
         assert pool.restarts == 1
+
+    with_pool(scenario)
+
+
+def test_a_large_encoded_answer_arrives_whole_out_of_band() -> None:
+    # the body travels as its own message (pickle protocol 5), not inside the pickle
+    size = 8 * 1024 * 1024
+
+    async def scenario(pool: WorkerPool) -> None:
+        outcome = await pool.run(
+            pool_jobs.encoded_answer, {"size": size}, time_limit_s=20, hard_deadline_s=60
+        )
+        answer = outcome.value
+        assert isinstance(answer, EncodedAnswer) and answer.cacheable
+        assert type(answer.body) is bytes and answer.body == bytes(range(256)) * (size // 256)
+        # and the worker is in step afterwards: the next job gets its own answer
+        again = await pool.run(
+            pool_jobs.echo, {"value": "next"}, time_limit_s=5, hard_deadline_s=30
+        )
+        assert again.value[0] == "next"
+        assert pool.restarts == 0
+
+    with_pool(scenario)
+
+
+def test_an_unpicklable_result_is_an_error_and_the_worker_stays() -> None:
+    async def scenario(pool: WorkerPool) -> None:
+        with pytest.raises(RemoteError, match="not picklable"):
+            await pool.run(pool_jobs.unpicklable, {}, time_limit_s=5, hard_deadline_s=30)
+        again = await pool.run(pool_jobs.echo, {"value": 1}, time_limit_s=5, hard_deadline_s=30)
+        assert again.value[0] == 1 and pool.restarts == 0
 
     with_pool(scenario)

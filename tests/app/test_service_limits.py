@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -146,6 +148,59 @@ def test_body_over_the_limit_is_413_problem_json() -> None:
         assert small.status_code == 200
 
     in_app(scenario, make_settings(max_body_bytes=4096, max_ptx_bytes=2048))
+
+
+def test_a_streamed_body_passes_through_whole_and_each_refusal_is_counted_once() -> None:
+    # nothing is buffered by the limit any more: a chunked body under it must reach the
+    # endpoint whole, byte for byte, and one over it is one rejection in the metrics
+    async def scenario(client: KperfClient) -> None:
+        good = json.dumps(problem()).encode()
+
+        async def chunks(data: bytes, size: int) -> AsyncIterator[bytes]:
+            for i in range(0, len(data), size):
+                yield data[i : i + size]
+
+        headers = {"content-type": "application/json"}
+        streamed = await client.http.post(
+            "/optimize-tiling", content=chunks(good, 7), headers=headers
+        )
+        direct = await client.http.post("/optimize-tiling", content=good, headers=headers)
+        assert streamed.status_code == direct.status_code == 200
+        assert streamed.json()["best"] == direct.json()["best"]
+
+        async def refused() -> float:
+            text = (await client.http.get("/metrics")).text
+            prefix = 'kperf_rejected_requests_total{reason="body_too_large"}'
+            return sum(
+                float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix)
+            )
+
+        before = await refused()
+        big = b'{"m": 1, "pad": "' + b"x" * 9000 + b'"}'
+        over = await client.http.post(
+            "/optimize-tiling", content=chunks(big, 1000), headers=headers
+        )
+        assert over.status_code == 413 and over.json()["errors"][0]["field"] == "body"
+        assert await refused() == before + 1
+
+    in_app(scenario, make_settings(max_body_bytes=4096, max_ptx_bytes=2048))
+
+
+def test_a_large_malformed_body_is_a_422_naming_the_position() -> None:
+    # above 64 KiB the body is decoded off the event loop: its JSON error must come back as a
+    # small body's does, naming the body and the character where decoding stopped
+    async def scenario(client: KperfClient) -> None:
+        for pad in (1, 100_000):
+            body = b'{"m": 1024, "pad": "' + b"x" * pad + b'", }'
+            response = await client.http.post(
+                "/optimize-tiling", content=body, headers={"content-type": "application/json"}
+            )
+            assert response.status_code == 422
+            (error,) = response.json()["errors"]
+            assert error["field"] == "body"
+            assert f"character {len(body) - 1}" in error["reason"]
+
+    in_app(scenario, make_settings(max_body_bytes=1 << 20, max_ptx_bytes=1 << 19))
 
 
 def test_limits_from_settings_name_the_field() -> None:

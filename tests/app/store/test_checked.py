@@ -157,3 +157,27 @@ def test_redis_keys_of_one_namespace_never_list_another(redis_url: str) -> None:
         raw.close()
     finally:
         store.close()
+
+
+def test_a_buffer_is_a_read_only_view_of_the_payload_and_get_a_copy() -> None:
+    payload = bytes(range(256)) * 4096
+    store = CheckedStore(MemoryStore())
+    store.put("results", "k", payload)
+    view = store.get_buffer("results", "k")
+    assert isinstance(view, memoryview) and view.readonly and view == payload
+    copied = store.get("results", "k")
+    assert type(copied) is bytes and copied == payload
+
+
+def test_a_large_value_corrupted_in_sqlite_is_dropped(tmp_path: Path) -> None:
+    # read through blob I/O (above 1 MiB): the checksum still covers every byte
+    store = make_store(f"sqlite://{tmp_path / 'store.sqlite3'}")
+    payload = bytes(range(256)) * 8192
+    store.put("results", "big", payload)
+    with sqlite3.connect(tmp_path / "store.sqlite3") as db:
+        (value,) = db.execute("SELECT value FROM store_entries WHERE key = 'big'").fetchone()
+        flipped = value[:-10] + bytes([value[-10] ^ 1]) + value[-9:]
+        db.execute("UPDATE store_entries SET value = ? WHERE key = 'big'", (flipped,))
+    assert store.get_buffer("results", "big") is None
+    assert store.get("results", "big") is None  # and it is gone, not read again
+    store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 
 from app.store import MemoryStore, Store, make_store
 from app.store.redis_store import RedisStore
-from app.store.sqlite_store import SqliteStore
+from app.store.sqlite_store import BLOB_IO_ABOVE_BYTES, SqliteStore
 from tests.app.redis_helpers import redis_server
 
 __all__ = ["redis_server"]
@@ -109,3 +110,34 @@ def test_compare_and_expire_renews_only_the_holders_lock(store: Store) -> None:
     assert store.get("locks", "solve") is None, "renewing never brings a value back"
     with pytest.raises(ValueError, match="ttl_s"):
         store.expire_if_equals("locks", "solve", b"holder-1", ttl_s=0)
+
+
+@pytest.mark.parametrize("delta", [-1, 0, 1, 3 << 20])
+def test_values_around_the_blob_io_size_round_trip(store: Store, delta: int) -> None:
+    # SQLite switches to incremental blob I/O above BLOB_IO_ABOVE_BYTES, in both directions;
+    # every backend must give back the same bytes on either side of that size
+    size = BLOB_IO_ABOVE_BYTES + delta
+    value = random.Random(size).randbytes(size)
+    store.put("results", "big", value)
+    assert store.get("results", "big") == value
+    buffer = store.get_buffer("results", "big")
+    assert buffer is not None and bytes(buffer) == value
+    store.put("results", "big", b"small again")  # a large row replaced by a small one
+    assert store.get("results", "big") == b"small again"
+
+
+def test_put_parts_stores_their_concatenation(store: Store) -> None:
+    parts = [b"head\n", memoryview(bytes(range(256)) * 9000), b"", b"tail"]
+    store.put_parts("results", "parts", parts)
+    assert store.get("results", "parts") == b"".join(parts)
+    store.put_parts("results", "short", [b"a", b"b"], ttl_s=0.2)
+    assert store.get("results", "short") == b"ab"
+    time.sleep(0.3)
+    assert store.get("results", "short") is None
+
+
+def test_an_empty_value_is_not_an_absent_one(store: Store) -> None:
+    store.put("results", "empty", b"")
+    assert store.get("results", "empty") == b""
+    assert store.get_buffer("results", "empty") == b""
+    assert store.get_buffer("results", "absent") is None

@@ -366,6 +366,11 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
         for d in listing.devices
     ]
     out.write(_table(("id", "name", "architecture", "SMs", "models"), rows) + "\n")
+    if listing.stored_profiles.status != "ok":
+        out.write(
+            "warning: calibrated profiles not listed, the store is unavailable "
+            f"({listing.stored_profiles.reason}); shipped profiles only\n"
+        )
     return 0
 
 

@@ -24,7 +24,7 @@ from app.pool import (
     WorkerMemoryExceeded,
     WorkerTimeout,
 )
-from app.profile_store import NameTaken
+from app.profile_store import NameTaken, StoredProfileUnavailable
 from app.schemas.devices import calibrate_hint
 from app.service import RequestFieldError
 from app.store import StoreUnavailable
@@ -172,6 +172,14 @@ async def _name_taken_handler(request: Request, exc: Exception) -> JSONResponse:
     return field_error(409, "Name taken", exc.field, exc.reason)
 
 
+async def _stored_profile_handler(request: Request, exc: Exception) -> JSONResponse:
+    """A device id that may be calibrated or a name, while the store is down: 503, retry."""
+    assert isinstance(exc, StoredProfileUnavailable)
+    return field_error(
+        503, "Store unavailable", exc.field, exc.reason, headers={"Retry-After": "1"}
+    )
+
+
 async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PTXSyntaxError)
     return problem_response(
@@ -229,6 +237,8 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestFieldError: _field_handler,
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
     NameTaken: _name_taken_handler,
+    # more specific than StoreUnavailable: names the device field the store could not answer
+    StoredProfileUnavailable: _stored_profile_handler,
     # service limits (app/pool.py, app/service.py)
     PoolSaturated: _pool_saturated_handler,
     **dict.fromkeys(_FIXED, _fixed_handler),

@@ -44,6 +44,11 @@ _ERRORS_SOLVING: dict[str, str] = {
     "503": "all workers busy and the queue full (see Retry-After), or the pool is starting",
     "504": "no answer within time_limit_s + 20% + 100 ms",
 }
+#: what a route that looks a device up adds (app/profile_store.py, StoredProfileUnavailable)
+_STORE_DOWN = (
+    "the device named is no shipped profile and the shared store of calibrated profiles and "
+    "names is unavailable: retry (see Retry-After), or name a shipped profile"
+)
 _SOLVING_PATHS = (
     "/optimize-tiling",
     "/optimize-tiling/batch",
@@ -77,6 +82,9 @@ def install(app: FastAPI) -> None:
                     extra.update(_ERRORS_WITH_BODY)
                 if path in _SOLVING_PATHS or path == "/readyz":
                     extra.update(_ERRORS_SOLVING if path != "/readyz" else {})
+                if path in _SOLVING_PATHS or path.startswith("/devices/{device_id}"):
+                    busy = extra.get("503")
+                    extra["503"] = _STORE_DOWN if busy is None else f"{busy}; or {_STORE_DOWN}"
                 responses = operation.setdefault("responses", {})
                 # error answers a route declares itself (e.g. 409) are problem+json too
                 for code, declared in responses.items():

@@ -12,6 +12,12 @@ Layout (values are UTF-8 JSON, or the bare id for an alias):
 Shipped profiles (``device_profiles/*.json``) are never written: a calibration always makes a
 new profile. Lookups go shipped ids, then calibrated ids, then aliases; names may not take a
 shipped or calibrated id, nor the shape of one.
+
+While the store is unavailable, shipped profiles are still looked up and listed (they never
+touch it); a listing then says the stored ones are missing and why
+(:attr:`ProfileListing.stored_unavailable`), and any other lookup raises
+:class:`StoredProfileUnavailable`, naming the request field: the id may be a calibrated one
+or a name, and nothing can tell until the store answers.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ import re
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from app.store import Store
+from app.store import Store, StoreUnavailable
 from device_profiles import DeviceProfile, UnknownDevice
 
 PROFILES = "profiles"
@@ -43,6 +50,30 @@ class NameTaken(ValueError):
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class StoredProfileUnavailable(StoreUnavailable):
+    """A device id that is no shipped profile, looked up while the store that holds calibrated
+    profiles and names cannot be reached (503 naming ``field``: retry later)."""
+
+    def __init__(self, device_id: str, field: str, cause: str, shipped: Sequence[str]) -> None:
+        self.device_id = device_id
+        self.field = field
+        self.reason = (
+            f"{device_id!r} is no shipped profile, and calibrated profiles and names cannot be "
+            f"looked up now: {cause}; retry later, or name a shipped profile "
+            f"({', '.join(shipped)})"
+        )
+        super().__init__(f"{field}: {self.reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileListing:
+    """Every profile that could be read, each with the names that resolve to it."""
+
+    profiles: tuple[tuple[DeviceProfile, tuple[str, ...]], ...]
+    #: why no calibrated profile is listed (the store's error); None when all of them are
+    stored_unavailable: str | None = None
 
 
 class ProfileStore:
@@ -67,12 +98,17 @@ class ProfileStore:
         shipped = self.shipped.get(device_id)
         if shipped is not None:
             return shipped
-        profile = self.calibrated(device_id)
-        if profile is None:
-            target = self.alias_target(device_id)
-            profile = self.calibrated(target) if target is not None else None
-        if profile is None:
-            raise UnknownDevice(device_id, self.known_ids(), field=field)
+        try:
+            profile = self.calibrated(device_id)
+            if profile is None:
+                target = self.alias_target(device_id)
+                profile = self.calibrated(target) if target is not None else None
+            if profile is None:
+                raise UnknownDevice(device_id, self.known_ids(), field=field)
+        except StoreUnavailable as exc:
+            raise StoredProfileUnavailable(
+                device_id, field, str(exc), sorted(self.shipped)
+            ) from exc
         return profile
 
     def known_ids(self) -> list[str]:
@@ -83,6 +119,24 @@ class ProfileStore:
     def all_calibrated(self) -> list[DeviceProfile]:
         found = (self.calibrated(i) for i in self.store.keys(PROFILES))
         return [p for p in found if p is not None]
+
+    def listing(self) -> ProfileListing:
+        """Shipped profiles, then calibrated ones with their names; while the store fails,
+        the shipped ones alone and the store's error (never a profile without its names)."""
+        shipped = tuple((p, ()) for p in self.shipped.values())
+        try:
+            aliases = self.aliases()
+            stored = self.all_calibrated()
+        except StoreUnavailable as exc:
+            return ProfileListing(shipped, stored_unavailable=str(exc))
+        names: dict[str, list[str]] = {}
+        for name, target in aliases.items():
+            names.setdefault(target, []).append(name)
+        return ProfileListing(
+            tuple(
+                (p, tuple(sorted(names.get(p.id, [])))) for p in (*self.shipped.values(), *stored)
+            )
+        )
 
     def aliases(self) -> dict[str, str]:
         """name -> id of every alias."""

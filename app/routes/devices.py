@@ -27,7 +27,13 @@ from app.schemas.calibrate import (
     MeasurementsRequest,
     RecalibrateRequest,
 )
-from app.schemas.devices import DeviceDetail, DeviceList, detail_profile, summarize_profile
+from app.schemas.devices import (
+    DeviceDetail,
+    DeviceList,
+    StoredProfilesState,
+    detail_profile,
+    summarize_profile,
+)
 from app.service import ServiceDep
 
 router = APIRouter(prefix="/devices", tags=["devices"], route_class=OffLoopJSONRoute)
@@ -36,20 +42,16 @@ router = APIRouter(prefix="/devices", tags=["devices"], route_class=OffLoopJSONR
 @router.get("", response_model=DeviceList)
 async def list_devices(service: ServiceDep) -> DeviceList:
     """List the shipped and calibrated profiles, the models each serves, each model's status,
-    and a calibrated profile's aliases and provenance."""
-    profiles = service.profile_store
-
-    def read() -> DeviceList:
-        aliases = profiles.aliases()
-        everything = [*profiles.shipped.values(), *profiles.all_calibrated()]
-        return DeviceList(
-            devices=[
-                summarize_profile(p, sorted(n for n, t in aliases.items() if t == p.id))
-                for p in everything
-            ]
-        )
-
-    return await asyncio.to_thread(read)
+    and a calibrated profile's aliases and provenance; while the shared store is unavailable,
+    the shipped profiles and `stored_profiles` saying why no calibrated one is listed."""
+    listing = await asyncio.to_thread(service.profile_store.listing)
+    unavailable = listing.stored_unavailable
+    return DeviceList(
+        devices=[summarize_profile(p, list(names)) for p, names in listing.profiles],
+        stored_profiles=StoredProfilesState(
+            status="ok" if unavailable is None else "unavailable", reason=unavailable
+        ),
+    )
 
 
 @router.get("/{device_id}", response_model=DeviceDetail)

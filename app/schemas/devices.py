@@ -36,8 +36,27 @@ class DeviceSummary(BaseModel):
     )
 
 
+class StoredProfilesState(BaseModel):
+    """Whether the calibrated profiles could be read from the shared store."""
+
+    status: Literal["ok", "unavailable"] = Field(
+        description="ok: `devices` lists every profile; unavailable: the shared store "
+        "(KPERF_STORE_URL) could not be read, so `devices` lists the shipped profiles only and "
+        "no calibrated profile or name: retry later"
+    )
+    reason: str | None = Field(
+        default=None, description="why the store could not be read (its error); null when ok"
+    )
+
+
 class DeviceList(BaseModel):
-    devices: list[DeviceSummary]
+    devices: list[DeviceSummary] = Field(
+        description="shipped profiles, then calibrated ones (see stored_profiles)"
+    )
+    stored_profiles: StoredProfilesState = Field(
+        description="whether the calibrated profiles are listed: while the shared store is "
+        "unavailable only the shipped profiles are, and this says so and why"
+    )
 
 
 class FigureNeedOut(BaseModel):

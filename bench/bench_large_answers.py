@@ -10,7 +10,7 @@ CPU work stays small (it shares the machine with the server).
 Acceptance (issue 9): /healthz p99 <= 100 ms during the hits; the server process's RSS stays
 under KPERF_CACHE_MEMORY_BYTES + 150 MB. Exit status 1 when a check fails.
 
-    .venv/bin/python bench/bench_large_answers.py [--detail full] [--store sqlite] [--record]
+    .venv/bin/python bench/bench_large_answers.py [--detail full] [--store sqlite] [--repeat 5] [--record]
 
 ``--detail auto`` (default) is what a client gets without asking: the lists are left out above
 1 MiB. ``--detail full`` asks for all 36 MB; that answer is above the LRU's per-entry cap, so
@@ -271,11 +271,39 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cache-memory-bytes", type=int, default=64 * MIB)
+    parser.add_argument("--repeat", type=int, default=1, help="whole runs, each on a fresh server")
     parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args()
     command = command_line()
     body = large_answer_body(args.extra_instructions)
     body["detail"] = args.detail
+    texts: list[str] = []
+    runs: list[HitRun] = []
+    for repeat in range(args.repeat):
+        # a comment line of its own per repeat: a new cache key (a shared Redis keeps the
+        # previous repeat's answer), the same analysis
+        repeat_body = {**body, "ptx": body["ptx"] + f"\n// repeat {repeat}\n"}
+        run = run_once(args, repeat_body)
+        text, _ = report(run, args, args.cache_memory_bytes, command)
+        print(text if args.repeat == 1 else f"### Run {repeat + 1}\n\n{text}\n", flush=True)
+        texts.append(text)
+        runs.append(run)
+    summary, ok = summarize(runs, args.cache_memory_bytes)
+    if args.repeat > 1:
+        print(summary)
+    if args.record:
+        append_results(
+            f"Large answers: {args.concurrency} concurrent cache hits (detail={args.detail}, "
+            f"store {args.store})",
+            texts[0]
+            if args.repeat == 1
+            else "\n\n".join(f"Run {i + 1}: {t}" for i, t in enumerate(texts)) + "\n\n" + summary,
+        )
+    return 0 if ok else 1
+
+
+def run_once(args: argparse.Namespace, body: dict[str, Any]) -> HitRun:
+    """A fresh server (and, for SQLite, a fresh store file): one miss, then the hits."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {
             # the 90k-instruction analysis takes 6 s alone on this machine, more under load
@@ -289,22 +317,37 @@ def main() -> int:
             env["KPERF_STORE_URL"] = args.store
         server, url = start_server(env, Path(tmp) / "server.log")
         try:
-            run = asyncio.run(
+            return asyncio.run(
                 measure_concurrent_hits(
                     url, server.pid, body, concurrency=args.concurrency, rounds=args.rounds
                 )
             )
         finally:
             stop_server(server)
-    text, ok = report(run, args, args.cache_memory_bytes, command)
-    print(text)
-    if args.record:
-        append_results(
-            f"Large answers: {args.concurrency} concurrent cache hits (detail={args.detail}, "
-            f"store {args.store})",
-            text,
-        )
-    return 0 if ok else 1
+
+
+def summarize(runs: list[HitRun], memory_bytes: int) -> tuple[str, bool]:
+    """Over repeats: the median of the runs' /healthz p99 against the limit (one run's tail
+    is one scheduling accident on a shared machine), every run's RSS and hits."""
+    p99s = [percentile(run.health_s, 99) for run in runs]
+    rss_max = max(max(run.rss_server_bytes, default=run.rss_before_bytes) for run in runs)
+    median_p99 = statistics.median(p99s)
+    ok_rss = rss_max <= memory_bytes + RSS_HEADROOM_BYTES
+    ok_hits = all(
+        all(s == 200 for s in run.statuses) and all(c == "hit" for c in run.hit_cache)
+        for run in runs
+    )
+    ms = 1000
+    text = (
+        f"Over {len(runs)} runs: /healthz p99 per run "
+        f"{', '.join(f'{p * ms:.1f}' for p in p99s)} ms, median **{median_p99 * ms:.1f} ms**; "
+        f"server RSS max over all runs **{rss_max / MIB:.0f} MiB** (limit "
+        f"{(memory_bytes + RSS_HEADROOM_BYTES) / MIB:.0f} MiB).\n\n"
+        f"Acceptance: every repeat a 200 hit {'yes' if ok_hits else 'NO'}; median /healthz "
+        f"p99 <= 100 ms {'yes' if median_p99 <= HEALTH_P99_LIMIT_S else 'NO'}; RSS under "
+        f"bound + 150 MB in every run {'yes' if ok_rss else 'NO'}."
+    )
+    return text, ok_rss and ok_hits and median_p99 <= HEALTH_P99_LIMIT_S
 
 
 if __name__ == "__main__":

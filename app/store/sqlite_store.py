@@ -23,11 +23,14 @@ from app.store.base import Store, StoreUnavailable, check_ttl_s
 
 R = TypeVar("R")
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS store_entries ("
-    "namespace TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
-    "expires_unix_s REAL, PRIMARY KEY (namespace, key))"
+#: ``value`` is the last column: SQLite writes a zero-filled blob (``zeroblob``, then filled by
+#: blob I/O) without building it in memory only when nothing follows it in the row; with the
+#: expiry after it, each large write cost two 36 MB buffers inside SQLite
+_COLUMNS = (
+    "namespace TEXT NOT NULL, key TEXT NOT NULL, expires_unix_s REAL, value BLOB NOT NULL, "
+    "PRIMARY KEY (namespace, key)"
 )
+_SCHEMA = f"CREATE TABLE IF NOT EXISTS store_entries ({_COLUMNS})"
 _LIVE = "(expires_unix_s IS NULL OR expires_unix_s > ?)"
 #: every this many puts, expired rows are deleted
 PURGE_EVERY_PUTS = 100
@@ -49,6 +52,27 @@ def _transaction(conn: sqlite3.Connection, begin: str = "BEGIN") -> Iterator[Non
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _move_value_last(conn: sqlite3.Connection) -> None:
+    """Rewrite a table of the first layout (``value`` before ``expires_unix_s``) into the
+    current one, rows kept; once, by whichever process opens the file first."""
+
+    def columns() -> list[str]:
+        return [str(row[1]) for row in conn.execute("PRAGMA table_info(store_entries)")]
+
+    if columns()[-1] == "value":
+        return
+    with _transaction(conn, "BEGIN IMMEDIATE"):
+        if columns()[-1] == "value":  # another process migrated it while we waited
+            return
+        conn.execute(f"CREATE TABLE store_entries_migrating ({_COLUMNS})")
+        conn.execute(
+            "INSERT INTO store_entries_migrating (namespace, key, expires_unix_s, value) "
+            "SELECT namespace, key, expires_unix_s, value FROM store_entries"
+        )
+        conn.execute("DROP TABLE store_entries")
+        conn.execute("ALTER TABLE store_entries_migrating RENAME TO store_entries")
 
 
 def _expiry(ttl_s: float | None) -> float | None:
@@ -82,6 +106,7 @@ class SqliteStore(Store):
             raise StoreUnavailable(f"open {self.path}: {type(exc).__name__}: {exc}") from exc
         try:
             conn.execute(_SCHEMA)
+            _move_value_last(conn)
             # reading a row proves the file is a database, not just that it exists
             conn.execute("SELECT key FROM store_entries LIMIT 1").fetchall()
             # readers do not wait for a writer (several processes may share the file)

@@ -142,7 +142,12 @@ async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def _load_problems(path: Path) -> list[dict[str, Any]]:
+def _load_problems(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The problems of a JSON document (a list, or ``{"problems": [...]}``) or of JSON lines
+    (read as ``kperf sweep`` reads them: comments and blank lines skipped), and a
+    ``FILE:LINE: reason`` for each line that is not a problem."""
+    from app.sweep import BadLine, read_shapes
+
     text = path.read_text(encoding="utf-8")
     stripped = text.lstrip()
     if stripped.startswith("[") or stripped.startswith("{"):
@@ -151,15 +156,21 @@ def _load_problems(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             document = None
         if isinstance(document, list):
-            return [dict(p) for p in document]
+            return [dict(p) for p in document], []
         if isinstance(document, dict) and isinstance(document.get("problems"), list):
-            return [dict(p) for p in document["problems"]]
-    # JSON lines: one problem per line
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+            return [dict(p) for p in document["problems"]], []
+    parsed = read_shapes(path, "jsonl")
+    bad = [f"{path}:{p.line}: {p.reason}" for p in parsed if isinstance(p, BadLine)]
+    return [p.problem for p in parsed if not isinstance(p, BadLine)], bad
 
 
 async def _batch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    problems = _load_problems(args.file)
+    problems, bad = _load_problems(args.file)
+    for line in bad:
+        err.write(f"{line}\n")
+    if bad:
+        err.write("nothing sent: fix the lines above\n")
+        return 2
     if not problems:
         err.write("no problems in the file\n")
         return 2

@@ -132,3 +132,19 @@ def test_serve_takes_its_address_from_the_environment_and_exits_0_on_sigterm(
     port = url.rsplit(":", 1)[1]
     log = (Path(tempfile.gettempdir()) / f"kperf-test-server-{port}.log").read_text()
     assert "service stopped" in log  # the lifespan shutdown ran: worker pool and cache closed
+
+
+def test_batch_names_each_bad_line_and_sends_nothing(tmp_path: Path) -> None:
+    # the JSON lines are read as `kperf sweep` reads them: comments skipped, lines numbered
+    path = tmp_path / "problems.jsonl"
+    path.write_text(
+        "# shapes\n"
+        '{"m": 256, "n": 256, "k": 256, "device": "rtx-a6000"}\n'
+        '{"m": 256, "n": 256\n'
+        '{"n": 256, "k": 256}\n'
+    )
+    code, out, err = run("batch", str(path))
+    assert code == 2 and out == ""
+    assert f"{path}:3: not JSON" in err
+    assert f"{path}:4: missing m" in err
+    assert "nothing sent" in err

@@ -219,6 +219,10 @@ async def run_job(
     return outcome.value
 
 
+#: worker answers with a body above this are sent out of band (see ``EncodedAnswer``)
+OUT_OF_BAND_ABOVE_BYTES = 256 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class EncodedAnswer:
     """A worker's answer: the JSON body exactly as it will be sent, and whether it may be
@@ -228,9 +232,11 @@ class EncodedAnswer:
     cacheable: bool
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
-        # protocol 5 (the worker pool, app/pool.py): the body travels out of band, as itself,
-        # not copied into the pickle and out again
-        body = pickle.PickleBuffer(self.body) if int(protocol) >= 5 else self.body
+        # protocol 5 (the worker pool, app/pool.py): a large body travels out of band, as
+        # itself, not copied into the pickle and out again (and is read off the event loop);
+        # a small one costs less in the pickle than a message of its own
+        large = len(self.body) > OUT_OF_BAND_ABOVE_BYTES
+        body = pickle.PickleBuffer(self.body) if large and int(protocol) >= 5 else self.body
         return (EncodedAnswer, (body, self.cacheable))
 
 

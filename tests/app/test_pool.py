@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ from app.pool import (
     WorkerPool,
     WorkerTimeout,
 )
-from app.service import EncodedAnswer
+from app.service import OUT_OF_BAND_ABOVE_BYTES, EncodedAnswer
 from tests.app import pool_jobs
 
 #: scheduling allowance on top of the issue's bound (event loop wake-up on a busy machine)
@@ -353,3 +354,19 @@ def test_an_unpicklable_result_is_an_error_and_the_worker_stays() -> None:
         assert again.value[0] == 1 and pool.restarts == 0
 
     with_pool(scenario)
+
+
+@pytest.mark.parametrize("extra", [-OUT_OF_BAND_ABOVE_BYTES, 0, 1, 5 << 20])
+def test_encoded_answers_round_trip_with_large_bodies_out_of_band(extra: int) -> None:
+    size = OUT_OF_BAND_ABOVE_BYTES + extra
+    answer = EncodedAnswer(bytes(range(256)) * (size // 256) + b"x" * (size % 256), False)
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(answer, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == (1 if size > OUT_OF_BAND_ABOVE_BYTES else 0)
+    assert len(data) < 1024 or not buffers  # out of band: not in the pickle
+    received = [bytes(b.raw()) for b in buffers]
+    again = pickle.loads(data, buffers=received)
+    assert again == answer
+    if received:
+        assert again.body is received[0]  # the bytes read from the pipe, not a copy of them
+    assert pickle.loads(pickle.dumps(answer)) == answer  # other protocols: in band

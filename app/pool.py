@@ -229,17 +229,31 @@ def _worker_main(
         # the acknowledgement tells the parent that a death from now on happened during the job
         _send(conn, ("started", None, 0.0))
         fn, kwargs = job
-        _send(conn, _run_job(fn, kwargs))
+        _send_encoded(conn, _run_job(fn, kwargs))
+
+
+#: a message as it goes down the pipe: a 4-byte count of out-of-band buffers and the pickle
+#: (protocol 5), then each buffer as a message of its own
+Encoded = tuple[bytes, list[pickle.PickleBuffer]]
+
+
+def _encode(message: Any) -> Encoded:
+    """``message`` ready to send. An object that offers its bytes out of band
+    (``EncodedAnswer``: a 36 MB body) is not copied into the pickle; it is received as the one
+    bytes object ``recv_bytes`` makes (:func:`_read`)."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    return len(buffers).to_bytes(4, "big") + data, buffers
 
 
 def _send(conn: multiprocessing.connection.Connection, message: Any) -> None:
-    """One message to the parent: a 4-byte count of out-of-band buffers and the pickle
-    (protocol 5), then each buffer as a message of its own. An object that offers its bytes
-    out of band (``EncodedAnswer``: a 36 MB body) is sent without a copy in the pickle, and
-    received as the one bytes object ``recv_bytes`` makes (:func:`_read`)."""
-    buffers: list[pickle.PickleBuffer] = []
-    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
-    conn.send_bytes(len(buffers).to_bytes(4, "big") + data)
+    """One message to the parent."""
+    _send_encoded(conn, _encode(message))
+
+
+def _send_encoded(conn: multiprocessing.connection.Connection, encoded: Encoded) -> None:
+    head, buffers = encoded
+    conn.send_bytes(head)
     for buffer in buffers:
         conn.send_bytes(buffer.raw())
 
@@ -254,7 +268,7 @@ def _receive_buffers(conn: multiprocessing.connection.Connection, count: int) ->
 
 
 def _decode(head: bytes, buffers: list[bytes]) -> Any:
-    """The message :func:`_send` sent, from its first part and its buffers."""
+    """The message :func:`_encode` made, from its first part and its buffers."""
     return pickle.loads(memoryview(head)[4:], buffers=buffers)
 
 
@@ -300,23 +314,23 @@ class _ExceptionPayload:
         return exc
 
 
-def _run_job(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[str, Any, float]:
+def _run_job(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Encoded:
+    """The job's outcome, ``(kind, value, seconds)``, encoded once: a result that cannot be
+    pickled becomes an error outcome here, not a failure to send."""
     start = time.perf_counter()
     try:
         result = fn(**kwargs)
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
         elapsed = time.perf_counter() - start
         if _is_out_of_memory(exc):
-            return ("memory", None, elapsed)
-        return ("error", _ExceptionPayload.of(exc), elapsed)
+            return _encode(("memory", None, elapsed))
+        return _encode(("error", _ExceptionPayload.of(exc), elapsed))
     elapsed = time.perf_counter() - start
     try:
-        # as _send will pickle it; buffers offered out of band are not copied to check them
-        pickle.dumps(result, protocol=5, buffer_callback=lambda _: None)
+        return _encode(("ok", result, elapsed))
     except Exception as exc:  # noqa: BLE001
         failure = RemoteError(f"result is not picklable: {exc}")
-        return ("error", _ExceptionPayload.of(failure), elapsed)
-    return ("ok", result, elapsed)
+        return _encode(("error", _ExceptionPayload.of(failure), elapsed))
 
 
 # --------------------------------------------------------------------------- parent side

@@ -10,7 +10,8 @@ CPU work stays small (it shares the machine with the server).
 Acceptance (issue 9): /healthz p99 <= 100 ms during the hits; the server process's RSS stays
 under KPERF_CACHE_MEMORY_BYTES + 150 MB. Exit status 1 when a check fails.
 
-    .venv/bin/python bench/bench_large_answers.py [--detail full] [--store sqlite] [--repeat 5] [--record]
+    .venv/bin/python bench/bench_large_answers.py [--detail full] [--store sqlite] \
+        [--repeat 5] [--record]
 
 ``--detail auto`` (default) is what a client gets without asking: the lists are left out above
 1 MiB. ``--detail full`` asks for all 36 MB; that answer is above the LRU's per-entry cap, so

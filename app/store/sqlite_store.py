@@ -97,10 +97,10 @@ class SqliteStore(Store):
                 self.path,
                 timeout=self.busy_timeout_s,
                 check_same_thread=False,
-                isolation_level=None,  # autocommit; put_if_absent opens its own transaction
-                # a cached statement keeps its last bound parameters until it is reused: a
-                # 36 MB value once written would stay in this process's memory for good
-                cached_statements=0,
+                # autocommit; writes open their own transactions. Statements stay cached: a
+                # cached one keeps its last bound parameters, but values above
+                # BLOB_IO_ABOVE_BYTES are never bound (blob I/O), so that is at most 1 MiB
+                isolation_level=None,
             )
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"open {self.path}: {type(exc).__name__}: {exc}") from exc

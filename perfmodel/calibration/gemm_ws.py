@@ -8,7 +8,7 @@ latencies); residuals are reported with the service's own integer-nanosecond mod
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from perfmodel.calibration.gemm_ws_model import (
     closed_form_model,
     shape_and_tiling,
 )
+from perfmodel.calibration.priors import Prior
 from perfmodel.calibration.records import (
     GEMM_WS_FIGURES,
     GEMM_WS_MODEL,
@@ -37,14 +38,20 @@ from perfmodel.gemm_ws import (
     overall_time_closed_form_ns,
 )
 
-#: multistart: the base figures, then draws over 1/30..30x the base throughputs
+#: multistart: the prior medians, the base figures, then draws from the prior
 N_STARTS = 8
 METHOD = (
-    "scipy.optimize.least_squares (trf, bounded; plain then Cauchy loss on relative "
-    "error), "
-    f"{N_STARTS} starts, over 1/throughputs and latencies; closed form "
-    "Sm(S) = L + (S-1) max(L, T), exact Jacobian per regime"
+    "maximum a posteriori: scipy.optimize.least_squares (trf) over ln(figures), Cauchy loss "
+    "on relative error at an estimated noise scale plus log-normal prior residuals; "
+    f"{N_STARTS} starts; Laplace posterior; closed form Sm(S) = L + (S-1) max(L, T), exact "
+    "Jacobian per regime"
 )
+#: a figure with no cited prior is believed within a factor e of its base value (1 sd)
+DEFAULT_SIGMA_LOG = 1.0
+#: a latency whose base value is 0 ("negligible", §4.2.3) gets this median (10 ns) and a wide
+#: spread: ln(0) has no prior, and 10 ns per stage is as negligible as 0 at GPU scale
+ZERO_LATENCY_MEDIAN_US = 0.01
+ZERO_LATENCY_SIGMA_LOG = 3.0
 
 
 def predict_gemm_ws_us(
@@ -102,29 +109,44 @@ def check_gemm_ws_shared_memory(
         )
 
 
-def _specs(
-    base: GemmWsMachine, names: Sequence[str], measured: FloatArray
-) -> tuple[FigureSpec, ...]:
-    longest, shortest = float(measured.max()), float(measured.min())
-    specs = []
+def default_priors(base: GemmWsMachine, names: Sequence[str]) -> dict[str, Prior]:
+    """Priors for figures no profile cites one for: centred on the base values, wide."""
+    out = {}
     for name in names:
         value = float(getattr(base, name))
-        if name in THROUGHPUTS:
-            x = 1.0 / value
-            specs.append(FigureSpec(name, value, True, x / 1e6, x * 1e6, x / 30, x * 30, True, x))
+        if value > 0:
+            out[name] = Prior(value, DEFAULT_SIGMA_LOG, "base value, no cited prior (wide)")
         else:
-            # no latency can exceed the longest run; starts spread over twice the base value
-            typical = max(value, 0.01 * shortest)
-            specs.append(
-                FigureSpec(
-                    name, value, False, 0.0, max(longest, value), 0.0, 2 * typical, False, typical
-                )
+            out[name] = Prior(
+                ZERO_LATENCY_MEDIAN_US,
+                ZERO_LATENCY_SIGMA_LOG,
+                "base value 0 (negligible): 10 ns, wide (docs/model-notes.md)",
             )
-    return tuple(specs)
+    return out
+
+
+def _specs(
+    base: GemmWsMachine, names: Sequence[str], priors: Mapping[str, Prior]
+) -> tuple[FigureSpec, ...]:
+    return tuple(
+        FigureSpec(name, float(getattr(base, name)), name in THROUGHPUTS, priors[name])
+        for name in names
+    )
 
 
 def machine_with(base: GemmWsMachine, values: dict[str, float]) -> GemmWsMachine:
     return dataclasses.replace(base, **values)  # type: ignore[arg-type]
+
+
+def machine_at_ratios(machine: GemmWsMachine, ratios: tuple[float, float]) -> GemmWsMachine:
+    """``machine`` with its (load, compute) throughputs multiplied by ``ratios``."""
+    if ratios == (1.0, 1.0):
+        return machine
+    return dataclasses.replace(
+        machine,
+        load_throughput_elements_per_us=machine.load_throughput_elements_per_us * ratios[0],
+        compute_throughput_macs_per_us=machine.compute_throughput_macs_per_us * ratios[1],
+    )
 
 
 def fit_gemm_ws(
@@ -135,10 +157,14 @@ def fit_gemm_ws(
     folds: int = 5,
     wave_time_model: WaveTimeModel = WaveTimeModel.PAPER,
     seed: int = 0,
+    priors: Mapping[str, Prior] | None = None,
+    dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
 ) -> CalibrationResult:
-    """Fit ``fit`` (default: all of GEMM_WS_FIGURES) of ``base`` to measured times.
+    """The MAP fit of ``fit`` (default: all of GEMM_WS_FIGURES) of ``base`` to measured times.
 
-    Figures the measurements do not determine keep their base values (identifiable false);
+    ``priors`` by figure name (missing ones: :func:`default_priors`); ``dtype_ratios``: per
+    dtype, (load, compute) throughput relative to ``base``'s reference figures. Any number of
+    runs >= 1: what they determine is fitted, the rest stays where the priors hold it.
     ``folds`` > 0 adds k-fold cross-validation (0 turns it off). Deterministic in ``seed``.
     """
     measurements = list(measurements)
@@ -149,23 +175,24 @@ def fit_gemm_ws(
         check_measurement(m, f"measurements[{i}].")
     wave_model = WaveTimeModel(wave_time_model)
     measured = np.array([m.measured_time_us for m in measurements], dtype=np.float64)
-    specs = _specs(base, names, measured)
-    model = closed_form_model(base, measurements, names, wave_model)
+    ratios = dict(dtype_ratios or {})
+    specs = _specs(base, names, {**default_priors(base, names), **(priors or {})})
+    model = closed_form_model(base, measurements, names, wave_model, ratios)
 
     def report(x: FloatArray, rows: IntArray) -> FloatArray:
         values = {s.name: s.to_value(float(xi)) for s, xi in zip(specs, x, strict=True)}
         machine = machine_with(base, values)
-        table = DurationTable(machine)
-        return np.array(
-            [
-                overall_time_closed_form_ns(
-                    *shape_and_tiling(measurements[i]), machine, wave_model, table
-                )
-                / 1000
-                for i in rows
-            ],
-            dtype=np.float64,
-        )
+        by_dtype: dict[str, tuple[GemmWsMachine, DurationTable]] = {}
+        out = []
+        for i in rows:
+            run = measurements[i]
+            if run.dtype not in by_dtype:
+                at_dtype = machine_at_ratios(machine, ratios.get(run.dtype, (1.0, 1.0)))
+                by_dtype[run.dtype] = (at_dtype, DurationTable(at_dtype))
+            at_dtype, table = by_dtype[run.dtype]
+            ns = overall_time_closed_form_ns(*shape_and_tiling(run), at_dtype, wave_model, table)
+            out.append(ns / 1000)
+        return np.array(out, dtype=np.float64)
 
     excess = [i for i, _ in shared_memory_excess(base, measurements)]
     warnings = (
@@ -186,6 +213,7 @@ def fit_gemm_ws(
         folds=k,
         seed=seed,
         method=METHOD,
+        unit="us",
         warnings=[*fold_warnings, *warnings],
     )
     return _with_regime_warning(result, model, specs)
@@ -210,6 +238,6 @@ def _with_regime_warning(
 
 
 def apply_gemm_ws(base: GemmWsMachine, result: CalibrationResult) -> GemmWsMachine:
-    """``base`` with every identifiable fitted figure of ``result`` in place."""
+    """``base`` with every fitted figure of ``result`` (its MAP value) in place."""
     values = identifiable_values(result, GEMM_WS_MODEL, GEMM_WS_FIGURES)
     return machine_with(base, values)

@@ -24,7 +24,7 @@ from perfmodel.calibration import (
     fit_many_bsp,
     predict_many_bsp_cycles,
 )
-from perfmodel.calibration.engine import ROBUST_SCALE
+from perfmodel.calibration.engine import CAUCHY_SDS
 from perfmodel.calibration.many_bsp import ManyBspResidualModel, analyse_runs
 from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile
 from perfmodel.manybsp.kernel import estimate_kernel

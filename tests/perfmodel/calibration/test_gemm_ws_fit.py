@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from perfmodel.calibration import (
-    GEMM_WS_FIGURES,
     CalibrationInputError,
     CalibrationResult,
     GemmWsMeasurement,
@@ -118,9 +117,9 @@ def test_single_wave_runs_cannot_separate_t_init_from_t_epilogue() -> None:
     # ... but their sum is what every run sees, and the fit keeps it (no reset to the base)
     fitted_sum = by_name["t_init_us"].value + by_name["t_epilogue_us"].value
     assert fitted_sum == pytest.approx(truth.t_init_us + truth.t_epilogue_us, rel=0.005)
-    assert any(
-        "1 t_init_us + 1 t_epilogue_us" in c for c in result.determined_combinations
-    ), result.determined_combinations
+    assert any("1 t_init_us + 1 t_epilogue_us" in c for c in result.determined_combinations), (
+        result.determined_combinations
+    )
     assert any("t_init_us" in w and "t_epilogue_us" in w for w in result.warnings)
     for name in ("load_throughput_elements_per_us", "compute_throughput_macs_per_us"):
         assert by_name[name].identifiable

@@ -26,8 +26,8 @@ from perfmodel.calibration import (
     predict_many_bsp_cycles,
 )
 from perfmodel.calibration.engine import CAUCHY_SDS
-from perfmodel.calibration.priors import Prior
 from perfmodel.calibration.many_bsp import ManyBspResidualModel, analyse_runs
+from perfmodel.calibration.priors import Prior
 from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile
 from perfmodel.manybsp.kernel import estimate_kernel
 from perfmodel.manybsp.types import LaunchShape

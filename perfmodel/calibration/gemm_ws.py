@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from perfmodel.calibration import validate
-from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
+from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray, Posterior
 from perfmodel.calibration.gemm_ws_model import (
     THROUGHPUTS,
     GemmWsResidualModel,
@@ -241,3 +241,37 @@ def apply_gemm_ws(base: GemmWsMachine, result: CalibrationResult) -> GemmWsMachi
     """``base`` with every fitted figure of ``result`` (its MAP value) in place."""
     values = identifiable_values(result, GEMM_WS_MODEL, GEMM_WS_FIGURES)
     return machine_with(base, values)
+
+
+def predict_gemm_ws_interval_us(
+    base: GemmWsMachine,
+    result: CalibrationResult,
+    runs: Sequence[GemmWsRun],
+    *,
+    wave_time_model: WaveTimeModel = WaveTimeModel.PAPER,
+    dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
+    draws: int = 128,
+    seed: int = 0,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(MAP prediction, 10 %, 90 % quantile) in microseconds of each of ``runs`` (new ones,
+    not the fit's) under the posterior of ``result``, a GeMM-WS fit of ``base``: draws through
+    the closed form, widened to contain the MAP prediction (docs/model-notes.md)."""
+    names = [f.name for f in result.fitted]
+    model = closed_form_model(
+        base, runs, names, WaveTimeModel(wave_time_model), dict(dtype_ratios or {})
+    )
+    reciprocal = np.array([n in THROUGHPUTS for n in names])
+
+    def internal(theta: FloatArray) -> FloatArray:
+        out: FloatArray = np.exp(np.where(reciprocal, -theta, theta))
+        return out
+
+    belief = Posterior(
+        np.array(result.posterior_mean_log), np.array(result.posterior_covariance_log)
+    )
+    at_map = model.predict(internal(belief.mean))
+    samples = np.array(
+        [model.predict(internal(t)) for t in belief.draws(np.random.default_rng(seed), draws)]
+    )
+    low, high = np.quantile(samples, [0.1, 0.9], axis=0)
+    return at_map, np.minimum(low, at_map), np.maximum(high, at_map)

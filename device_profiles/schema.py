@@ -235,6 +235,24 @@ class CalibrationErrorSummary(_Strict):
     max_abs_pct: float = Field(ge=0, description="largest absolute error, % of the measured value")
 
 
+class CalibrationPosterior(_Strict):
+    """The Laplace posterior of a calibration: ln(figures) ~ Normal(mean, covariance), which
+    the service draws from for shortlists and intervals (docs/model-notes.md, MAP calibration)."""
+
+    figures: list[str] = Field(description="dotted-free names of the fitted figures, in order")
+    mean_log: list[float] = Field(description="posterior mean of ln(value), per figure")
+    covariance_log: list[list[float]] = Field(description="posterior covariance of ln(value)")
+
+    @model_validator(mode="after")
+    def _square(self) -> CalibrationPosterior:
+        p = len(self.figures)
+        if len(self.mean_log) != p or len(self.covariance_log) != p or any(
+            len(row) != p for row in self.covariance_log
+        ):
+            raise ValueError("mean_log and covariance_log must match figures in length")
+        return self
+
+
 class CalibrationProvenance(_Strict):
     """Where a calibrated profile comes from (POST /calibrate); absent from shipped profiles."""
 
@@ -254,6 +272,15 @@ class CalibrationProvenance(_Strict):
         description="k-fold error on held-out runs; null when cross-validation was off",
     )
     method: str = Field(description="fitting method reported by the calibration core")
+    posterior: CalibrationPosterior | None = Field(
+        default=None, description="the fit's posterior (absent from older calibrated profiles)"
+    )
+    determined: list[str] = Field(
+        default_factory=list, description="the fitted figures the runs determined on their own"
+    )
+    noise_pct: float | None = Field(
+        default=None, description="relative noise of the runs the fit estimated, %"
+    )
 
 
 class DeviceProfile(_Strict):

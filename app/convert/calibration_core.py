@@ -17,6 +17,7 @@ from app.convert.optimize import gemm_ws_machine
 from app.convert.predict import launch_to_core
 from app.schemas.calibrate import (
     CalibrationFit,
+    FigurePriorOut,
     FittedFigureOut,
     GemmWsMeasurementIn,
     ManyBspMeasurementIn,
@@ -109,6 +110,17 @@ def to_fit(result: CalibrationResult) -> CalibrationFit:
                 base_value=f.base_value,
                 standard_error=f.standard_error,
                 identifiable=f.identifiable,
+                prior=(
+                    FigurePriorOut(
+                        median=f.prior_median,
+                        sigma_log=f.prior_sigma_log,
+                        source=f.prior_source or "",
+                    )
+                    if f.prior_median is not None and f.prior_sigma_log is not None
+                    else None
+                ),
+                interval_low=f.interval_low,
+                interval_high=f.interval_high,
             )
             for f in result.fitted
         ],
@@ -118,12 +130,22 @@ def to_fit(result: CalibrationResult) -> CalibrationFit:
         ),
         residuals=[
             ResidualOut(
-                index=r.index, measured=r.measured, predicted=r.predicted, error_pct=r.error_pct
+                index=r.index,
+                measured=r.measured,
+                predicted=r.predicted,
+                error_pct=r.error_pct,
+                predicted_low=r.predicted_low,
+                predicted_high=r.predicted_high,
             )
             for r in result.residuals
         ],
         warnings=list(result.warnings),
         method=result.method,
+        determined_combinations=list(result.determined_combinations),
+        noise_pct=result.noise_pct,
+        effective_figures=result.effective_figures,
+        posterior_mean_log=list(result.posterior_mean_log),
+        posterior_covariance_log=[list(row) for row in result.posterior_covariance_log],
     )
 
 

@@ -51,12 +51,6 @@ class LoopResult:
         return (*(r.picks[problem] for r in self.rounds), self.final_picks[problem])
 
 
-def supported_figures(requested: Sequence[str], measurements: int) -> tuple[str, ...]:
-    """The first ``measurements - 1`` of ``requested``: as many figures as the data can fit
-    (fit_gemm_ws needs one measurement more than the figures it determines)."""
-    return tuple(requested[: max(1, measurements - 1)])
-
-
 def _measure_shortlist(
     problem: TilingProblem,
     machine: GemmWsMachine,
@@ -101,8 +95,8 @@ def calibration_loop(
     the device's figures to all measurements so far; then optimize once more.
 
     The problems share one device (the same base machine): its figures are fitted from the
-    runs of all of them. ``fit`` (default GEMM_WS_FIGURES) is in priority order: while there
-    are too few measurements for all of it, the first ones are fitted.
+    runs of all of them, every figure of ``fit`` (default GEMM_WS_FIGURES) from the first
+    round on (the MAP fit holds what the runs do not determine at its prior).
     """
     if not problems:
         raise CalibrationInputError("problems", "give at least one tiling problem")
@@ -135,7 +129,7 @@ def calibration_loop(
         calibration = fit_gemm_ws(
             base,
             measurements,
-            fit=supported_figures(requested, len(measurements)),
+            fit=requested,
             folds=0,
             wave_time_model=problems[0].wave_model,
             seed=seed,

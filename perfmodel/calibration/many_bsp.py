@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from perfmodel.calibration import validate
 from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
+from perfmodel.calibration.posterior import FigureBelief
 from perfmodel.calibration.priors import Prior
 from perfmodel.calibration.records import (
     MANY_BSP_FIGURES,
@@ -310,3 +311,31 @@ def apply_many_bsp(base: DeviceFigures, result: CalibrationResult) -> DeviceFigu
     """``base`` with every fitted figure of ``result`` (its MAP value) in place."""
     values = identifiable_values(result, MANY_BSP_MODEL, MANY_BSP_FIGURES)
     return dataclasses.replace(base, device=_device_with(base.device, values))
+
+
+def predict_interval_cycles(
+    base: DeviceFigures,
+    request: PredictRequest,
+    belief: FigureBelief,
+    *,
+    draws: int = 128,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """(kernel_exec_cycle on ``base``, its 10 % and 90 % quantile) when the figures ``belief``
+    covers (mu, the launch overheads) are drawn from it: the launch is analysed once and only
+    eq. (4)-(5), (13)-(25) are re-evaluated per draw, as in the fit. The interval is widened to
+    contain the point prediction (docs/model-notes.md, "MAP calibration")."""
+    (totals, launch) = _analyse(base, request, "request")
+    kernel = AnalysedKernel(totals, launch, base.device.n_sm * occupancy_rho(launch, base.device))
+    grid = request.grid
+    blocks = grid[0] * grid[1] * grid[2]
+    point = kernel.cycles(blocks, base.device)
+    values = belief.draws(np.random.default_rng(seed), draws)
+    samples = [
+        kernel.cycles(
+            blocks, _device_with(base.device, {n: float(v[d]) for n, v in values.items()})
+        )
+        for d in range(draws)
+    ]
+    low, high = np.quantile(samples, [0.1, 0.9])
+    return point, min(float(low), point), max(float(high), point)

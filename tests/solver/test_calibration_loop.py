@@ -13,7 +13,7 @@ import pytest
 from perfmodel.calibration import CalibrationInputError
 from perfmodel.gemm_ws import GemmShape, Tiling, simulate
 from solver import SearchSpace, TilingProblem, optimize_tiling
-from solver.calibration_loop import calibration_loop, supported_figures
+from solver.calibration_loop import calibration_loop
 from tests.calibration_cases import BASE, CLOSED_LOOP_TRUTH, draw_dimension
 
 
@@ -46,12 +46,6 @@ def test_three_rounds_find_the_true_optimum_within_one_percent() -> None:
     assert fitted["compute_throughput_macs_per_us"].value == pytest.approx(
         CLOSED_LOOP_TRUTH.compute_throughput_macs_per_us, rel=0.05
     )
-
-
-def test_too_few_measurements_fit_the_first_figures_asked() -> None:
-    assert supported_figures(["a", "b", "c"], 3) == ("a", "b")
-    assert supported_figures(["a", "b", "c"], 9) == ("a", "b", "c")
-    assert supported_figures(["a", "b"], 1) == ("a",)
 
 
 def test_problems_of_different_devices_are_refused() -> None:

@@ -26,7 +26,12 @@ from perfmodel.calibration import (
     predict_many_bsp_cycles,
 )
 from perfmodel.calibration.engine import CAUCHY_SDS
-from perfmodel.calibration.many_bsp import ManyBspResidualModel, analyse_runs
+from perfmodel.calibration.many_bsp import (
+    ManyBspResidualModel,
+    analyse_runs,
+    predict_interval_cycles,
+)
+from perfmodel.calibration.posterior import FigureBelief
 from perfmodel.calibration.priors import Prior
 from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile
 from perfmodel.manybsp.kernel import estimate_kernel
@@ -332,3 +337,27 @@ def test_apply_refuses_a_gemm_ws_result() -> None:
     with pytest.raises(CalibrationInputError):
         apply_many_bsp(base, dataclasses.replace(result, model="gemm-ws"))
     assert isinstance(data[0].request, PredictRequest)
+
+
+def test_prediction_interval_brackets_the_point_and_widens_with_the_prior() -> None:
+    """The 10-90 % interval of a paper kernel's cycles under drawn figures: it contains the
+    point prediction, a tighter prior gives a narrower interval, and a belief with no spread
+    collapses it onto the point (against the predictor itself)."""
+    case = next(c for c in CASES if c["id"] == "hotspot-gtx-760")
+    request = paper_request(case)
+    base = request.device
+    values = {n: float(getattr(base.device, n)) for n in MANY_BSP_FIGURES}
+
+    def interval(sigma: float) -> tuple[float, float, float]:
+        priors = {n: Prior(values[n], sigma, "test") for n in MANY_BSP_FIGURES}
+        return predict_interval_cycles(base, request, FigureBelief.from_priors(priors, values))
+
+    point, low, high = interval(0.5)
+    assert point == pytest.approx(predict_many_bsp_cycles(base, request))
+    assert low <= point <= high and high > low
+    _, narrow_low, narrow_high = interval(0.05)
+    assert narrow_high - narrow_low < high - low
+    _, flat_low, flat_high = interval(1e-9)
+    assert flat_low == pytest.approx(point, rel=1e-6) and flat_high == pytest.approx(
+        point, rel=1e-6
+    )

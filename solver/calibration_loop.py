@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from perfmodel.belief import FigureBelief, Prior
 from perfmodel.calibration import (
     GEMM_WS_FIGURES,
     CalibrationResult,
@@ -20,8 +21,6 @@ from perfmodel.calibration import (
     fit_gemm_ws,
 )
 from perfmodel.calibration.gemm_ws import default_priors
-from perfmodel.calibration.posterior import FigureBelief
-from perfmodel.calibration.priors import Prior
 from perfmodel.errors import CalibrationInputError
 from perfmodel.gemm_ws import ELEMENT_BYTES, GemmShape, GemmWsMachine, Tiling
 from solver.bounds import triple_bounds

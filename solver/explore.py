@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from perfmodel.calibration.posterior import FigureBelief
+from perfmodel.belief import FigureBelief
 from perfmodel.gemm_ws import GemmWsMachine, Tiling, WaveTimeModel, us_to_ns
 from solver.bounds import TripleBound
 from solver.optimize import tie_break_key

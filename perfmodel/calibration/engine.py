@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
-from perfmodel.calibration.priors import Prior
+from perfmodel.belief import Posterior, Prior
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
@@ -113,24 +113,6 @@ class FitProblem:
         return dataclasses.replace(
             self, model=self.model.subset(rows), measured=self.measured[rows]
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Posterior:
-    """The Laplace approximation: theta = ln(figure values) ~ Normal(mean, covariance)."""
-
-    mean: FloatArray
-    covariance: FloatArray
-
-    def sd(self) -> FloatArray:
-        out: FloatArray = np.sqrt(np.maximum(np.diag(self.covariance), 0.0))
-        return out
-
-    def draws(self, rng: np.random.Generator, n: int) -> FloatArray:
-        """``n`` draws of theta, shape (n, p)."""
-        root = _covariance_root(self.covariance)
-        out: FloatArray = self.mean + rng.standard_normal((n, self.mean.size)) @ root.T
-        return out
 
 
 @dataclass(slots=True)
@@ -342,13 +324,6 @@ def fit_posterior(problem: FitProblem, rng: np.random.Generator) -> EngineFit:
 def _effective_figures(information: FloatArray, prior_precision: FloatArray) -> float:
     """tr(I_data (I_data + I_prior)^-1): how many figures' worth the data determine."""
     return float(np.trace(np.linalg.solve(information + prior_precision, information)))
-
-
-def _covariance_root(covariance: FloatArray) -> FloatArray:
-    """A matrix R with R R^T = covariance (eigen-decomposition: robust to near-singularity)."""
-    values, vectors = np.linalg.eigh(covariance)
-    root: FloatArray = vectors * np.sqrt(np.maximum(values, 0.0))
-    return root
 
 
 @dataclass(frozen=True, slots=True)

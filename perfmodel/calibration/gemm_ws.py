@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from perfmodel.belief import Posterior, Prior
 from perfmodel.calibration import validate
-from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray, Posterior
+from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
 from perfmodel.calibration.gemm_ws_model import (
     THROUGHPUTS,
     GemmWsResidualModel,
@@ -21,7 +22,6 @@ from perfmodel.calibration.gemm_ws_model import (
     closed_form_model,
     shape_and_tiling,
 )
-from perfmodel.calibration.priors import Prior
 from perfmodel.calibration.records import (
     GEMM_WS_FIGURES,
     GEMM_WS_MODEL,

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from perfmodel.belief import FigureBelief, Prior
 from perfmodel.calibration import validate
 from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
-from perfmodel.calibration.posterior import FigureBelief
-from perfmodel.calibration.priors import Prior
 from perfmodel.calibration.records import (
     MANY_BSP_FIGURES,
     MANY_BSP_MODEL,

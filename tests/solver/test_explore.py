@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.calibration.posterior import FigureBelief
-from perfmodel.calibration.priors import Prior
+from perfmodel.belief import FigureBelief, Prior
 from perfmodel.gemm_ws import GemmShape, WaveTimeModel, simulate
 from solver import SearchSpace, TilingProblem, optimize_tiling
 from solver.bounds import triple_bounds

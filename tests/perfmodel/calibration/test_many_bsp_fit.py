@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from device_profiles import get_profile
+from perfmodel.belief import FigureBelief, Prior
 from perfmodel.calibration import (
     MANY_BSP_FIGURES,
     CalibrationInputError,
@@ -31,8 +32,6 @@ from perfmodel.calibration.many_bsp import (
     analyse_runs,
     predict_interval_cycles,
 )
-from perfmodel.calibration.posterior import FigureBelief
-from perfmodel.calibration.priors import Prior
 from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile
 from perfmodel.manybsp.kernel import estimate_kernel
 from perfmodel.manybsp.types import LaunchShape

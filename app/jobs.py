@@ -35,7 +35,6 @@ from app.service import (
 from device_profiles import DeviceProfile
 from perfmodel.gemm_ws import Tiling, simulate
 from perfmodel.manybsp import predict_kernel
-from solver import optimize_tiling
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
@@ -76,9 +75,10 @@ def optimize_job(
     """Worker side of POST /optimize-tiling: solve within ``time_limit_s``, return the body.
     ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline)."""
     request = OptimizeTilingRequest.model_validate(request_json)
-    device, problem = optimize_convert.to_problem(request, _profile(profile_json))
-    result = optimize_tiling(problem, top_k=request.top_k, time_limit_s=time_limit_s)
-    answer = optimize_convert.to_response(request, device, problem, result)
+    profile = _profile(profile_json)
+    device, problem = optimize_convert.to_problem(request, profile)
+    solved = optimize_convert.solve(request, profile, problem, time_limit_s)
+    answer = optimize_convert.to_response(request, device, problem, solved)
     return EncodedAnswer(_OPTIMIZE_JSON.dump_json(answer), cacheable=answer.status == "optimal")
 
 

@@ -23,8 +23,7 @@ from perfmodel.calibration import (
 from perfmodel.calibration.gemm_ws import default_priors
 from perfmodel.errors import CalibrationInputError
 from perfmodel.gemm_ws import ELEMENT_BYTES, GemmShape, GemmWsMachine, Tiling
-from solver.bounds import triple_bounds
-from solver.explore import configurations, explore
+from solver.explore import explore_problem
 from solver.optimize import TilingProblem, optimize_tiling
 from solver.shortlist import ShortlistMode
 
@@ -71,11 +70,9 @@ def _measure_shortlist(
     explore shortlist under ``belief`` (or the point estimate's top_k in exploit mode)."""
     current = dataclasses.replace(problem, machine=machine)
     result = optimize_tiling(current, top_k=1, time_limit_s=time_limit_s)
-    bounds = triple_bounds(
-        current.shape, machine, current.space, current.element_bytes, current.wave_model
-    )
-    configs = configurations(bounds, current.space.buffer_depth, machine, current.wave_model)
-    picks = explore(configs, belief, machine, current.wave_model, top_k, mode, seed=seed)
+    picks = explore_problem(current, belief, top_k, mode, seed=seed)
+    if picks is None:
+        raise CalibrationInputError("problems", "the search space is too large to explore")
     if picks.tilings[0] != result.best.tiling:  # the enumeration is exact: a bug if not
         raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
     shape = problem.shape

@@ -19,8 +19,8 @@ from numpy.typing import NDArray
 
 from perfmodel.belief import FigureBelief
 from perfmodel.gemm_ws import GemmWsMachine, Tiling, WaveTimeModel, us_to_ns
-from solver.bounds import TripleBound
-from solver.optimize import tie_break_key
+from solver.bounds import TripleBound, triple_bounds
+from solver.optimize import TilingProblem, tie_break_key
 from solver.shortlist import Shortlist, ShortlistMode, shortlist
 
 #: posterior draws per request: enough for a stable share of wins among a handful of leaders
@@ -162,4 +162,41 @@ def explore(
         probability_best=tuple(float(chosen.probability_best[c]) for c in picks),
         interval_low_us=tuple(float(chosen.interval_low[c]) for c in picks),
         interval_high_us=tuple(float(chosen.interval_high[c]) for c in picks),
+    )
+
+
+#: the most configurations a request's draws are scored over (128 draws x this many floats
+#: stay within ~100 MB and ~50 ms); a larger space answers its exploit shortlist with a note
+MAX_EXPLORE_CONFIGURATIONS = 100_000
+
+
+def explore_problem(
+    problem: TilingProblem,
+    belief: FigureBelief,
+    top_k: int,
+    mode: ShortlistMode,
+    *,
+    ratios: tuple[float, float] = (1.0, 1.0),
+    draws: int = DRAWS,
+    seed: int = 0,
+) -> ExploredShortlist | None:
+    """:func:`explore` over every feasible configuration of ``problem``'s space; None when
+    there are more than MAX_EXPLORE_CONFIGURATIONS of them."""
+    bounds = triple_bounds(
+        problem.shape, problem.machine, problem.space, problem.element_bytes, problem.wave_model
+    )
+    depths = problem.space.buffer_depth
+    if sum(len(b.feasible_depths(depths)) for b in bounds) > MAX_EXPLORE_CONFIGURATIONS:
+        return None
+    configs = configurations(bounds, depths, problem.machine, problem.wave_model)
+    return explore(
+        configs,
+        belief,
+        problem.machine,
+        problem.wave_model,
+        top_k,
+        mode,
+        ratios=ratios,
+        draws=draws,
+        seed=seed,
     )

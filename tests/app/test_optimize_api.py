@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from perfmodel.gemm_ws import GemmShape
+from perfmodel.gemm_ws import GemmShape, Tiling, simulate
 from tests.gemm_ws_cases import A6000, TABLE_1, TABLE_1_SPACE, brute_force_ranking
 
 TABLE_1_SEARCH = {
@@ -38,7 +38,9 @@ def test_table_1_over_http(
     client: TestClient, problem: tuple[int, int, int], tiling: tuple[int, int, int]
 ) -> None:
     m, n, k = problem
-    r = _post(client, m=m, n=n, k=k, device="rtx-a6000", search_space=TABLE_1_SEARCH)
+    r = _post(
+        client, m=m, n=n, k=k, device="rtx-a6000", search_space=TABLE_1_SEARCH, shortlist="exploit"
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["status"] == "optimal"
@@ -256,3 +258,41 @@ def test_oversized_search_space_is_refused_before_solving(client: TestClient) ->
     assert r.status_code == 422
     assert r.json()["errors"][0]["field"] == "search_space"
     assert "combinations" in r.json()["errors"][0]["reason"]
+
+
+@pytest.mark.parametrize(("problem", "tiling"), TABLE_1, ids=[str(p) for p, _ in TABLE_1])
+def test_explore_keeps_the_proven_optimum_and_ranks_the_rest_by_chance_of_winning(
+    client: TestClient, problem: tuple[int, int, int], tiling: tuple[int, int, int]
+) -> None:
+    """Issue 16: the default shortlist explores. Rank 1 is Table 1's optimum (brute force);
+    the other ranks are the likeliest winners under the profile's belief, each with its
+    probability of being the fastest and its 10-90 % interval around its prediction."""
+    m, n, k = problem
+    r = _post(client, m=m, n=n, k=k, device="rtx-a6000", search_space=TABLE_1_SEARCH)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    best = brute_force_ranking(GemmShape(m, n, k), A6000, TABLE_1_SPACE)[0]
+    first = body["candidates"][0]
+    assert (first["tile_m"], first["tile_n"], first["tile_k"]) == tiling
+    assert (
+        first["predicted_time_us"]
+        == best.overall_time_ns / 1000
+        == body["best"]["predicted_time_us"]
+    )
+    assert body["shortlist"]["mode"] == "explore" and body["shortlist"]["draws"] > 0
+    chances = [c["probability_best"] for c in body["candidates"]]
+    assert all(0 <= p <= 1 for p in chances) and sum(chances) <= 1 + 1e-9
+    assert chances[1:] == sorted(chances[1:], reverse=True)
+    keys = {(c["tile_m"], c["tile_n"], c["tile_k"], c["buffer_depth"]) for c in body["candidates"]}
+    assert len(keys) == len(body["candidates"]) == 5
+    for c in body["candidates"]:
+        assert c["interval_low_us"] <= c["interval_high_us"]
+        # every candidate is simulated exactly, whatever picked it
+        assert c["predicted_time_us"] == pytest.approx(
+            simulate(
+                GemmShape(m, n, k),
+                Tiling(c["tile_m"], c["tile_n"], c["tile_k"], c["buffer_depth"]),
+                A6000,
+            ).overall_time_ns
+            / 1000
+        )

@@ -81,8 +81,7 @@ def main() -> int:
         picks = [pooled.picks_of(i) for i in range(len(problems))]
     elapsed = time.perf_counter() - started
     optimum = [
-        optimize_tiling(TilingProblem(s, TRUTH, SearchSpace()), top_k=1).best
-        for s in shapes
+        optimize_tiling(TilingProblem(s, TRUTH, SearchSpace()), top_k=1).best for s in shapes
     ]
     kind = "independent (one loop per problem)" if args.independent else "pooled (one device)"
     print(

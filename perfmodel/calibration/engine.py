@@ -56,7 +56,7 @@ DETERMINED_SHRINK = 0.5
 DETERMINED_INFORMATION = 3.0
 #: fixed-point iterations between the MAP and the noise scale, started from this scale
 NOISE_ITERATIONS = 12
-LOW_NOISE_START = 1e-3
+LOW_NOISE_START = 1e-4
 #: z of the 10 % and 90 % quantiles of a normal: the intervals reported
 Z_90 = 1.2815515655446004
 

@@ -23,6 +23,7 @@ from app.schemas.optimize import (
     ValueRange,
 )
 from device_profiles import DeviceProfile, ModelNotServed, get_profile
+from device_profiles.priors import gemm_ws_dtype_ratios
 from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.belief import FigureBelief, Prior
 from perfmodel.errors import ModelInputError
@@ -32,6 +33,7 @@ from perfmodel.gemm_ws import (
     Simulation,
     WaveTimeModel,
     ns_to_us,
+    scaled_throughputs,
     simulate,
 )
 from solver import (
@@ -51,14 +53,24 @@ from solver.shortlist import ShortlistMode
 MAX_TIMELINE_STAGES = 1 << 16
 
 
-def gemm_ws_machine(profile: DeviceProfile) -> GemmWsMachine:
-    """The GeMM-WS figures of a profile; ModelNotServed names what is missing."""
+def gemm_ws_machine(profile: DeviceProfile, dtype: str = "fp16") -> GemmWsMachine:
+    """The GeMM-WS figures of a profile for element type ``dtype`` (the fp16 figures scaled
+    by the profile's cited ratios); ModelNotServed names what is missing, a dtype the device
+    lacks is a ModelInputError naming ``dtype``."""
     section = profile.gemm_ws
     if section is None:
         missing = [f"gemm_ws.{name}" for name in REQUIRED_GEMM_WS_FIGURES]
         raise ModelNotServed(profile.id, "gemm-ws", missing)
+    ratios = gemm_ws_dtype_ratios(profile)
+    if dtype not in ratios:
+        raise ModelInputError(
+            "dtype",
+            f"device {profile.id!r} has no {dtype} GEMM rate (its element types: "
+            + ", ".join(sorted(ratios))
+            + ")",
+        )
     shared = profile.hardware.shared_memory_per_block_bytes
-    return GemmWsMachine(
+    reference = GemmWsMachine(
         sm_count=int(profile.hardware.sm_count.value),
         t_init_us=section.t_init_us.value,
         t_epilogue_us=section.t_epilogue_us.value,
@@ -68,6 +80,7 @@ def gemm_ws_machine(profile: DeviceProfile) -> GemmWsMachine:
         compute_throughput_macs_per_us=section.compute_throughput_macs_per_us.value,
         shared_memory_per_block_bytes=int(shared.value) if shared is not None else None,
     )
+    return scaled_throughputs(reference, ratios[dtype])
 
 
 #: GeMM-WS figures a belief covers (those a calibration fits)
@@ -86,9 +99,10 @@ UNCITED_SIGMA_LOG = 1.0
 def belief_of(
     profile: DeviceProfile | None, machine: GemmWsMachine
 ) -> tuple[Literal["calibration", "priors"], FigureBelief]:
-    """What is believed about ``machine``'s figures: the posterior of the profile's last
-    GeMM-WS calibration, else the priors its figures cite (a wide one, around the value, for
-    a figure that cites none, and for inline device_params). Returns (kind, belief)."""
+    """What is believed about the reference (fp16) figures ``machine`` holds: the posterior of
+    the profile's last GeMM-WS calibration, else the priors its figures cite, centred on the
+    figures' values (a wide one for a figure that cites none, and for inline device_params).
+    Returns (kind, belief)."""
     calibration = profile.calibration if profile is not None else None
     posterior = calibration.posterior if calibration is not None else None
     if calibration is not None and calibration.model == "gemm-ws" and posterior is not None:
@@ -125,7 +139,7 @@ def to_problem(
     if request.device is not None:
         profile = profile if profile is not None else get_profile(request.device)
         device = profile.id
-        machine = gemm_ws_machine(profile)
+        machine = gemm_ws_machine(profile, request.dtype)
     elif request.device_params is not None:
         device = "inline"
         machine = GemmWsMachine(**request.device_params.model_dump())
@@ -183,10 +197,15 @@ def solve(
     result = optimize_tiling(problem, top_k=top_k, time_limit_s=time_limit_s)
     if result.status != "optimal":
         return Solved(result, None)
-    kind, belief = belief_of(profile, problem.machine)
+    # the belief is about the reference (fp16) figures; draws are scaled to the request's
+    # dtype as its machine was
+    ratios, reference = (1.0, 1.0), problem.machine
+    if profile is not None:
+        ratios, reference = gemm_ws_dtype_ratios(profile)[request.dtype], gemm_ws_machine(profile)
+    kind, belief = belief_of(profile, reference)
     picks = None
     if time.perf_counter() - started < time_limit_s:
-        picks = explore_problem(problem, belief, request.top_k, mode)
+        picks = explore_problem(problem, belief, request.top_k, mode, ratios=ratios)
     if picks is None:
         note = f"more than {MAX_EXPLORE_CONFIGURATIONS} feasible configurations, or no time left"
         if mode is ShortlistMode.EXPLORE:

@@ -36,6 +36,7 @@ from perfmodel.gemm_ws import (
     GemmWsMachine,
     WaveTimeModel,
     overall_time_closed_form_ns,
+    scaled_throughputs,
 )
 
 #: multistart: the prior medians, the base figures, then draws from the prior
@@ -138,17 +139,6 @@ def machine_with(base: GemmWsMachine, values: dict[str, float]) -> GemmWsMachine
     return dataclasses.replace(base, **values)  # type: ignore[arg-type]
 
 
-def machine_at_ratios(machine: GemmWsMachine, ratios: tuple[float, float]) -> GemmWsMachine:
-    """``machine`` with its (load, compute) throughputs multiplied by ``ratios``."""
-    if ratios == (1.0, 1.0):
-        return machine
-    return dataclasses.replace(
-        machine,
-        load_throughput_elements_per_us=machine.load_throughput_elements_per_us * ratios[0],
-        compute_throughput_macs_per_us=machine.compute_throughput_macs_per_us * ratios[1],
-    )
-
-
 def fit_gemm_ws(
     base: GemmWsMachine,
     measurements: Sequence[GemmWsMeasurement],
@@ -187,7 +177,7 @@ def fit_gemm_ws(
         for i in rows:
             run = measurements[i]
             if run.dtype not in by_dtype:
-                at_dtype = machine_at_ratios(machine, ratios.get(run.dtype, (1.0, 1.0)))
+                at_dtype = scaled_throughputs(machine, ratios.get(run.dtype, (1.0, 1.0)))
                 by_dtype[run.dtype] = (at_dtype, DurationTable(at_dtype))
             at_dtype, table = by_dtype[run.dtype]
             ns = overall_time_closed_form_ns(*shape_and_tiling(run), at_dtype, wave_model, table)

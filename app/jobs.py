@@ -77,7 +77,9 @@ def optimize_job(
     request = OptimizeTilingRequest.model_validate(request_json)
     profile = _profile(profile_json)
     device, problem = optimize_convert.to_problem(request, profile)
-    solved = optimize_convert.solve(request, profile, problem, time_limit_s)
+    from app.convert import explore  # numpy: worker side only
+
+    solved = explore.solve(request, profile, problem, time_limit_s)
     answer = optimize_convert.to_response(request, device, problem, solved)
     return EncodedAnswer(_OPTIMIZE_JSON.dump_json(answer), cacheable=answer.status == "optimal")
 

@@ -2,7 +2,7 @@
 
 A profile's figures carry their log-normal priors (schema_version 3, ``prior``); the MAP
 calibration (perfmodel.calibration) and the uncertainty of predictions (perfmodel.belief) take
-them as :class:`perfmodel.belief.Prior`. Derivations: docs/model-notes.md, "Priors".
+them as :class:`perfmodel.prior.Prior`. Derivations: docs/model-notes.md, "Priors".
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from device_profiles.schema import DeviceProfile, Figure
-from perfmodel.belief import Prior
+from perfmodel.prior import Prior
 
 #: element types whose GeMM-WS figures a profile without ``gemm_ws_dtypes`` serves at the
 #: fp16 figures (the paper's reading: §4.2's durations are per element whatever the type)

@@ -15,26 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from perfmodel.prior import Prior
+
 FloatArray = NDArray[np.float64]
 
-
-@dataclass(frozen=True, slots=True)
-class Prior:
-    """ln(value) ~ Normal(ln(median), sigma_log^2); ``median`` in the figure's own unit."""
-
-    median: float
-    sigma_log: float
-    source: str
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.median) and self.median > 0):
-            raise ValueError(f"a prior's median must be positive and finite, got {self.median}")
-        if not (math.isfinite(self.sigma_log) and self.sigma_log > 0):
-            raise ValueError(f"a prior's sigma_log must be positive, got {self.sigma_log}")
-
-    def quantile(self, z: float) -> float:
-        """The value at ``z`` standard deviations of ln(value) from the median."""
-        return self.median * math.exp(z * self.sigma_log)
+__all__ = ["FigureBelief", "Posterior", "Prior"]
 
 
 @dataclass(frozen=True, slots=True)

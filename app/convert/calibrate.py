@@ -171,7 +171,7 @@ def fit_ready(
     ready = DeviceProfile.model_validate(
         {
             **base.model_dump(),
-            "schema_version": 2,  # the estimate flag
+            "schema_version": max(base.schema_version, 2),  # the estimate flag
             section_name: {**present, **updates},
         }
     )
@@ -334,7 +334,7 @@ def calibrated_profile(
     return DeviceProfile.model_validate(
         {
             **base.model_dump(),
-            "schema_version": 2,
+            "schema_version": max(base.schema_version, 2),
             "id": device_id,
             "name": f"{base.name}, calibrated ({model})",
             "description": f"{base.name} with {model} figures fitted to {count} measured runs "

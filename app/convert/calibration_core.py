@@ -24,6 +24,7 @@ from app.schemas.calibrate import (
     ResidualOut,
 )
 from device_profiles import DeviceProfile
+from device_profiles.priors import gemm_ws_dtype_ratios, gemm_ws_priors, many_bsp_priors
 from device_profiles.schema import CalibrationErrorSummary
 from perfmodel.calibration import (
     CalibrationResult,
@@ -72,6 +73,15 @@ def check_runs(model: str, base: DeviceProfile, documents: Sequence[Mapping[str,
     cannot analyse on the device (bad PTX, a block over the device's limits, ...)."""
     if model == "gemm-ws":
         machine, gemm_runs = gemm_ws_core(base, documents)
+        ratios = gemm_ws_dtype_ratios(base)
+        for i, gemm_run in enumerate(gemm_runs):
+            if gemm_run.dtype not in ratios:
+                raise CalibrationInputError(
+                    f"measurements[{i}].dtype",
+                    f"device {base.id!r} has no {gemm_run.dtype} GEMM rate (its element types: "
+                    + ", ".join(sorted(ratios))
+                    + ")",
+                )
         check_gemm_ws_shared_memory(machine, gemm_runs)
         return
     device, kernel_runs = many_bsp_core(base, documents)
@@ -94,9 +104,20 @@ def fit(
     if model == "gemm-ws":
         check_runs(model, base, documents)
         machine, gemm_runs = gemm_ws_core(base, documents)
-        return to_fit(fit_gemm_ws(machine, gemm_runs, fit=names, folds=folds))
+        return to_fit(
+            fit_gemm_ws(
+                machine,
+                gemm_runs,
+                fit=names,
+                folds=folds,
+                priors=gemm_ws_priors(base),
+                dtype_ratios=gemm_ws_dtype_ratios(base),
+            )
+        )
     device, kernel_runs = many_bsp_core(base, documents)
-    return to_fit(fit_many_bsp(device, kernel_runs, fit=names, folds=folds))
+    return to_fit(
+        fit_many_bsp(device, kernel_runs, fit=names, folds=folds, priors=many_bsp_priors(base))
+    )
 
 
 def to_fit(result: CalibrationResult) -> CalibrationFit:

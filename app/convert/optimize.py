@@ -3,10 +3,7 @@ response schema. Used by the route (early 4xx checks) and by the worker job alik
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from dataclasses import dataclass
-from typing import Literal
 
 from app.schemas.optimize import (
     Feedback,
@@ -25,7 +22,6 @@ from app.schemas.optimize import (
 from device_profiles import DeviceProfile, ModelNotServed, get_profile
 from device_profiles.priors import gemm_ws_dtype_ratios
 from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
-from perfmodel.belief import FigureBelief, Prior
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import (
     GemmShape,
@@ -34,18 +30,14 @@ from perfmodel.gemm_ws import (
     WaveTimeModel,
     ns_to_us,
     scaled_throughputs,
-    simulate,
 )
 from solver import (
     ELEMENT_BYTES,
     SearchSpace,
     TilingProblem,
     TilingResult,
-    optimize_tiling,
     values_from_range,
 )
-from solver.explore import DRAWS, MAX_EXPLORE_CONFIGURATIONS, explore_problem
-from solver.shortlist import ShortlistMode
 
 #: most stages a timeline may list: S = ceil(K / TK) for the largest K (2^20) and the smallest
 #: default tile (16). A smaller TK makes the body grow ~120 bytes per stage (TK = 1 and
@@ -81,45 +73,6 @@ def gemm_ws_machine(profile: DeviceProfile, dtype: str = "fp16") -> GemmWsMachin
         shared_memory_per_block_bytes=int(shared.value) if shared is not None else None,
     )
     return scaled_throughputs(reference, ratios[dtype])
-
-
-#: GeMM-WS figures a belief covers (those a calibration fits)
-BELIEF_FIGURES = (
-    "load_throughput_elements_per_us",
-    "compute_throughput_macs_per_us",
-    "load_startup_latency_us",
-    "compute_startup_latency_us",
-    "t_init_us",
-    "t_epilogue_us",
-)
-#: a figure no profile cites a prior for is believed within a factor e (1 sd) of its value
-UNCITED_SIGMA_LOG = 1.0
-
-
-def belief_of(
-    profile: DeviceProfile | None, machine: GemmWsMachine
-) -> tuple[Literal["calibration", "priors"], FigureBelief]:
-    """What is believed about the reference (fp16) figures ``machine`` holds: the posterior of
-    the profile's last GeMM-WS calibration, else the priors its figures cite, centred on the
-    figures' values (a wide one for a figure that cites none, and for inline device_params).
-    Returns (kind, belief)."""
-    calibration = profile.calibration if profile is not None else None
-    posterior = calibration.posterior if calibration is not None else None
-    if calibration is not None and calibration.model == "gemm-ws" and posterior is not None:
-        return "calibration", FigureBelief.from_calibration(
-            posterior.figures, posterior.mean_log, posterior.covariance_log
-        )
-    section = profile.gemm_ws if profile is not None else None
-    priors = {}
-    for name in BELIEF_FIGURES:
-        cited = getattr(getattr(section, name, None), "prior", None)
-        value = float(getattr(machine, name))
-        if cited is not None:
-            priors[name] = Prior(cited.median, cited.sigma_log, cited.source)
-        elif value > 0:
-            priors[name] = Prior(value, UNCITED_SIGMA_LOG, "no cited prior: wide")
-    values = {name: float(getattr(machine, name)) for name in BELIEF_FIGURES}
-    return "priors", FigureBelief.from_priors(priors, values)
 
 
 def _values(field: str, spec: TileValues) -> tuple[int, ...]:
@@ -180,50 +133,6 @@ class Solved:
     shortlist: ShortlistOut | None
     #: per ranked candidate: (probability_best, interval low, interval high), or empty
     uncertainty: tuple[tuple[float, float, float], ...] = ()
-
-
-def solve(
-    request: OptimizeTilingRequest,
-    profile: DeviceProfile | None,
-    problem: TilingProblem,
-    time_limit_s: float,
-) -> Solved:
-    """Z3's proven optimum, then the shortlist: in explore mode the configurations most often
-    fastest under the device's belief (rank 1 stays Z3's); both modes carry each candidate's
-    probability of being fastest and its interval when the space is small enough to draw."""
-    mode = ShortlistMode(request.shortlist)
-    started = time.perf_counter()
-    top_k = 1 if mode is ShortlistMode.EXPLORE else request.top_k
-    result = optimize_tiling(problem, top_k=top_k, time_limit_s=time_limit_s)
-    if result.status != "optimal":
-        return Solved(result, None)
-    # the belief is about the reference (fp16) figures; draws are scaled to the request's
-    # dtype as its machine was
-    ratios, reference = (1.0, 1.0), problem.machine
-    if profile is not None:
-        ratios, reference = gemm_ws_dtype_ratios(profile)[request.dtype], gemm_ws_machine(profile)
-    kind, belief = belief_of(profile, reference)
-    picks = None
-    if time.perf_counter() - started < time_limit_s:
-        picks = explore_problem(problem, belief, request.top_k, mode, ratios=ratios)
-    if picks is None:
-        note = f"more than {MAX_EXPLORE_CONFIGURATIONS} feasible configurations, or no time left"
-        if mode is ShortlistMode.EXPLORE:
-            result = optimize_tiling(problem, top_k=request.top_k, time_limit_s=time_limit_s)
-        return Solved(result, ShortlistOut(mode=mode.value, belief="none", draws=0, note=note))
-    if picks.tilings[0] != result.best.tiling:
-        raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
-    candidates = tuple(
-        simulate(problem.shape, t, problem.machine, problem.wave_model) for t in picks.tilings
-    )
-    uncertainty = tuple(
-        zip(picks.probability_best, picks.interval_low_us, picks.interval_high_us, strict=True)
-    )
-    return Solved(
-        dataclasses.replace(result, best=candidates[0], candidates=candidates),
-        ShortlistOut(mode=mode.value, belief=kind, draws=DRAWS),
-        uncertainty,
-    )
 
 
 def _prediction(

@@ -1,6 +1,6 @@
-"""Log-normal priors of calibratable figures: :class:`perfmodel.belief.Prior`, here for the
+"""Log-normal priors of calibratable figures: :class:`perfmodel.prior.Prior`, here for the
 calibration package's readers (docs/model-notes.md, "Priors")."""
 
-from perfmodel.belief import Prior
+from perfmodel.prior import Prior
 
 __all__ = ["Prior"]

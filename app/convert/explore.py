@@ -1,0 +1,104 @@
+"""Worker side of POST /optimize-tiling's shortlist: Z3's proven optimum, then the explore (or
+exploit) shortlist under what is believed about the device's figures (issue 16).
+
+Worker-only: it draws with numpy (perfmodel.belief, solver.explore), which the service's own
+process never loads; app/jobs.py imports it inside the optimize job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Literal
+
+from app.convert.optimize import Solved, gemm_ws_machine
+from app.schemas.optimize import OptimizeTilingRequest, ShortlistOut
+from device_profiles import DeviceProfile
+from device_profiles.priors import gemm_ws_dtype_ratios
+from perfmodel.belief import FigureBelief, Prior
+from perfmodel.gemm_ws import GemmWsMachine, simulate
+from solver import TilingProblem, optimize_tiling
+from solver.explore import DRAWS, MAX_EXPLORE_CONFIGURATIONS, explore_problem
+from solver.shortlist import ShortlistMode
+
+#: GeMM-WS figures a belief covers (those a calibration fits)
+BELIEF_FIGURES = (
+    "load_throughput_elements_per_us",
+    "compute_throughput_macs_per_us",
+    "load_startup_latency_us",
+    "compute_startup_latency_us",
+    "t_init_us",
+    "t_epilogue_us",
+)
+#: a figure no profile cites a prior for is believed within a factor e (1 sd) of its value
+UNCITED_SIGMA_LOG = 1.0
+
+
+def belief_of(
+    profile: DeviceProfile | None, machine: GemmWsMachine
+) -> tuple[Literal["calibration", "priors"], FigureBelief]:
+    """What is believed about the reference (fp16) figures ``machine`` holds: the posterior of
+    the profile's last GeMM-WS calibration, else the priors its figures cite, centred on the
+    figures' values (a wide one for a figure that cites none, and for inline device_params).
+    Returns (kind, belief)."""
+    calibration = profile.calibration if profile is not None else None
+    posterior = calibration.posterior if calibration is not None else None
+    if calibration is not None and calibration.model == "gemm-ws" and posterior is not None:
+        return "calibration", FigureBelief.from_calibration(
+            posterior.figures, posterior.mean_log, posterior.covariance_log
+        )
+    section = profile.gemm_ws if profile is not None else None
+    priors = {}
+    for name in BELIEF_FIGURES:
+        cited = getattr(getattr(section, name, None), "prior", None)
+        value = float(getattr(machine, name))
+        if cited is not None:
+            priors[name] = Prior(cited.median, cited.sigma_log, cited.source)
+        elif value > 0:
+            priors[name] = Prior(value, UNCITED_SIGMA_LOG, "no cited prior: wide")
+    values = {name: float(getattr(machine, name)) for name in BELIEF_FIGURES}
+    return "priors", FigureBelief.from_priors(priors, values)
+
+
+def solve(
+    request: OptimizeTilingRequest,
+    profile: DeviceProfile | None,
+    problem: TilingProblem,
+    time_limit_s: float,
+) -> Solved:
+    """Z3's proven optimum, then the shortlist: in explore mode the configurations most often
+    fastest under the device's belief (rank 1 stays Z3's); both modes carry each candidate's
+    probability of being fastest and its interval when the space is small enough to draw."""
+    mode = ShortlistMode(request.shortlist)
+    started = time.perf_counter()
+    top_k = 1 if mode is ShortlistMode.EXPLORE else request.top_k
+    result = optimize_tiling(problem, top_k=top_k, time_limit_s=time_limit_s)
+    if result.status != "optimal":
+        return Solved(result, None)
+    # the belief is about the reference (fp16) figures; draws are scaled to the request's
+    # dtype as its machine was
+    ratios, reference = (1.0, 1.0), problem.machine
+    if profile is not None:
+        ratios, reference = gemm_ws_dtype_ratios(profile)[request.dtype], gemm_ws_machine(profile)
+    kind, belief = belief_of(profile, reference)
+    picks = None
+    if time.perf_counter() - started < time_limit_s:
+        picks = explore_problem(problem, belief, request.top_k, mode, ratios=ratios)
+    if picks is None:
+        note = f"more than {MAX_EXPLORE_CONFIGURATIONS} feasible configurations, or no time left"
+        if mode is ShortlistMode.EXPLORE:
+            result = optimize_tiling(problem, top_k=request.top_k, time_limit_s=time_limit_s)
+        return Solved(result, ShortlistOut(mode=mode.value, belief="none", draws=0, note=note))
+    if picks.tilings[0] != result.best.tiling:
+        raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
+    candidates = tuple(
+        simulate(problem.shape, t, problem.machine, problem.wave_model) for t in picks.tilings
+    )
+    uncertainty = tuple(
+        zip(picks.probability_best, picks.interval_low_us, picks.interval_high_us, strict=True)
+    )
+    return Solved(
+        dataclasses.replace(result, best=candidates[0], candidates=candidates),
+        ShortlistOut(mode=mode.value, belief=kind, draws=DRAWS),
+        uncertainty,
+    )

@@ -9,55 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Literal
 
+from app.convert.beliefs import gemm_ws_belief
 from app.convert.optimize import Solved, gemm_ws_machine
 from app.schemas.optimize import OptimizeTilingRequest, ShortlistOut
 from device_profiles import DeviceProfile
 from device_profiles.priors import gemm_ws_dtype_ratios
-from perfmodel.belief import FigureBelief, Prior
-from perfmodel.gemm_ws import GemmWsMachine, simulate
+from perfmodel.gemm_ws import simulate
 from solver import TilingProblem, optimize_tiling
 from solver.explore import DRAWS, MAX_EXPLORE_CONFIGURATIONS, explore_problem
 from solver.shortlist import ShortlistMode
-
-#: GeMM-WS figures a belief covers (those a calibration fits)
-BELIEF_FIGURES = (
-    "load_throughput_elements_per_us",
-    "compute_throughput_macs_per_us",
-    "load_startup_latency_us",
-    "compute_startup_latency_us",
-    "t_init_us",
-    "t_epilogue_us",
-)
-#: a figure no profile cites a prior for is believed within a factor e (1 sd) of its value
-UNCITED_SIGMA_LOG = 1.0
-
-
-def belief_of(
-    profile: DeviceProfile | None, machine: GemmWsMachine
-) -> tuple[Literal["calibration", "priors"], FigureBelief]:
-    """What is believed about the reference (fp16) figures ``machine`` holds: the posterior of
-    the profile's last GeMM-WS calibration, else the priors its figures cite, centred on the
-    figures' values (a wide one for a figure that cites none, and for inline device_params).
-    Returns (kind, belief)."""
-    calibration = profile.calibration if profile is not None else None
-    posterior = calibration.posterior if calibration is not None else None
-    if calibration is not None and calibration.model == "gemm-ws" and posterior is not None:
-        return "calibration", FigureBelief.from_calibration(
-            posterior.figures, posterior.mean_log, posterior.covariance_log
-        )
-    section = profile.gemm_ws if profile is not None else None
-    priors = {}
-    for name in BELIEF_FIGURES:
-        cited = getattr(getattr(section, name, None), "prior", None)
-        value = float(getattr(machine, name))
-        if cited is not None:
-            priors[name] = Prior(cited.median, cited.sigma_log, cited.source)
-        elif value > 0:
-            priors[name] = Prior(value, UNCITED_SIGMA_LOG, "no cited prior: wide")
-    values = {name: float(getattr(machine, name)) for name in BELIEF_FIGURES}
-    return "priors", FigureBelief.from_priors(priors, values)
 
 
 def solve(
@@ -80,7 +41,7 @@ def solve(
     ratios, reference = (1.0, 1.0), problem.machine
     if profile is not None:
         ratios, reference = gemm_ws_dtype_ratios(profile)[request.dtype], gemm_ws_machine(profile)
-    kind, belief = belief_of(profile, reference)
+    kind, belief = gemm_ws_belief(profile, reference)
     picks = None
     if time.perf_counter() - started < time_limit_s:
         picks = explore_problem(problem, belief, request.top_k, mode, ratios=ratios)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.schemas.base import ProfileProvenanceOut
 from app.schemas.optimize import (
     Feedback,
     GemmWsRun,
@@ -21,6 +22,7 @@ from app.schemas.optimize import (
 )
 from device_profiles import DeviceProfile, ModelNotServed, get_profile
 from device_profiles.priors import gemm_ws_dtype_ratios
+from device_profiles.provenance import Provenance
 from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import (
@@ -168,7 +170,11 @@ def _prediction(
 
 
 def to_response(
-    request: OptimizeTilingRequest, device: str, problem: TilingProblem, solved: Solved
+    request: OptimizeTilingRequest,
+    device: str,
+    problem: TilingProblem,
+    solved: Solved,
+    origin: Provenance | None = None,
 ) -> OptimizeTilingResponse:
     result = solved.result
     eb = problem.element_bytes
@@ -213,8 +219,17 @@ def to_response(
         ),
         timeline=timeline,
         shortlist=solved.shortlist,
+        profile_provenance=provenance_out(origin) if origin is not None else None,
         # the device as the request named it: recalibrating through a name moves the name
         feedback=None if request.device is None else feedback(request.device),
+    )
+
+
+def provenance_out(origin: Provenance) -> ProfileProvenanceOut:
+    return ProfileProvenanceOut(
+        kind=origin.kind,
+        measurement_count=origin.measurement_count,
+        estimated_figures=list(origin.estimated_figures),
     )
 
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from app.schemas.base import RequestModel
+from app.schemas.base import ProfileProvenanceOut, RequestModel
 from app.settings import TIME_LIMIT_CEILING_S
 from solver.search_space import (
     DEFAULT_BUFFER_DEPTHS,
@@ -237,6 +237,9 @@ class OptimizeTilingResponse(BaseModel):
     solver: SolverStats
     shortlist: ShortlistOut | None = Field(
         default=None, description="how the shortlist was chosen; null on a timeout answer"
+    )
+    profile_provenance: ProfileProvenanceOut | None = Field(
+        default=None, description="where the device figures come from"
     )
     timeline: list[TimelineStage] | None = Field(
         default=None, description="one wave of the best tiling, us from the wave's start"

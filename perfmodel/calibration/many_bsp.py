@@ -36,7 +36,7 @@ from perfmodel.calibration.records import (
 )
 from perfmodel.calibration.run import calibrate, identifiable_values
 from perfmodel.errors import CalibrationInputError, ModelInputError
-from perfmodel.manybsp import DeviceFigures, PredictRequest, predict_kernel
+from perfmodel.manybsp import DeviceFigures, PredictRequest, PredictResult, predict_kernel
 from perfmodel.manybsp.kernel import (
     BlockTotals,
     block_totals,
@@ -116,6 +116,12 @@ def _analyse(
         result = predict_kernel(dataclasses.replace(request, device=base))
     except ModelInputError as exc:
         raise CalibrationInputError(f"{field}.request.{exc.field}", exc.reason) from exc
+    return _totals(result)
+
+
+def _totals(result: PredictResult) -> tuple[tuple[BlockTotals, ...], LaunchShape]:
+    """A prediction reduced to its block totals per warp role (none of mu and the launch
+    overheads reaches them) and its launch shape without the block count."""
     if result.roles:
         totals = tuple(block_totals(r.costs, r.level1, r.estimate.w) for r in result.roles)
     else:
@@ -314,27 +320,25 @@ def apply_many_bsp(base: DeviceFigures, result: CalibrationResult) -> DeviceFigu
 
 def predict_interval_cycles(
     base: DeviceFigures,
-    request: PredictRequest,
+    result: PredictResult,
     belief: FigureBelief,
     *,
     draws: int = 128,
     seed: int = 0,
-) -> tuple[float, float, float]:
-    """(kernel_exec_cycle on ``base``, its 10 % and 90 % quantile) when the figures ``belief``
-    covers (mu, the launch overheads) are drawn from it: the launch is analysed once and only
-    eq. (4)-(5), (13)-(25) are re-evaluated per draw, as in the fit. The interval is widened to
-    contain the point prediction (docs/model-notes.md, "MAP calibration")."""
-    (totals, launch) = _analyse(base, request, "request")
+) -> tuple[float, float]:
+    """The 10 % and 90 % quantiles of ``result``'s kernel_exec_cycle (a prediction on
+    ``base``) when the figures ``belief`` covers (mu, the launch overheads) are drawn from it:
+    only eq. (4)-(5), (13)-(25) are re-evaluated per draw, as in the fit. Widened to contain
+    the point prediction (docs/model-notes.md, "MAP calibration")."""
+    totals, launch = _totals(result)
     kernel = AnalysedKernel(totals, launch, base.device.n_sm * occupancy_rho(launch, base.device))
-    grid = request.grid
-    blocks = grid[0] * grid[1] * grid[2]
-    point = kernel.cycles(blocks, base.device)
+    point = result.estimate.kernel_exec_cycle
     values = belief.draws(np.random.default_rng(seed), draws)
     samples = [
         kernel.cycles(
-            blocks, _device_with(base.device, {n: float(v[d]) for n, v in values.items()})
+            result.n_b, _device_with(base.device, {n: float(v[d]) for n, v in values.items()})
         )
         for d in range(draws)
     ]
     low, high = np.quantile(samples, [0.1, 0.9])
-    return point, min(float(low), point), max(float(high), point)
+    return min(float(low), point), max(float(high), point)

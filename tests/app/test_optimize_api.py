@@ -307,3 +307,42 @@ def test_explore_keeps_the_proven_optimum_and_ranks_the_rest_by_chance_of_winnin
             ).overall_time_ns
             / 1000
         )
+
+
+def test_every_shipped_profile_answers_out_of_the_box(client: TestClient) -> None:
+    """Issue 16: a default request answers 200 on every shipped profile, in fp16 and in every
+    element type the device has (fp8 on the H100), saying where its figures come from; a
+    dtype the device lacks is a 422 naming dtype."""
+    devices = client.get("/devices").json()["devices"]
+    for device in devices:
+        detail = client.get(f"/devices/{device['id']}").json()
+        dtypes = set(detail["gemm_ws_dtypes"])
+        assert "fp16" in dtypes
+        for dtype in ("fp32", "fp16", "bf16", "fp8"):
+            r = _post(client, m=4096, n=4096, k=4096, device=device["id"], dtype=dtype)
+            if dtype not in dtypes:
+                assert r.status_code == 422, r.text
+                assert [e["field"] for e in r.json()["errors"]] == ["dtype"]
+                continue
+            assert r.status_code == 200, (device["id"], dtype, r.text)
+            answer = r.json()
+            published = device["id"] == "rtx-a6000"
+            assert answer["profile_provenance"]["kind"] == (
+                "published" if published else "estimated"
+            )
+            assert answer["status"] == "optimal" and answer["best"]["predicted_time_us"] > 0
+    by_id = {d["id"]: client.get(f"/devices/{d['id']}").json() for d in devices}
+    assert "fp8" in by_id["h100"]["gemm_ws_dtypes"] and "fp8" not in by_id["a100"]["gemm_ws_dtypes"]
+
+
+def test_a_cheaper_dtype_is_never_predicted_slower_on_the_same_tiling(client: TestClient) -> None:
+    """The dtype ratios: on the H100 (fp8 at twice the fp16 rate, half the bytes per element)
+    one tiling's fp8 time is at most its fp16 time, and fp32 (SIMT) is slower."""
+    space = {"tile_m": [128], "tile_n": [128], "tile_k": [32], "buffer_depth": [2]}
+    times = {
+        dtype: _post(
+            client, m=4096, n=4096, k=4096, device="h100", dtype=dtype, search_space=space
+        ).json()["best"]["predicted_time_us"]
+        for dtype in ("fp8", "fp16", "fp32")
+    }
+    assert times["fp8"] <= times["fp16"] < times["fp32"]

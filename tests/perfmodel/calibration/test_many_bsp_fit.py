@@ -32,7 +32,7 @@ from perfmodel.calibration.many_bsp import (
     analyse_runs,
     predict_interval_cycles,
 )
-from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile
+from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile, predict_kernel
 from perfmodel.manybsp.kernel import estimate_kernel
 from perfmodel.manybsp.types import LaunchShape
 from tests.nvcc_entries import NVCC_DIR
@@ -347,11 +347,15 @@ def test_prediction_interval_brackets_the_point_and_widens_with_the_prior() -> N
     base = request.device
     values = {n: float(getattr(base.device, n)) for n in MANY_BSP_FIGURES}
 
-    def interval(sigma: float) -> tuple[float, float, float]:
-        priors = {n: Prior(values[n], sigma, "test") for n in MANY_BSP_FIGURES}
-        return predict_interval_cycles(base, request, FigureBelief.from_priors(priors, values))
+    result = predict_kernel(request)
+    point = result.estimate.kernel_exec_cycle
 
-    point, low, high = interval(0.5)
+    def interval(sigma: float) -> tuple[None, float, float]:
+        priors = {n: Prior(values[n], sigma, "test") for n in MANY_BSP_FIGURES}
+        belief = FigureBelief.from_priors(priors, values)
+        return (None, *predict_interval_cycles(base, result, belief))
+
+    _, low, high = interval(0.5)
     assert point == pytest.approx(predict_many_bsp_cycles(base, request))
     assert low <= point <= high and high > low
     _, narrow_low, narrow_high = interval(0.05)

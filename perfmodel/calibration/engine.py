@@ -8,8 +8,8 @@ theta = ln(value) for every figure:
 
     cost(theta) = 1/2 sum_i rho((r_i / s)^2) + 1/2 sum_j ((theta_j - ln median_j) / sigma_j)^2
 
-with r_i = predicted_i / measured_i - 1, rho a Cauchy loss (a run further than CAUCHY_SDS noise
-scales off loses its pull) and s the relative noise scale, estimated from the residuals. What the
+with r_i = predicted_i / measured_i - 1, rho a Cauchy loss (a run further than 3 noise scales
+and 5 % off loses its pull) and s the relative noise scale, estimated from the residuals. What the
 data determine is fitted; a direction they do not see is held by the prior, never reset (a reset
 breaks whatever combination the data did fix). Choices and their reasons: docs/model-notes.md,
 "Calibration" and "MAP calibration".
@@ -41,8 +41,17 @@ BoolArray = NDArray[np.bool_]
 NOISE_PRIOR = 0.03
 #: s never falls below this (noise-free synthetic data would otherwise make it 0)
 NOISE_FLOOR = 1e-5
-#: residuals beyond this many noise scales are outliers: the Cauchy loss's scale
+#: residuals beyond this many noise scales, and beyond OUTLIER_MIN relative error, are
+#: outliers: the Cauchy loss's scale is max(CAUCHY_SDS s, OUTLIER_MIN). The floor keeps runs
+#: that are only a few percent off (a prior far from the device, noise-free data) in the
+#: quadratic range, so they pull the fit; a run disturbed by another job is off by far more
 CAUCHY_SDS = 3.0
+OUTLIER_MIN = 0.05
+
+
+def cauchy_sds(noise_scale: float) -> float:
+    """The Cauchy scale in noise scales at noise scale ``noise_scale``."""
+    return max(CAUCHY_SDS, OUTLIER_MIN / noise_scale)
 #: least_squares' stopping tolerances (relative change of the cost, of theta, the gradient)
 TOLERANCE = 1e-12
 #: the fit explores theta within this many prior sds of the median (at least LOG_SPAN_MIN):
@@ -164,11 +173,11 @@ def _theta_jacobian(
     return out
 
 
-def _cauchy(n_data: int) -> Callable[[FloatArray], FloatArray]:
-    """least_squares' loss: Cauchy with scale CAUCHY_SDS on the first ``n_data`` residuals
-    (already divided by s), plain squares on the prior's. rho is scaled so that both are
-    negative log densities up to a constant (rho(z) ~ z for small z)."""
-    c2 = CAUCHY_SDS**2
+def _cauchy(n_data: int, noise_scale: float) -> Callable[[FloatArray], FloatArray]:
+    """least_squares' loss: Cauchy with scale :func:`cauchy_sds` on the first ``n_data``
+    residuals (already divided by s), plain squares on the prior's. rho is scaled so that both
+    are negative log densities up to a constant (rho(z) ~ z for small z)."""
+    c2 = cauchy_sds(noise_scale) ** 2
 
     def loss(z: FloatArray) -> FloatArray:
         rho = np.empty((3, z.size), dtype=np.float64)
@@ -186,8 +195,8 @@ def _cauchy(n_data: int) -> Callable[[FloatArray], FloatArray]:
 
 def robust_weights(residuals: FloatArray, noise_scale: float) -> FloatArray:
     """The Cauchy loss's weight per residual at the optimum, rho'(z): near 1 for ordinary
-    errors, (CAUCHY_SDS s / r)^2 for outliers."""
-    z = (residuals / noise_scale) ** 2 / CAUCHY_SDS**2
+    errors, (c s / r)^2 for outliers (c = :func:`cauchy_sds`)."""
+    z = (residuals / noise_scale) ** 2 / cauchy_sds(noise_scale) ** 2
     weights: FloatArray = 1.0 / (1.0 + z)
     return weights
 
@@ -210,22 +219,36 @@ def _map_from(
         data = _theta_jacobian(model, specs, theta, measured) / noise_scale
         return np.vstack([data, np.diag(1.0 / sigma)])
 
-    result = least_squares(
-        fun,
-        np.clip(theta0, bounds[0], bounds[1]),
-        jac=jac,
-        bounds=bounds,
-        method="trf",
-        loss=_cauchy(n),
-        xtol=TOLERANCE,
-        ftol=TOLERANCE,
-        gtol=TOLERANCE,
-    )
-    return np.asarray(result.x, dtype=np.float64), float(result.cost)
+    theta = np.clip(theta0, bounds[0], bounds[1])
+    # Squares first: every run pulls in proportion to its error, so a start far from the
+    # runs (a prior that contradicts them) moves towards them, where the Cauchy loss's
+    # saturated gradients would leave it; the robust loss then only re-weights from there.
+    for loss in ("linear", _cauchy(n, noise_scale)):
+        result = least_squares(
+            fun,
+            theta,
+            jac=jac,
+            bounds=bounds,
+            method="trf",
+            loss=loss,
+            xtol=TOLERANCE,
+            ftol=TOLERANCE,
+            gtol=TOLERANCE,
+        )
+        theta = np.asarray(result.x, dtype=np.float64)
+    return theta, float(result.cost)
+
+
+#: wide starts spread each figure log-uniformly over its prior median x / WIDE_START_FACTOR
+#: .. x WIDE_START_FACTOR: the model is piecewise linear (max(L, T)), and a figure that enters
+#: no run at the prior (a load-bound run's MATH) gives no gradient towards the regime the runs
+#: are really in; only a start on the other side finds it. The MAP objective picks the best.
+WIDE_START_FACTOR = 30.0
 
 
 def _starts(specs: Sequence[FigureSpec], rng: np.random.Generator, n: int) -> list[FloatArray]:
-    """The prior medians, the base values (where positive), then draws from the prior."""
+    """The prior medians, the base values (where positive), draws from the prior, then as
+    many wide draws (``n`` of each kind in all)."""
     mu, sigma = prior_arrays(specs)
     starts = [mu.copy()]
     base = np.array([s.base_value for s in specs], dtype=np.float64)
@@ -233,6 +256,8 @@ def _starts(specs: Sequence[FigureSpec], rng: np.random.Generator, n: int) -> li
         starts.append(np.log(base))
     while len(starts) < max(n, 1):
         starts.append(mu + sigma * rng.standard_normal(mu.size))
+    span = math.log(WIDE_START_FACTOR)
+    starts += [mu + rng.uniform(-span, span, mu.size) for _ in range(n)]
     return starts
 
 

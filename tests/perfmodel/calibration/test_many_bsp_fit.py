@@ -26,7 +26,7 @@ from perfmodel.calibration import (
     fit_many_bsp,
     predict_many_bsp_cycles,
 )
-from perfmodel.calibration.engine import CAUCHY_SDS
+from perfmodel.calibration.engine import cauchy_sds
 from perfmodel.calibration.many_bsp import (
     ManyBspResidualModel,
     analyse_runs,
@@ -71,7 +71,7 @@ def _map_cost(
     """The fit's objective, written out independently: the Cauchy loss of the relative errors
     at the fit's noise scale, plus the log-normal prior's penalty on mu."""
     r = np.array(predicted) / np.array(measured) - 1
-    c2 = CAUCHY_SDS**2
+    c2 = cauchy_sds(noise) ** 2
     data = float(np.sum(c2 * np.log1p((r / noise) ** 2 / c2)))
     return data + ((math.log(mu) - math.log(prior.median)) / prior.sigma_log) ** 2
 

@@ -27,7 +27,7 @@ from device_profiles.loader import PROFILE_DIR
 from device_profiles.schema import GemmWsSection
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine
 from solver.search_space import SearchSpace
-from tests.app.calibration_helpers import TRUE_GEMM, gemm_ws_runs, paper_launches, true_time_us
+from tests.app.calibration_helpers import TRUE_GEMM, gemm_ws_runs, true_time_us
 from tests.app.service_helpers import clean_environ
 from tests.gemm_ws_cases import brute_force_ranking
 from tests.render.svg import Svg
@@ -365,8 +365,8 @@ def test_a_few_runs_answer_200_with_the_rest_held_by_the_priors(
     client: TestClient, count: int
 ) -> None:
     """Issue 16: a tuner's first runs are accepted. The runs are reproduced within the noise
-    the fit reports (two noise sds); every figure they do not determine stays within two prior sds of its
-    prior median and is flagged estimate, here and in the stored profile."""
+    the fit reports (two noise sds); every figure they do not determine stays within two
+    prior sds of its prior median and is flagged estimate, here and in the stored profile."""
     runs = random.Random(count).sample(RUNS, count)
     r = client.post(
         "/calibrate", json={"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": runs}

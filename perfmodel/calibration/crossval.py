@@ -14,11 +14,12 @@ def fold_rows(n: int, folds: int, seed: int) -> list[IntArray]:
 
 
 def cross_validated_predictions(
-    problem: FitProblem, folds: int, seed: int
+    problem: FitProblem, folds: int, seed: int, warm_start: FloatArray | None = None
 ) -> tuple[FloatArray | None, list[str]]:
     """Each measurement predicted by the fit of the other folds (None and a warning when
     there is a single measurement: no fold would have one to train on). With priors a fit of
-    one run is a fit, so any fold of at least one training run counts."""
+    one run is a fit, so any fold of at least one training run counts. ``warm_start``: the
+    full fit's theta, from which each fold's fit starts (no multistart)."""
     n = len(problem.measured)
     if n < 2:
         return None, ["cross-validation skipped: one run leaves nothing to train a fold on"]
@@ -28,6 +29,6 @@ def cross_validated_predictions(
     rng = np.random.default_rng(seed)
     for held_out in rows:
         train = np.setdiff1d(all_rows, held_out)
-        fitted = fit_posterior(problem.subset(train), rng)
+        fitted = fit_posterior(problem.subset(train), rng, warm_start)
         predicted[held_out] = problem.report(fitted.x, held_out)
     return predicted, []

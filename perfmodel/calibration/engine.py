@@ -279,7 +279,9 @@ def _information(
     return residuals * np.sqrt(weights), information
 
 
-def fit_posterior(problem: FitProblem, rng: np.random.Generator) -> EngineFit:
+def fit_posterior(
+    problem: FitProblem, rng: np.random.Generator, warm_start: FloatArray | None = None
+) -> EngineFit:
     """The MAP figures and the Laplace posterior around them; any number of runs >= 1.
 
     The noise scale and the MAP are solved together by fixed-point iteration: the MAP at a
@@ -292,19 +294,22 @@ def fit_posterior(problem: FitProblem, rng: np.random.Generator) -> EngineFit:
     mu, sigma = prior_arrays(specs)
     prior_precision = np.diag(1.0 / sigma**2)
     bounds = _bounds(specs)
-    noise_scale = NOISE_PRIOR
-    best: tuple[FloatArray, float] | None = None
-    for theta0 in _starts(specs, rng, problem.n_starts):
-        theta, cost = _map_from(problem, theta0, noise_scale, bounds)
-        if best is None or cost < best[1]:
-            best = (theta, cost)
-    assert best is not None
-    # The noise scale then climbs to its fixed point from below: the runs speak first. From
-    # above, a prior that contradicts exact runs by many sds can hold a second fixed point
-    # where the prior's pull and the residuals it causes sustain each other (a noise-free
-    # latency-bound set stuck at 1 % residuals); the smallest fixed point is the data's.
+    # a warm start (a cross-validation fold from the full fit) needs no multistart: the
+    # folds' optimum lies next to the full data's
+    starts = _starts(specs, rng, problem.n_starts) if warm_start is None else [warm_start]
+
+    def best_from(candidates: Sequence[FloatArray], noise: float) -> FloatArray:
+        fits = [_map_from(problem, theta0, noise, bounds) for theta0 in candidates]
+        return min(fits, key=lambda fit: fit[1])[0]
+
+    # Every start at the assumed noise, then every start and that optimum again at a low one:
+    # the noise scale then climbs to its fixed point from below, so the runs speak first.
+    # From above, a prior that contradicts exact runs by many sds can hold a second fixed
+    # point where the prior's pull and the residuals it causes sustain each other (a
+    # noise-free latency-bound set stuck at 1 % residuals); the smallest is the data's. The
+    # low-noise multistart finds regimes (Many-BSP's steps, max(L, T)) the prior's pull hid.
     noise_scale = LOW_NOISE_START
-    theta, _ = _map_from(problem, best[0], noise_scale, bounds)
+    theta = best_from([*starts, best_from(starts, NOISE_PRIOR)], noise_scale)
     for _ in range(NOISE_ITERATIONS):
         weighted, information = _information(problem, theta, noise_scale)
         effective = _effective_figures(information, prior_precision)

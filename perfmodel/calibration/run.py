@@ -49,7 +49,7 @@ def calibrate(
     cv_error = None
     cv_residuals: tuple[Residual, ...] = ()
     if folds:
-        cv_predicted, cv_warnings = cross_validated_predictions(problem, folds, seed)
+        cv_predicted, cv_warnings = cross_validated_predictions(problem, folds, seed, fit.theta)
         all_warnings += cv_warnings
         if cv_predicted is not None:
             cv_error = error_summary(cv_predicted, measured)

@@ -111,28 +111,24 @@ def expected_estimates(device: str) -> set[str]:
 
 @pytest.mark.parametrize("device", TODAY)
 def test_todays_gpus_list_exactly_the_figures_to_calibrate(client: TestClient, device: str) -> None:
+    """Issue 16: the figures a calibration fits are estimates with priors (served), listed
+    with the call that fits them; the model answers out of the box."""
     raw = raw_profile(device)
-    absent = {f"many_bsp.{n}" for n in MANY_BSP_FIGURES if n not in raw["many_bsp"]}
-    assert absent  # else the acceptance would prove nothing for this device
+    estimated = {f"many_bsp.{n}" for n in MANY_BSP_FIGURES if raw["many_bsp"][n].get("estimate")}
+    assert estimated  # else the acceptance would prove nothing for this device
     listing = client.get(f"/devices/{device}").json()["needs_calibration"]["many-bsp"]
-    assert listing["status"] == "needs-calibration"
-    assert {f["figure"] for f in listing["figures"]} == absent
-    assert all(f["state"] == "absent" and f["calibratable"] for f in listing["figures"])
+    assert listing["status"] == "uncalibrated-estimates"
+    assert {f["figure"] for f in listing["figures"]} == estimated
+    assert all(f["state"] == "estimate" and f["calibratable"] for f in listing["figures"])
     assert listing["missing"] == []
-    assert {f["figure"] for f in listing["estimates"]} == expected_estimates(device)
+    assert {f["figure"] for f in listing["estimates"]} == expected_estimates(device) - estimated
     call = listing["calibrate"]
     assert call["path"] == "/calibrate" and call["method"] == "POST"
     assert call["body"]["base_device"] == device and call["body"]["model"] == "many-bsp"
-    assert sorted(call["body"]["fit"]) == sorted(n.removeprefix("many_bsp.") for n in absent)
-    # the model does not answer yet: 422 whose calibrate hint is that same call
-    launch = paper_launches()[0]
-    r = client.post("/predict-kernel", json={**launch, "device": device})
-    assert r.status_code == 422, r.text
-    detail = r.json()["detail"]
-    head = detail.split("POST /calibrate ", 1)[1].split(', "measurements": [...]}', 1)[0]
-    assert json.loads(head + "}") == {k: v for k, v in call["body"].items() if k != "measurements"}
-    assert f"`{call['cli']}`" in detail
-    assert {e["field"] for e in r.json()["errors"]} == {"device"}
+    assert sorted(call["body"]["fit"]) == sorted(n.removeprefix("many_bsp.") for n in estimated)
+    r = client.post("/predict-kernel", json={**paper_launches()[0], "device": device})
+    assert r.status_code == 200, r.text
+    assert r.json()["profile_provenance"]["kind"] == "estimated"
 
 
 @pytest.fixture(scope="module")
@@ -167,8 +163,8 @@ def test_calibrated_profiles_fit_the_hidden_figures(
     for name, true_value in TRUE_MANY_BSP.items():
         assert fitted[name]["identifiable"] and not fitted[name]["estimate"], fitted[name]
         assert fitted[name]["value"] == pytest.approx(true_value, rel=0.02)
-        # the base lacked the figure: the fit started from a median, reported as no base
-        assert fitted[name]["base_value"] is None
+        # the base's estimate (its prior median) is the fit's base value
+        assert fitted[name]["base_value"] == fitted[name]["prior"]["median"]
     assert not any("estimate: true" in w for w in answer["warnings"])
     profile = client.get(f"/devices/{answer['device']}").json()
     for name, figure in fitted.items():
@@ -179,15 +175,15 @@ def test_calibrated_profiles_fit_the_hidden_figures(
     # the file carries estimates no run fits (then flagged as before, and still served)
     listing = profile["needs_calibration"]["many-bsp"]
     assert listing["figures"] == [] and listing["missing"] == [] and listing["calibrate"] is None
-    estimates = expected_estimates(device)
+    estimates = expected_estimates(device) - {f"many_bsp.{n}" for n in MANY_BSP_FIGURES}
     assert {f["figure"] for f in listing["estimates"]} == estimates
     assert listing["status"] == ("uncalibrated-estimates" if estimates else "served")
     summary = [d for d in client.get("/devices").json()["devices"] if d["id"] == answer["device"]]
     assert summary[0]["model_status"]["many-bsp"] == listing["status"]
     assert "many-bsp" in summary[0]["models"]
     assert summary[0]["calibration"]["base_device"] == device
-    # provenance in schema_version 2 (the estimate flag's version)
-    assert profile["schema_version"] == 2 and profile["calibration"]["model"] == "many-bsp"
+    # provenance in the base's schema_version (3: priors)
+    assert profile["schema_version"] == 3 and profile["calibration"]["model"] == "many-bsp"
 
 
 @pytest.mark.parametrize("device", TODAY)
@@ -246,13 +242,8 @@ def test_too_few_runs_keep_no_made_up_number_as_a_fit(client: TestClient) -> Non
     undetermined = [f for f in answer["fitted"] if not f["identifiable"]]
     assert undetermined
     for f in undetermined:
-        assert f["estimate"] and f["base_value"] is None
-        carriers = [
-            getattr(p.many_bsp, f["name"]).value
-            for p in shipped.values()
-            if p.many_bsp is not None and getattr(p.many_bsp, f["name"]) is not None
-        ]
-        assert carriers  # a start value exists only because some shipped profile has it
+        assert f["estimate"] and f["base_value"] == f["prior"]["median"]
+        assert getattr(shipped["v100"].many_bsp, f["name"]).estimate  # the base's own estimate
         assert any(w.startswith(f"{f['name']} was not determined") for w in answer["warnings"])
     profile = client.get(f"/devices/{answer['device']}").json()
     for f in undetermined:

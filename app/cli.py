@@ -358,8 +358,11 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
                     continue
                 for name, figure in figures:
                     if figure is not None:
-                        rows.append((f"{section}.{name}", figure.value, figure.source))
-            out.write(_table(("figure", "value", "source"), rows) + "\n")
+                        prior = getattr(figure, "prior", None)
+                        belief = f"{prior.median:.4g} x/ e^{prior.sigma_log:g}" if prior else "-"
+                        value = f"{figure.value:.6g}" + (" (estimate)" if figure.estimate else "")
+                        rows.append((f"{section}.{name}", value, belief, figure.source))
+            out.write(_table(("figure", "value", "prior", "source"), rows) + "\n")
             for model, need in profile.needs_calibration.items():
                 out.write(f"{model}: {need.status}\n")
                 for label, figures in (("calibrate", need.figures), ("cite", need.missing)):
@@ -373,10 +376,19 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
         _print_json(listing.model_dump(mode="json"), out)
         return 0
     rows = [
-        (d.id, d.name, d.architecture or "-", d.sm_count, ", ".join(d.models) or "-")
+        (
+            d.id,
+            ", ".join(d.aliases) or "-",
+            d.name,
+            d.architecture or "-",
+            d.sm_count,
+            ", ".join(f"{m} ({d.model_status.get(m, '-')})" for m in d.models) or "-",
+        )
         for d in listing.devices
     ]
-    out.write(_table(("id", "name", "architecture", "SMs", "models"), rows) + "\n")
+    out.write(
+        _table(("id", "names", "name", "architecture", "SMs", "models (status)"), rows) + "\n"
+    )
     if listing.stored_profiles.status != "ok":
         out.write(
             "warning: calibrated profiles not listed, the store is unavailable "

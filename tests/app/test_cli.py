@@ -69,6 +69,28 @@ def test_devices_list_and_detail(live_server: str) -> None:
     assert code == 0 and "hardware.sm_count" in detail and "84" in detail
 
 
+def test_devices_show_names_and_priors(live_server: str) -> None:
+    """Issue 16: the listing shows each calibrated profile's names; a profile's detail shows
+    each figure's prior and whether its value is an estimate."""
+    import httpx
+
+    from tests.app.calibration_helpers import gemm_ws_runs
+
+    answer = httpx.post(
+        f"{live_server}/calibrate",
+        json={"model": "gemm-ws", "base_device": "h100", "measurements": gemm_ws_runs()[:6],
+              "name": "cli-named-gpu"},
+        timeout=60,
+    )  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    code, table, _ = run("devices", "--url", live_server)
+    rows = {row[0]: row for row in table_rows(table)}
+    assert code == 0 and rows[answer.json()["device"]][1] == "cli-named-gpu"
+    code, detail, _ = run("devices", "h100", "--url", live_server)
+    line = next(x for x in detail.splitlines() if x.startswith("gemm_ws.t_init_us"))
+    assert "(estimate)" in line and "x/ e^0.5" in line
+
+
 def test_device_detail_names_what_to_calibrate(live_server: str) -> None:
     code, detail, _ = run("devices", "h100", "--url", live_server)
     assert code == 0 and "many-bsp: uncalibrated-estimates" in detail

@@ -131,7 +131,7 @@ async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"{c.predicted_time_us:.1f}",
             "-"
             if c.interval_low_us is None
-            else f"{c.interval_low_us:.1f} .. {c.interval_high_us:.1f}",
+            else f"{c.interval_low_us:.1f}..{c.interval_high_us:.1f}",
             "-" if c.probability_best is None else f"{c.probability_best:.2f}",
             c.waves,
             c.stages,

@@ -363,17 +363,6 @@ class DeviceProfile(_Strict):
         """Dotted names of the numbers flagged as uncalibrated estimates (schema_version 2)."""
         return sorted({path for path, estimate in _estimate_flags(self, "") if estimate})
 
-    def calibration_needs(self) -> dict[str, list[str]]:
-        """Per model, the dotted names of the figures it needs that a calibration run fits and
-        this profile lacks or carries only as an estimate (see :mod:`device_profiles.status`
-        for the figures no calibration fits, and the reasons)."""
-        from device_profiles.status import calibration_status
-
-        return {
-            model: [need.figure for need in status.needs_calibration]
-            for model, status in calibration_status(self).items()
-        }
-
     def missing_many_bsp_figures(self) -> list[str]:
         """Dotted names of the figures the Many-BSP model needs and this profile lacks."""
         return (self.many_bsp or ManyBspSection.model_validate({})).missing_figures()

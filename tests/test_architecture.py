@@ -114,3 +114,15 @@ def test_the_service_process_loads_no_numerical_stack() -> None:
     code = f"import sys, app.main;print(','.join(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_device_profiles_modules_import_no_circle() -> None:
+    """Issue 16: schema.py (the file format) and status.py (what a profile lacks) each do one
+    job; the schema imports nothing of the package (no circle, lazy or not)."""
+    source = (Path(__file__).resolve().parents[1] / "device_profiles" / "schema.py").read_text()
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert not {m for m in imported if m.startswith("device_profiles")}

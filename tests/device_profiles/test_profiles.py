@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from device_profiles import ProfileError, get_profile, load_profile_file
 from device_profiles.loader import PROFILE_DIR, UnknownDevice
 from device_profiles.schema import Figure
+from device_profiles.status import calibration_needs
 
 PROFILE_FILES = sorted(PROFILE_DIR.glob("*.json"))
 
@@ -126,7 +127,7 @@ def test_version_1_file_may_not_flag_estimates_and_priors_need_version_3(tmp_pat
     raw["schema_version"] = 2
     profile = load_profile_file(_write(tmp_path, "rtx-a6000", raw))
     assert profile.estimated_figures() == ["gemm_ws.t_init_us"]
-    assert profile.calibration_needs()["gemm-ws"] == ["gemm_ws.t_init_us"]
+    assert calibration_needs(profile)["gemm-ws"] == ["gemm_ws.t_init_us"]
     raw["gemm_ws"]["t_init_us"]["prior"] = {"median": 1.68, "sigma_log": 0.1, "source": "test"}
     with pytest.raises(ProfileError, match="schema_version 3"):
         load_profile_file(_write(tmp_path, "rtx-a6000", raw))

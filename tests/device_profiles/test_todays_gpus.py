@@ -16,6 +16,7 @@ import pytest
 from device_profiles import calibration_status, get_profile
 from device_profiles.loader import PROFILE_DIR
 from device_profiles.schema import DeviceProfile, Figure
+from device_profiles.status import calibration_needs
 
 TODAY = ("v100", "a100", "h100")
 
@@ -96,7 +97,7 @@ def test_every_profile_serves_both_models_listing_its_estimates(device: str, mod
     assert status.served
     unmeasured = _unmeasured(device, model)
     assert {n.figure for n in status.needs_calibration} == unmeasured & _fitted(model)
-    assert get_profile(device).calibration_needs()[model] == [
+    assert calibration_needs(get_profile(device))[model] == [
         n.figure for n in status.needs_calibration
     ]
     assert status.state == ("served" if not unmeasured else "uncalibrated-estimates")

@@ -20,7 +20,7 @@ another pipeline model's closed form can sit beside it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,7 +70,12 @@ class Configurations:
     def of(
         cls, tile_m: object, tile_n: object, tile_k: object, buffer_depth: object
     ) -> Configurations:
-        return cls(*(np.asarray(v, dtype=np.int64).reshape(-1) for v in (tile_m, tile_n, tile_k, buffer_depth)))
+        return cls(
+            *(
+                np.asarray(v, dtype=np.int64).reshape(-1)
+                for v in (tile_m, tile_n, tile_k, buffer_depth)
+            )
+        )
 
     def take(self, index: npt.NDArray[np.intp] | slice) -> Configurations:
         return Configurations(
@@ -124,7 +129,16 @@ class Figures:
             raise ValueError("every drawn figure must be a scalar or hold the same D draws")
         columns = [np.broadcast_to(a, (count,)) for a in arrays]
         return [
-            GemmWsMachine(self.sm_count, *(float(c[d]) for c in columns)) for d in range(count)
+            GemmWsMachine(
+                self.sm_count,
+                t_init_us=float(columns[0][d]),
+                t_epilogue_us=float(columns[1][d]),
+                load_startup_latency_us=float(columns[2][d]),
+                compute_startup_latency_us=float(columns[3][d]),
+                load_throughput_elements_per_us=float(columns[4][d]),
+                compute_throughput_macs_per_us=float(columns[5][d]),
+            )
+            for d in range(count)
         ]
 
 
@@ -137,7 +151,10 @@ class Scores:
 
 
 def _durations_ns(
-    work: IntArray, throughput: FloatArray, startup_us: FloatArray, exact: list[object]
+    work: IntArray,
+    throughput: FloatArray,
+    startup_us: FloatArray,
+    exact: list[Callable[[int], int]],
 ) -> IntArray:
     """round_half_up(1000 * (work / throughput + startup)) for every draw (rows) and distinct
     work (columns), exact: float64 where it decides the rounding, DurationTable elsewhere.
@@ -154,8 +171,7 @@ def _durations_ns(
     undecided = (value - floor < margin) | (floor + 1.0 - value < margin)
     result = floor.astype(np.int64)
     for d, j in zip(*np.nonzero(undecided), strict=True):
-        duration = exact[int(d)]
-        result[d, j] = duration(int(work[j]))  # type: ignore[operator]
+        result[d, j] = exact[int(d)](int(work[j]))
     return result
 
 

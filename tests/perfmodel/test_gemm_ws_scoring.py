@@ -56,9 +56,7 @@ def _figures(draw: st.DrawFn) -> Figures:
 @settings(max_examples=200, deadline=None)
 @given(
     shape=st.builds(GemmShape, st.integers(1, 5000), st.integers(1, 5000), st.integers(1, 5000)),
-    tilings=st.lists(
-        st.tuples(_tile, _tile, _tile, st.integers(1, 9)), min_size=1, max_size=12
-    ),
+    tilings=st.lists(st.tuples(_tile, _tile, _tile, st.integers(1, 9)), min_size=1, max_size=12),
     figures=_figures(),
     wave_model=st.sampled_from(WaveTimeModel),
 )
@@ -92,7 +90,9 @@ def test_times_beyond_int64_are_refused_not_wrapped() -> None:
     slow = GemmWsMachine(1, 0.0, 0.0, 0.0, 0.0, 1e-6, 1e-6)
     configs = Configurations.of([65536], [65536], [65536], [1])
     with pytest.raises(ScoreOverflow):
-        score_configurations(GemmShape(1 << 20, 1 << 20, 1 << 20), configs, Figures.of_machine(slow))
+        score_configurations(
+            GemmShape(1 << 20, 1 << 20, 1 << 20), configs, Figures.of_machine(slow)
+        )
 
 
 def test_draws_must_agree_in_length() -> None:
@@ -121,7 +121,9 @@ def test_enumeration_is_the_feasible_product_in_any_chunking(limit: int | None, 
 
 
 def test_lexicographic_order_is_the_optimizers_ranking() -> None:
-    configs = Configurations.of([64, 128, 128, 128], [64, 64, 64, 64], [32, 32, 32, 32], [3, 3, 2, 2])
+    configs = Configurations.of(
+        [64, 128, 128, 128], [64, 64, 64, 64], [32, 32, 32, 32], [3, 3, 2, 2]
+    )
     time = np.asarray([5, 5, 5, 4])
     wait = np.asarray([1, 1, 1, 9])
     # time first; then wait; then larger TM; then smaller depth

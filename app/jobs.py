@@ -35,7 +35,7 @@ from app.service import (
 from device_profiles import DeviceProfile
 from perfmodel.gemm_ws import Tiling, simulate
 from perfmodel.manybsp import predict_kernel
-from solver import optimize_tiling
+from solver import SolverMode, optimize_tiling
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
@@ -77,9 +77,18 @@ def optimize_job(
     ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline)."""
     request = OptimizeTilingRequest.model_validate(request_json)
     device, problem = optimize_convert.to_problem(request, _profile(profile_json))
-    result = optimize_tiling(problem, top_k=request.top_k, time_limit_s=time_limit_s)
+    result = optimize_tiling(
+        problem,
+        top_k=request.top_k,
+        time_limit_s=time_limit_s,
+        mode=SolverMode(request.solver),
+    )
     answer = optimize_convert.to_response(request, device, problem, result)
-    return EncodedAnswer(_OPTIMIZE_JSON.dump_json(answer), cacheable=answer.status == "optimal")
+    return EncodedAnswer(
+        _OPTIMIZE_JSON.dump_json(answer),
+        cacheable=answer.status == "optimal",
+        certificate_mismatches=result.statistics.certificate_mismatches,
+    )
 
 
 def canonical_optimize_request(request: OptimizeTilingRequest) -> dict[str, Any]:

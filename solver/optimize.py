@@ -48,7 +48,7 @@ from perfmodel.gemm_ws_scoring import (
 )
 from solver.bounds import TripleBound, summarize, triple_bounds
 from solver.encoding import Encoding, encode
-from solver.errors import CertificateMismatch, SolverTimeout
+from solver.errors import CertificateMismatch, InvalidSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
 from solver.lexicographic import Objective, lexicographic_optimum
 from solver.search_space import MAX_BUFFER_DEPTH, SearchSpace, SearchSummary
@@ -57,6 +57,7 @@ _T = TypeVar("_T", int, z3.ArithRef)
 
 __all__ = [
     "ELEMENT_BYTES",
+    "MAX_Z3_SEARCH_TILE_TRIPLES",
     "CertificateCheck",
     "SolverMode",
     "TilingProblem",
@@ -66,6 +67,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+#: largest space (tile triples) the pure Z3 search takes: it encodes every triple, and at the
+#: 110,592-triple limit its encoding alone outgrows a worker's memory and time (issue 19)
+MAX_Z3_SEARCH_TILE_TRIPLES = 4096
 
 #: raise CertificateMismatch instead of answering from Z3's model (set by the test suite: a
 #: disagreement between the scorer and the encoding must fail loudly there)
@@ -182,6 +187,17 @@ def tie_break_key(tile_m: _T, tile_n: _T, tile_k: _T, buffer_depth: _T) -> _T:
     )
 
 
+def check_mode(space: SearchSpace, mode: SolverMode) -> None:
+    """Refuse a space the mode cannot solve within a worker's means (InvalidSearchSpace)."""
+    triples = len(space.tile_m) * len(space.tile_n) * len(space.tile_k)
+    if SolverMode(mode) is SolverMode.Z3_SEARCH and triples > MAX_Z3_SEARCH_TILE_TRIPLES:
+        raise InvalidSearchSpace(
+            "search_space",
+            f"{triples} (tile_m, tile_n, tile_k) combinations exceed the z3-search limit of "
+            f"{MAX_Z3_SEARCH_TILE_TRIPLES}; use solver 'certified' or coarser ranges",
+        )
+
+
 def optimize_tiling(
     problem: TilingProblem,
     *,
@@ -200,6 +216,7 @@ def optimize_tiling(
         raise ValueError("time_limit_s must be positive")
     started = time.perf_counter()
     deadline = started + time_limit_s
+    check_mode(problem.space, mode)
     if SolverMode(mode) is SolverMode.CERTIFIED:
         try:
             return _certified(problem, top_k, time_limit_s, started)

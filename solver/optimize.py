@@ -23,9 +23,8 @@ import logging
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import numpy as np
 import z3
 
 from perfmodel.gemm_ws import (
@@ -37,21 +36,17 @@ from perfmodel.gemm_ws import (
     WaveTimeModel,
     simulate,
 )
-from perfmodel.gemm_ws_scoring import (
-    Configurations,
-    Figures,
-    IntArray,
-    ScoreOverflow,
-    enumerate_configurations,
-    lexicographic_order,
-    score_configurations,
-)
 from solver.bounds import TripleBound, summarize, triple_bounds
 from solver.encoding import Encoding, encode
 from solver.errors import CertificateMismatch, InvalidSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
 from solver.lexicographic import Objective, lexicographic_optimum
 from solver.search_space import MAX_BUFFER_DEPTH, SearchSpace, SearchSummary
+
+if TYPE_CHECKING:
+    # numpy stays out of the service process (tests/test_architecture.py): the scorer is
+    # imported where it runs, in the worker
+    from perfmodel.gemm_ws_scoring import Configurations, IntArray
 
 _T = TypeVar("_T", int, z3.ArithRef)
 
@@ -218,6 +213,8 @@ def optimize_tiling(
     deadline = started + time_limit_s
     check_mode(problem.space, mode)
     if SolverMode(mode) is SolverMode.CERTIFIED:
+        from perfmodel.gemm_ws_scoring import ScoreOverflow
+
         try:
             return _certified(problem, top_k, time_limit_s, started)
         except ScoreOverflow:
@@ -311,13 +308,18 @@ class _Ranking:
 def _score_space(problem: TilingProblem, top_k: int, deadline: float) -> _Ranking:
     """Enumerate the feasible configurations in chunks and keep the ``top_k`` best by the
     exact scorer; the deadline is checked between chunks (the first chunk always runs)."""
+    import numpy as np
+
+    from perfmodel import gemm_ws_scoring as scoring
+    from perfmodel.gemm_ws_scoring import Configurations
+
     space, machine = problem.space, problem.machine
     limit = machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
-    figures = Figures.of_machine(machine)
+    figures = scoring.Figures.of_machine(machine)
     kept: Configurations | None = None
     kept_time = kept_wait = np.zeros(0, dtype=np.int64)
     scored, complete = 0, True
-    chunks = enumerate_configurations(
+    chunks = scoring.enumerate_configurations(
         space.tile_m,
         space.tile_n,
         space.tile_k,
@@ -329,7 +331,7 @@ def _score_space(problem: TilingProblem, top_k: int, deadline: float) -> _Rankin
         if scored and time.perf_counter() > deadline:
             complete = False
             break
-        scores = score_configurations(problem.shape, chunk, figures, problem.wave_model)
+        scores = scoring.score_configurations(problem.shape, chunk, figures, problem.wave_model)
         times, waits = scores.overall_time_ns[0], scores.total_math_wait_ns[0]
         scored += chunk.count
         if chunk.count > top_k:
@@ -346,7 +348,7 @@ def _score_space(problem: TilingProblem, top_k: int, deadline: float) -> _Rankin
             )
             times = np.concatenate([kept_time, times])
             waits = np.concatenate([kept_wait, waits])
-        order = lexicographic_order(times, waits, chunk)[:top_k]
+        order = scoring.lexicographic_order(times, waits, chunk)[:top_k]
         kept, kept_time, kept_wait = chunk.take(order), times[order], waits[order]
     if kept is None:
         # every candidate breaks the shared-memory limit: summarize() names it

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import solver.optimize as optimize_module
+from perfmodel import gemm_ws_scoring as scoring
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel
 from perfmodel.gemm_ws_scoring import Scores
 from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, optimize_tiling
@@ -119,7 +120,7 @@ def test_a_wrong_incumbent_is_refuted_by_the_certificate(rank: int) -> None:
 def _wrong_scorer(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scorer that ranks the true optimum last (its times made huge, consistently with
     nothing): the simulator check is bypassed by lying in both places the ranking is read."""
-    real = optimize_module.score_configurations
+    real = scoring.score_configurations
 
     def wrong(*args: object, **kwargs: object) -> Scores:
         scores = real(*args, **kwargs)  # type: ignore[arg-type]
@@ -128,7 +129,7 @@ def _wrong_scorer(monkeypatch: pytest.MonkeyPatch) -> None:
         time_ns[:, best] = np.iinfo(np.int64).max // 4
         return Scores(time_ns, scores.total_math_wait_ns)
 
-    monkeypatch.setattr(optimize_module, "score_configurations", wrong)
+    monkeypatch.setattr(scoring, "score_configurations", wrong)
 
 
 def test_a_scorer_bug_fails_loudly_in_strict_mode(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,13 +155,13 @@ def test_a_scorer_that_disagrees_with_the_simulator_is_caught(
 ) -> None:
     """Times too small by 1 ns: no Z3 check could see it (nothing beats a fictitious time),
     the stage-by-stage re-simulation of the ranked configurations does."""
-    real = optimize_module.score_configurations
+    real = scoring.score_configurations
 
     def low(*args: object, **kwargs: object) -> Scores:
         scores = real(*args, **kwargs)  # type: ignore[arg-type]
         return Scores(scores.overall_time_ns - 1, scores.total_math_wait_ns)
 
-    monkeypatch.setattr(optimize_module, "score_configurations", low)
+    monkeypatch.setattr(scoring, "score_configurations", low)
     problem = TilingProblem(GemmShape(512, 512, 512), A6000, TABLE_1_SPACE)
     with pytest.raises(CertificateMismatch, match="the simulator"):
         optimize_tiling(problem, top_k=1)

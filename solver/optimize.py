@@ -249,7 +249,7 @@ def _z3_search(
     survivors, sampled = _presolve(problem, bounds, top_k)
     enc = encode(survivors, problem.space, problem.machine, problem.wave_model)
     solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
-    solver.add(enc.constraints)
+    solver.from_string(enc.smtlib)
     objectives = _objectives(enc, problem.space, survivors)
 
     ranked: list[Simulation] = []
@@ -505,7 +505,8 @@ def certify(
     ]
     enc = encode(candidates, problem.space, problem.machine, problem.wave_model)
     solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
-    solver.add(enc.constraints)
+    # parsed into the solver in C: adding the parsed vector goes through Python per assertion
+    solver.from_string(enc.smtlib)
     t = incumbent.tiling
     time_ns, wait_ns = incumbent.overall_time_ns, incumbent.total_math_wait_ns
     key = tie_break_key(t.tile_m, t.tile_n, t.tile_k, t.buffer_depth)

@@ -33,9 +33,9 @@ from app.service import (
     run_job,
 )
 from device_profiles import DeviceProfile
+from device_profiles.provenance import provenance
 from perfmodel.gemm_ws import Tiling, simulate
 from perfmodel.manybsp import predict_kernel
-from solver import SolverMode, optimize_tiling
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
@@ -76,18 +76,18 @@ def optimize_job(
     """Worker side of POST /optimize-tiling: solve within ``time_limit_s``, return the body.
     ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline)."""
     request = OptimizeTilingRequest.model_validate(request_json)
-    device, problem = optimize_convert.to_problem(request, _profile(profile_json))
-    result = optimize_tiling(
-        problem,
-        top_k=request.top_k,
-        time_limit_s=time_limit_s,
-        mode=SolverMode(request.solver),
+    profile = _profile(profile_json)
+    device, problem = optimize_convert.to_problem(request, profile)
+    from app.convert import explore  # numpy: worker side only
+
+    solved = explore.solve(request, profile, problem, time_limit_s)
+    answer = optimize_convert.to_response(
+        request, device, problem, solved, provenance(profile, "gemm-ws")
     )
-    answer = optimize_convert.to_response(request, device, problem, result)
     return EncodedAnswer(
         _OPTIMIZE_JSON.dump_json(answer),
         cacheable=answer.status == "optimal",
-        certificate_mismatches=result.statistics.certificate_mismatches,
+        certificate_mismatches=solved.result.statistics.certificate_mismatches,
     )
 
 
@@ -164,7 +164,16 @@ def predict_job(
     core = predict_convert.to_core(request, max_ptx_bytes, _profile(profile_json))
     result = predict_kernel(core)
     clock = core.clock_mhz if core.clock_mhz is not None else core.device.clock_mhz
-    full = predict_convert.to_response(result, clock)
+    from app.convert import beliefs  # numpy: worker side only
+    from perfmodel.calibration.many_bsp import predict_interval_cycles
+
+    profile = _profile(profile_json)
+    values = {n: float(getattr(core.device.device, n)) for n in beliefs.MANY_BSP_BELIEF_FIGURES}
+    _, belief = beliefs.many_bsp_belief(profile, values)
+    interval = predict_interval_cycles(core.device, result, belief)
+    full = predict_convert.to_response(
+        result, clock, interval, provenance(profile if request.device else None, "many-bsp")
+    )
     # the prediction is a pure function of the request and the profile: always cacheable
     return EncodedAnswer(
         predict_convert.encode_view(full, request, summary_above_bytes), cacheable=True

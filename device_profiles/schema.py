@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
+SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
 
 _ESTIMATE_DESCRIPTION = (
     "true for an uncalibrated starting value derived in docs/model-notes.md (the source names "
@@ -41,6 +41,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class FigurePrior(_Strict):
+    """What a figure is believed to be before any run of the user's GPU: ln(value) ~
+    Normal(ln median, sigma_log^2), cited like the figure (docs/model-notes.md, "Priors")."""
+
+    median: float = Field(gt=0, description="prior median, in the figure's unit")
+    sigma_log: float = Field(gt=0, le=5, description="sd of ln(value): 0.1 is about +-10 %")
+    source: str = Field(min_length=3, description="measurement or derivation it comes from")
+    note: str | None = None
+
+
 class Figure(_Strict):
     """One cited number."""
 
@@ -48,6 +58,11 @@ class Figure(_Strict):
     source: str = Field(min_length=3, description="citation: paper + section/table, or document")
     note: str | None = None
     estimate: bool = Field(False, description=_ESTIMATE_DESCRIPTION)
+    prior: FigurePrior | None = Field(
+        None,
+        description="the figure's log-normal prior, for the MAP calibration and the "
+        "uncertainty of predictions (schema_version 3)",
+    )
 
 
 class PositiveFigure(Figure):
@@ -235,6 +250,26 @@ class CalibrationErrorSummary(_Strict):
     max_abs_pct: float = Field(ge=0, description="largest absolute error, % of the measured value")
 
 
+class CalibrationPosterior(_Strict):
+    """The Laplace posterior of a calibration: ln(figures) ~ Normal(mean, covariance), which
+    the service draws from for shortlists and intervals (docs/model-notes.md, MAP calibration)."""
+
+    figures: list[str] = Field(description="dotted-free names of the fitted figures, in order")
+    mean_log: list[float] = Field(description="posterior mean of ln(value), per figure")
+    covariance_log: list[list[float]] = Field(description="posterior covariance of ln(value)")
+
+    @model_validator(mode="after")
+    def _square(self) -> CalibrationPosterior:
+        p = len(self.figures)
+        if (
+            len(self.mean_log) != p
+            or len(self.covariance_log) != p
+            or any(len(row) != p for row in self.covariance_log)
+        ):
+            raise ValueError("mean_log and covariance_log must match figures in length")
+        return self
+
+
 class CalibrationProvenance(_Strict):
     """Where a calibrated profile comes from (POST /calibrate); absent from shipped profiles."""
 
@@ -254,10 +289,27 @@ class CalibrationProvenance(_Strict):
         description="k-fold error on held-out runs; null when cross-validation was off",
     )
     method: str = Field(description="fitting method reported by the calibration core")
+    posterior: CalibrationPosterior | None = Field(
+        default=None, description="the fit's posterior (absent from older calibrated profiles)"
+    )
+    determined: list[str] = Field(
+        default_factory=list, description="the fitted figures the runs determined on their own"
+    )
+    noise_pct: float | None = Field(
+        default=None, description="relative noise of the runs the fit estimated, %"
+    )
+
+
+class GemmWsDtypeRatios(_Strict):
+    """Throughputs of one element type relative to the gemm_ws section's (fp16) figures."""
+
+    load: float = Field(gt=0, description="load throughput ratio (elements per us)")
+    compute: float = Field(gt=0, description="MATH throughput ratio (MACs per us)")
+    source: str = Field(min_length=3)
 
 
 class DeviceProfile(_Strict):
-    schema_version: Literal[1, 2]
+    schema_version: Literal[1, 2, 3]
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     name: str
     architecture: str | None = None
@@ -265,6 +317,12 @@ class DeviceProfile(_Strict):
     description: str | None = None
     hardware: HardwareLimits
     gemm_ws: GemmWsSection | None = None
+    gemm_ws_dtypes: dict[str, GemmWsDtypeRatios] | None = Field(
+        None,
+        description="per element type the hardware has (fp32, fp16, bf16, fp8), the GeMM-WS "
+        "throughputs relative to the gemm_ws figures, which are for fp16 (schema_version 3); "
+        "absent: every dtype at the fp16 figures (the paper's reading, GeMM-WS 3)",
+    )
     many_bsp: ManyBspSection | None = None
     synchronization: SynchronizationSection | None = None
     calibration: CalibrationProvenance | None = Field(
@@ -279,7 +337,22 @@ class DeviceProfile(_Strict):
                 + ", ".join(self.estimated_figures())
                 + ")"
             )
+        if self.schema_version < 3 and (self.prior_figures() or self.gemm_ws_dtypes):
+            raise ValueError("priors and gemm_ws_dtypes need schema_version 3")
         return self
+
+    def prior_figures(self) -> list[str]:
+        """Dotted names of the figures that carry a prior (schema_version 3)."""
+        out = []
+        for section_name in ("gemm_ws", "many_bsp"):
+            section = getattr(self, section_name)
+            if section is None:
+                continue
+            for name in type(section).model_fields:
+                figure = getattr(section, name)
+                if isinstance(figure, Figure) and figure.prior is not None:
+                    out.append(f"{section_name}.{name}")
+        return out
 
     def content_sha256(self) -> str:
         """SHA-256 (hex) of the profile's JSON: any edited figure, note or flag changes it

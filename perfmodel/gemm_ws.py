@@ -14,6 +14,7 @@ floating-point rounding error (docs/model-notes.md).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +70,19 @@ class GemmWsMachine:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a non-negative finite number, got {value}")
+
+
+def scaled_throughputs(machine: GemmWsMachine, ratios: tuple[float, float]) -> GemmWsMachine:
+    """``machine`` with its (load, compute) throughputs multiplied by ``ratios``: the figures
+    of another element type, cited per profile as ratios to the fp16 ones (a throughput is
+    per element and per MAC, eq. (4)/(6))."""
+    if ratios == (1.0, 1.0):
+        return machine
+    return dataclasses.replace(
+        machine,
+        load_throughput_elements_per_us=machine.load_throughput_elements_per_us * ratios[0],
+        compute_throughput_macs_per_us=machine.compute_throughput_macs_per_us * ratios[1],
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ another pipeline model's closed form can sit beside it.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -250,8 +249,9 @@ def score_configurations(
     return Scores(overall_time_ns=overall, total_math_wait_ns=wait)
 
 
-#: configurations per chunk of :func:`enumerate_configurations` (~4 arrays x 8 bytes each)
-DEFAULT_CHUNK_CONFIGURATIONS = 1 << 17
+#: configurations per chunk of :func:`enumerate_configurations`: small enough that one chunk
+#: (the least a deadline-bound solve scores) takes a few milliseconds
+DEFAULT_CHUNK_CONFIGURATIONS = 1 << 15
 
 
 def enumerate_configurations(
@@ -265,21 +265,15 @@ def enumerate_configurations(
 ) -> Iterator[Configurations]:
     """Every configuration of the product space whose circular buffer fits the shared memory
     per CTA (buffer_depth x (TM TK + TK TN) x element_bytes, as the Z3 encoding limits it;
-    None: no limit), in chunks of at most about ``chunk_configurations``, in bounded memory."""
-    depths = np.asarray(buffer_depth, dtype=np.int64)
-    tk_values = np.asarray(tile_k, dtype=np.int64)
-    per_triple = len(depths) * len(tk_values)
-    pairs_per_chunk = max(1, chunk_configurations // max(1, per_triple))
-    pairs = itertools.product(tile_m, tile_n)
-    while True:
-        block = list(itertools.islice(pairs, pairs_per_chunk))
-        if not block:
-            return
-        mn = np.asarray(block, dtype=np.int64)
-        tm = np.repeat(mn[:, 0], per_triple)
-        tn = np.repeat(mn[:, 1], per_triple)
-        tk = np.tile(np.repeat(tk_values, len(depths)), len(block))
-        depth = np.tile(depths, len(block) * len(tk_values))
+    None: no limit), in chunks of at most ``chunk_configurations``, in bounded memory."""
+    values = [np.asarray(v, dtype=np.int64) for v in (tile_m, tile_n, tile_k, buffer_depth)]
+    dims = tuple(len(v) for v in values)
+    total = int(np.prod(dims))
+    step = max(1, chunk_configurations)
+    for start in range(0, total, step):
+        # the chunk's slice of the product space, in tile_m-major order
+        index = np.unravel_index(np.arange(start, min(start + step, total)), dims)
+        tm, tn, tk, depth = (v[i] for v, i in zip(values, index, strict=True))
         if shared_memory_per_block_bytes is not None:
             fits = depth * (tm * tk + tk * tn) * element_bytes <= shared_memory_per_block_bytes
             tm, tn, tk, depth = tm[fits], tn[fits], tk[fits], depth[fits]

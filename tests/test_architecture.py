@@ -20,6 +20,9 @@ from device_profiles import ModelNotServed, ProfileError, UnknownDevice
     ("module", "forbidden"),
     [
         ("solver", ("fastapi", "starlette", "app", "pydantic")),
+        # explore shortlists and beliefs run in every optimize job: no fitting engine (scipy)
+        ("solver.explore", ("fastapi", "starlette", "app", "pydantic", "scipy")),
+        ("perfmodel.belief", ("fastapi", "starlette", "app", "pydantic", "scipy")),
         ("perfmodel.gemm_ws", ("fastapi", "starlette", "app", "pydantic")),
         ("perfmodel.ptx", ("fastapi", "starlette", "app", "pydantic")),
         # reads validated device profiles (device_profiles uses pydantic for its file schema)

@@ -3,6 +3,9 @@ response schema. Used by the route (early 4xx checks) and by the worker job alik
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from app.schemas.base import ProfileProvenanceOut
 from app.schemas.optimize import (
     CertificateCheckOut,
     Feedback,
@@ -11,6 +14,7 @@ from app.schemas.optimize import (
     OptimizeTilingResponse,
     RankedCandidate,
     SearchSummaryOut,
+    ShortlistOut,
     SolverStats,
     TileValues,
     TilingPrediction,
@@ -18,9 +22,18 @@ from app.schemas.optimize import (
     ValueRange,
 )
 from device_profiles import DeviceProfile, ModelNotServed, get_profile
+from device_profiles.priors import gemm_ws_dtype_ratios
+from device_profiles.provenance import Provenance
 from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.errors import ModelInputError
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel, ns_to_us
+from perfmodel.gemm_ws import (
+    GemmShape,
+    GemmWsMachine,
+    Simulation,
+    WaveTimeModel,
+    ns_to_us,
+    scaled_throughputs,
+)
 from solver import (
     ELEMENT_BYTES,
     SearchSpace,
@@ -37,14 +50,24 @@ from solver.optimize import check_mode
 MAX_TIMELINE_STAGES = 1 << 16
 
 
-def gemm_ws_machine(profile: DeviceProfile) -> GemmWsMachine:
-    """The GeMM-WS figures of a profile; ModelNotServed names what is missing."""
+def gemm_ws_machine(profile: DeviceProfile, dtype: str = "fp16") -> GemmWsMachine:
+    """The GeMM-WS figures of a profile for element type ``dtype`` (the fp16 figures scaled
+    by the profile's cited ratios); ModelNotServed names what is missing, a dtype the device
+    lacks is a ModelInputError naming ``dtype``."""
     section = profile.gemm_ws
     if section is None:
         missing = [f"gemm_ws.{name}" for name in REQUIRED_GEMM_WS_FIGURES]
         raise ModelNotServed(profile.id, "gemm-ws", missing)
+    ratios = gemm_ws_dtype_ratios(profile)
+    if dtype not in ratios:
+        raise ModelInputError(
+            "dtype",
+            f"device {profile.id!r} has no {dtype} GEMM rate (its element types: "
+            + ", ".join(sorted(ratios))
+            + ")",
+        )
     shared = profile.hardware.shared_memory_per_block_bytes
-    return GemmWsMachine(
+    reference = GemmWsMachine(
         sm_count=int(profile.hardware.sm_count.value),
         t_init_us=section.t_init_us.value,
         t_epilogue_us=section.t_epilogue_us.value,
@@ -54,6 +77,7 @@ def gemm_ws_machine(profile: DeviceProfile) -> GemmWsMachine:
         compute_throughput_macs_per_us=section.compute_throughput_macs_per_us.value,
         shared_memory_per_block_bytes=int(shared.value) if shared is not None else None,
     )
+    return scaled_throughputs(reference, ratios[dtype])
 
 
 def _values(field: str, spec: TileValues) -> tuple[int, ...]:
@@ -73,7 +97,7 @@ def to_problem(
     if request.device is not None:
         profile = profile if profile is not None else get_profile(request.device)
         device = profile.id
-        machine = gemm_ws_machine(profile)
+        machine = gemm_ws_machine(profile, request.dtype)
     elif request.device_params is not None:
         device = "inline"
         machine = GemmWsMachine(**request.device_params.model_dump())
@@ -106,6 +130,16 @@ def to_problem(
         wave_model=WaveTimeModel(request.wave_time_model),
     )
     return device, problem
+
+
+@dataclass(frozen=True, slots=True)
+class Solved:
+    """A solve's result with the shortlist chosen for the request, and how."""
+
+    result: TilingResult
+    shortlist: ShortlistOut | None
+    #: per ranked candidate: (probability_best, interval low, interval high), or empty
+    uncertainty: tuple[tuple[float, float, float], ...] = ()
 
 
 def _prediction(
@@ -141,9 +175,22 @@ def _prediction(
 
 
 def to_response(
-    request: OptimizeTilingRequest, device: str, problem: TilingProblem, result: TilingResult
+    request: OptimizeTilingRequest,
+    device: str,
+    problem: TilingProblem,
+    solved: Solved,
+    origin: Provenance | None = None,
 ) -> OptimizeTilingResponse:
+    result = solved.result
     eb = problem.element_bytes
+
+    def with_uncertainty(rank: int, sim: Simulation) -> dict[str, object]:
+        out = _prediction(request, sim, eb)
+        if solved.uncertainty:
+            p, low, high = solved.uncertainty[rank - 1]
+            out.update(probability_best=p, interval_low_us=low, interval_high_us=high)
+        return out
+
     timeline = None
     if request.include_timeline:
         timeline = [
@@ -160,9 +207,9 @@ def to_response(
         status="optimal" if result.status == "optimal" else "timeout",
         device=device,
         dtype=request.dtype,
-        best=TilingPrediction.model_validate(_prediction(request, result.best, eb)),
+        best=TilingPrediction.model_validate(with_uncertainty(1, result.best)),
         candidates=[
-            RankedCandidate.model_validate({"rank": rank, **_prediction(request, sim, eb)})
+            RankedCandidate.model_validate({"rank": rank, **with_uncertainty(rank, sim)})
             for rank, sim in enumerate(result.candidates, start=1)
         ],
         search=SearchSummaryOut(
@@ -183,8 +230,18 @@ def to_response(
             certificate_mismatches=result.statistics.certificate_mismatches,
         ),
         timeline=timeline,
+        shortlist=solved.shortlist,
+        profile_provenance=provenance_out(origin) if origin is not None else None,
         # the device as the request named it: recalibrating through a name moves the name
         feedback=None if request.device is None else feedback(request.device),
+    )
+
+
+def provenance_out(origin: Provenance) -> ProfileProvenanceOut:
+    return ProfileProvenanceOut(
+        kind=origin.kind,
+        measurement_count=origin.measurement_count,
+        estimated_figures=list(origin.estimated_figures),
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from app.convert.optimize import provenance_out
 from app.schemas.predict import (
     FuCycles,
     InstructionOut,
@@ -19,6 +20,7 @@ from app.schemas.predict import (
     WarpRoleOut,
 )
 from device_profiles import DeviceProfile, get_profile
+from device_profiles.provenance import Provenance
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp import (
     DeviceFigures,
@@ -112,9 +114,16 @@ def _step(result: PredictResult | RoleResult, s: Superstep) -> SuperstepModel:
     )
 
 
-def to_response(result: PredictResult, clock_mhz: float | None) -> PredictKernelResponse:
+def to_response(
+    result: PredictResult,
+    clock_mhz: float | None,
+    interval_cycles: tuple[float, float] | None = None,
+    origin: Provenance | None = None,
+) -> PredictKernelResponse:
     e = result.estimate
     return PredictKernelResponse(
+        predicted_cycles_interval=list(interval_cycles) if interval_cycles else None,
+        profile_provenance=provenance_out(origin) if origin is not None else None,
         kernel=result.kernel,
         device=result.device_id,
         n_b=result.n_b,

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, Strict, ValidationError
 
-from app.schemas.base import RequestModel
+from app.schemas.base import ProfileProvenanceOut, RequestModel
 from app.schemas.devices import drop_read_only_keys
 from device_profiles import DeviceProfile
 
@@ -202,6 +202,15 @@ class PredictKernelResponse(BaseModel):
     predicted_cycles: float = Field(description="kernel_exec_cycle, eq. (24)/(25), cycles")
     predicted_time_us: float | None = Field(description="predicted_cycles / clock (us)")
     clock_mhz: float | None = Field(description="clock used for predicted_time_us, MHz")
+    predicted_cycles_interval: list[float] | None = Field(
+        default=None,
+        description="[10 %, 90 %] quantiles of predicted_cycles when mu and the launch "
+        "overheads are drawn from the profile's posterior or priors, cycles (contains "
+        "predicted_cycles)",
+    )
+    profile_provenance: ProfileProvenanceOut | None = Field(
+        default=None, description="where the device figures come from"
+    )
     equation: str = Field(description="'24' (rho >= tau) or '25'")
     w: int = Field(description="warps per warp scheduler, eq. (6)")
     parallel_comp: float = Field(description="eq. (10), cycles")

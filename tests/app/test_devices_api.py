@@ -32,28 +32,33 @@ def client() -> Iterator[TestClient]:
 
 @pytest.mark.parametrize("device", ["v100", "a100", "h100"])
 def test_detail_lists_exactly_the_figures_to_calibrate(client: TestClient, device: str) -> None:
+    """Issue 16: today's GPUs serve both models out of the box on cited estimates; the
+    figures a calibration fits are listed as estimates, each with its prior, and the call."""
     r = client.get(f"/devices/{device}")
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["hardware"]["sm_count"]["source"]  # the profile, with sources, as before
     many_bsp = body["needs_calibration"]["many-bsp"]
-    assert many_bsp["status"] == "needs-calibration"
+    assert many_bsp["status"] == "uncalibrated-estimates"
     assert {f["figure"] for f in many_bsp["figures"]} == {f"many_bsp.{n}" for n in FITTED}
-    assert all(f["calibratable"] and f["state"] == "absent" for f in many_bsp["figures"])
+    assert all(f["calibratable"] and f["state"] == "estimate" for f in many_bsp["figures"])
     assert all(f["reason"] for f in many_bsp["figures"])
     assert many_bsp["missing"] == []
+    for name in FITTED:
+        prior = body["many_bsp"][name]["prior"]
+        assert prior["median"] == body["many_bsp"][name]["value"] and prior["source"]
     call = many_bsp["calibrate"]
     assert (call["method"], call["path"]) == ("POST", "/calibrate")
     assert call["body"]["model"] == "many-bsp" and call["body"]["base_device"] == device
     assert set(call["body"]["fit"]) == FITTED
     assert call["cli"] == f"kperf calibrate runs.jsonl --model many-bsp --device {device}"
-    # GeMM-WS: no public figure for these devices, all six are calibrated
+    # GeMM-WS: estimates derived from public figures, all six listed for calibration
     gemm_ws = body["needs_calibration"]["gemm-ws"]
-    assert gemm_ws["status"] == "needs-calibration" and len(gemm_ws["figures"]) == 6
+    assert gemm_ws["status"] == "uncalibrated-estimates" and len(gemm_ws["figures"]) == 6
     assert gemm_ws["calibrate"]["cli"].endswith(f"--model gemm-ws --device {device}")
 
 
-def test_served_models_list_nothing_to_calibrate(client: TestClient) -> None:
+def test_published_figures_list_nothing_to_calibrate(client: TestClient) -> None:
     body = client.get("/devices/gtx-760").json()
     many_bsp = body["needs_calibration"]["many-bsp"]
     assert many_bsp == {
@@ -63,7 +68,7 @@ def test_served_models_list_nothing_to_calibrate(client: TestClient) -> None:
         "estimates": [],
         "calibrate": None,
     }
-    assert body["needs_calibration"]["gemm-ws"]["status"] == "needs-calibration"
+    assert body["needs_calibration"]["gemm-ws"]["status"] == "uncalibrated-estimates"
     assert client.get("/devices/rtx-a6000").json()["needs_calibration"]["gemm-ws"] == {
         "status": "served",
         "figures": [],
@@ -73,12 +78,12 @@ def test_served_models_list_nothing_to_calibrate(client: TestClient) -> None:
     }
 
 
-def test_figures_no_calibration_fits_are_listed_apart(client: TestClient) -> None:
+def test_borrowed_figures_no_calibration_fits_are_listed_as_estimates(client: TestClient) -> None:
     many_bsp = client.get("/devices/p100").json()["needs_calibration"]["many-bsp"]
-    assert many_bsp["status"] == "missing-figures"
-    missing = {f["figure"] for f in many_bsp["missing"]}
-    assert {"many_bsp.mem_lat_cycles", "many_bsp.issue_cycle"} <= missing
-    assert not any(f["calibratable"] for f in many_bsp["missing"])
+    assert many_bsp["status"] == "uncalibrated-estimates" and many_bsp["missing"] == []
+    borrowed = {f["figure"] for f in many_bsp["estimates"]}
+    assert {"many_bsp.mem_lat_cycles", "many_bsp.issue_cycle"} <= borrowed
+    assert not any(f["calibratable"] for f in many_bsp["estimates"])
     assert {f["figure"] for f in many_bsp["figures"]} == {f"many_bsp.{n}" for n in FITTED}
 
 
@@ -94,14 +99,14 @@ def test_listing_gives_each_models_status(client: TestClient) -> None:
     assert {"v100", "a100", "h100"} <= set(devices)
     for device in ("v100", "a100", "h100"):
         assert devices[device]["model_status"] == {
-            "gemm-ws": "needs-calibration",
-            "many-bsp": "needs-calibration",
+            "gemm-ws": "uncalibrated-estimates",
+            "many-bsp": "uncalibrated-estimates",
         }
-        assert devices[device]["models"] == []
+        assert devices[device]["models"] == ["gemm-ws", "many-bsp"]
     assert devices["gtx-760"]["model_status"]["many-bsp"] == "served"
-    assert devices["p100"]["model_status"]["many-bsp"] == "missing-figures"
+    assert devices["p100"]["model_status"]["many-bsp"] == "uncalibrated-estimates"
     assert devices["rtx-a6000"]["model_status"]["gemm-ws"] == "served"
-    assert devices["rtx-a6000"]["models"] == ["gemm-ws"]
+    assert devices["rtx-a6000"]["models"] == ["gemm-ws", "many-bsp"]
 
 
 def _predict_body(ptx: str, kernel: str, **over: Any) -> dict[str, Any]:
@@ -119,19 +124,30 @@ def _predict_body(ptx: str, kernel: str, **over: Any) -> dict[str, Any]:
 WS_SCALE = (NVCC_DIR / "ws_scale.sm_90a.ptx").read_text()
 
 
+def _without(client: TestClient, device: str, *names: str) -> dict[str, Any]:
+    """GET /devices/{id} with Many-BSP figures removed, to post back as an inline profile."""
+    profile: dict[str, Any] = client.get(f"/devices/{device}").json()
+    for name in names:
+        profile["many_bsp"].pop(name)
+    return profile
+
+
 def test_422_names_the_figures_and_the_calibrate_call(client: TestClient) -> None:
-    r = client.post("/predict-kernel", json=_predict_body(WS_SCALE, "ws_scale"))
+    body = _predict_body(WS_SCALE, "ws_scale", device=None)
+    body["device_params"] = _without(client, "h100", *FITTED)
+    r = client.post("/predict-kernel", json=body)
     assert r.status_code == 422 and r.headers["content-type"].startswith(PROBLEM)
-    body = r.json()
-    reasons = {e["reason"].split(" (")[0] for e in body["errors"]}
+    answer = r.json()
+    reasons = {e["reason"].split(" (")[0] for e in answer["errors"]}
     assert reasons == {f"missing figure: many_bsp.{n}" for n in FITTED}
-    assert all(e["calibratable"] for e in body["errors"])
-    assert "POST /calibrate" in body["detail"]
-    assert "kperf calibrate runs.jsonl --model many-bsp --device h100" in body["detail"]
+    assert all(e["calibratable"] for e in answer["errors"])
+    assert "POST /calibrate" in answer["detail"]
 
 
 def test_422_separates_figures_that_must_be_cited(client: TestClient) -> None:
-    r = client.post("/predict-kernel", json=_predict_body(WS_SCALE, "ws_scale", device="p100"))
+    body = _predict_body(WS_SCALE, "ws_scale", device=None)
+    body["device_params"] = _without(client, "p100", "mem_lat_cycles", "mu")
+    r = client.post("/predict-kernel", json=body)
     assert r.status_code == 422
     by_figure = {e["reason"].split(" (")[0]: e["calibratable"] for e in r.json()["errors"]}
     assert by_figure["missing figure: many_bsp.mem_lat_cycles"] is False

@@ -101,9 +101,25 @@ def _write(tmp_path: Path, name: str, body: object) -> Path:
     return path
 
 
-def test_version_1_file_may_not_flag_estimates(tmp_path: Path) -> None:
-    raw = json.loads((PROFILE_DIR / "rtx-a6000.json").read_text())
-    assert raw["schema_version"] == 1
+def _without_version_3(raw: dict) -> dict:
+    """The file as schema_version 1 would hold it: no priors, no dtype ratios, no flags."""
+
+    def strip(node: object) -> object:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k not in ("prior", "estimate")}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    out = strip({k: v for k, v in raw.items() if k != "gemm_ws_dtypes"})
+    assert isinstance(out, dict)
+    out["schema_version"] = 1
+    return out
+
+
+def test_version_1_file_may_not_flag_estimates_and_priors_need_version_3(tmp_path: Path) -> None:
+    raw = _without_version_3(json.loads((PROFILE_DIR / "rtx-a6000.json").read_text()))
+    assert load_profile_file(_write(tmp_path, "rtx-a6000", raw)).estimated_figures() == []
     raw["gemm_ws"]["t_init_us"]["estimate"] = True
     with pytest.raises(ProfileError, match="schema_version 2"):
         load_profile_file(_write(tmp_path, "rtx-a6000", raw))
@@ -111,6 +127,13 @@ def test_version_1_file_may_not_flag_estimates(tmp_path: Path) -> None:
     profile = load_profile_file(_write(tmp_path, "rtx-a6000", raw))
     assert profile.estimated_figures() == ["gemm_ws.t_init_us"]
     assert profile.calibration_needs()["gemm-ws"] == ["gemm_ws.t_init_us"]
+    raw["gemm_ws"]["t_init_us"]["prior"] = {"median": 1.68, "sigma_log": 0.1, "source": "test"}
+    with pytest.raises(ProfileError, match="schema_version 3"):
+        load_profile_file(_write(tmp_path, "rtx-a6000", raw))
+    raw["schema_version"] = 3
+    assert load_profile_file(_write(tmp_path, "rtx-a6000", raw)).prior_figures() == [
+        "gemm_ws.t_init_us"
+    ]
 
 
 def test_unknown_schema_version_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,71 @@
+"""Worker side of POST /optimize-tiling's shortlist: Z3's proven optimum, then the explore (or
+exploit) shortlist under what is believed about the device's figures (issue 16).
+
+Worker-only: it draws with numpy (perfmodel.belief, solver.explore), which the service's own
+process never loads; app/jobs.py imports it inside the optimize job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from app.convert.beliefs import gemm_ws_belief
+from app.convert.optimize import Solved, gemm_ws_machine
+from app.schemas.optimize import OptimizeTilingRequest, ShortlistOut
+from device_profiles import DeviceProfile
+from device_profiles.priors import gemm_ws_dtype_ratios
+from perfmodel.gemm_ws import simulate
+from solver import SolverMode, TilingProblem, optimize_tiling
+from solver.explore import DRAWS, MAX_EXPLORE_CONFIGURATIONS, explore_problem
+from solver.shortlist import ShortlistMode
+
+
+def solve(
+    request: OptimizeTilingRequest,
+    profile: DeviceProfile | None,
+    problem: TilingProblem,
+    time_limit_s: float,
+) -> Solved:
+    """Z3's proven optimum, then the shortlist: in explore mode the configurations most often
+    fastest under the device's belief (rank 1 stays Z3's); both modes carry each candidate's
+    probability of being fastest and its interval when the space is small enough to draw."""
+    mode = ShortlistMode(request.shortlist)
+    started = time.perf_counter()
+    solver_mode = SolverMode(request.solver)
+    # the pure Z3 search pays a solve per rank, which explore would replace; the certified
+    # path ranks the whole space at once, so a partial ("timeout") answer keeps its shortlist
+    explore_z3 = mode is ShortlistMode.EXPLORE and solver_mode is SolverMode.Z3_SEARCH
+    top_k = 1 if explore_z3 else request.top_k
+    result = optimize_tiling(problem, top_k=top_k, time_limit_s=time_limit_s, mode=solver_mode)
+    if result.status != "optimal":
+        return Solved(result, None)
+    # the belief is about the reference (fp16) figures; draws are scaled to the request's
+    # dtype as its machine was
+    ratios, reference = (1.0, 1.0), problem.machine
+    if profile is not None:
+        ratios, reference = gemm_ws_dtype_ratios(profile)[request.dtype], gemm_ws_machine(profile)
+    kind, belief = gemm_ws_belief(profile, reference)
+    picks = None
+    if time.perf_counter() - started < time_limit_s:
+        picks = explore_problem(problem, belief, request.top_k, mode, ratios=ratios)
+    if picks is None:
+        note = f"more than {MAX_EXPLORE_CONFIGURATIONS} feasible configurations, or no time left"
+        if explore_z3:
+            result = optimize_tiling(
+                problem, top_k=request.top_k, time_limit_s=time_limit_s, mode=solver_mode
+            )
+        return Solved(result, ShortlistOut(mode=mode.value, belief="none", draws=0, note=note))
+    if picks.tilings[0] != result.best.tiling:
+        raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
+    candidates = tuple(
+        simulate(problem.shape, t, problem.machine, problem.wave_model) for t in picks.tilings
+    )
+    uncertainty = tuple(
+        zip(picks.probability_best, picks.interval_low_us, picks.interval_high_us, strict=True)
+    )
+    return Solved(
+        dataclasses.replace(result, best=candidates[0], candidates=candidates),
+        ShortlistOut(mode=mode.value, belief=kind, draws=DRAWS),
+        uncertainty,
+    )

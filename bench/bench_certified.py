@@ -25,10 +25,10 @@ import httpx
 from bench.bench_large_answers import start_server, stop_server
 from bench.common import command_line, median_seconds
 from perfmodel.gemm_ws import GemmShape, Tiling
-from solver import SearchSpace, SolverMode, TilingProblem, optimize_tiling
+from solver import SolverMode, TilingProblem, optimize_tiling
 from solver.bounds import triple_bounds
 from solver.optimize import _score_space, _simulate, certify
-from tests.gemm_ws_cases import A6000, TABLE_1, TABLE_1_SPACE
+from tests.gemm_ws_cases import A6000, ISSUE_19_SPACE, TABLE_1, TABLE_1_SPACE
 
 
 def _solve(problem: TilingProblem, top_k: int, mode: SolverMode) -> None:
@@ -70,8 +70,7 @@ def in_process(repeats: int) -> None:
             f"| {k5 / k1:.2f} | {k1 / base:.2f} | {k5 / base:.2f} | {z1 * 1e3:.1f} "
             f"| {z5 * 1e3:.1f} |"
         )
-    values = tuple(range(1, 333))
-    space = SearchSpace(values, values, (64,), tuple(range(1, 9)))
+    space = ISSUE_19_SPACE
     big = TilingProblem(GemmShape(8192, 8192, 8192), A6000, space)
     started = time.perf_counter()
     result = optimize_tiling(big, top_k=5, time_limit_s=20)

@@ -19,11 +19,12 @@ Two modes (:class:`SolverMode`):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import z3
 
@@ -273,22 +274,40 @@ def _z3_search(
         found_tilings = {s.tiling for s in ranked}
         ranked += [s for s in sampled if s.tiling not in found_tilings]
         ranked = sorted(ranked, key=_objective_key)[:top_k]
+    # Otherwise already in rank order: each solve is the optimum of what earlier ranks left.
+    return _tiling_result(
+        status,
+        ranked,
+        summary,
+        started,
+        time_limit_s,
+        checks=checks,
+        encoded_tile_triples=len(survivors),
+        pruned_tile_triples=len(bounds) - len(survivors),
+        mode=SolverMode.Z3_SEARCH,
+    )
+
+
+def _tiling_result(
+    status: str,
+    ranked: list[Simulation],
+    summary: SearchSummary,
+    started: float,
+    time_limit_s: float,
+    **statistics: Any,
+) -> TilingResult:
+    """The answer in rank order; SolverTimeout when nothing was found in time."""
     if not ranked:
         raise SolverTimeout(time_limit_s)
-    # Otherwise already in rank order: each solve is the optimum of what earlier ranks left.
-    elapsed_ms = (time.perf_counter() - started) * 1000
     return TilingResult(
         status=status,
         best=ranked[0],
         candidates=tuple(ranked),
         summary=summary,
         statistics=SolverStatistics(
-            elapsed_ms=elapsed_ms,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
             z3_version=z3_version(),
-            checks=checks,
-            encoded_tile_triples=len(survivors),
-            pruned_tile_triples=len(bounds) - len(survivors),
-            mode=SolverMode.Z3_SEARCH,
+            **statistics,
         ),
     )
 
@@ -405,17 +424,11 @@ def _certified(
         _log.error("%s; answering with the Z3 search", message)
         result = _z3_search(problem, top_k, time_limit_s, started, deadline)
         stats = result.statistics
-        return TilingResult(
-            status=result.status,
-            best=result.best,
-            candidates=result.candidates,
-            summary=result.summary,
-            statistics=SolverStatistics(
-                elapsed_ms=stats.elapsed_ms,
-                z3_version=stats.z3_version,
+        return dataclasses.replace(
+            result,
+            statistics=dataclasses.replace(
+                stats,
                 checks=stats.checks + len(checks),
-                encoded_tile_triples=stats.encoded_tile_triples,
-                pruned_tile_triples=stats.pruned_tile_triples,
                 mode=SolverMode.CERTIFIED,
                 configurations_scored=ranking.scored,
                 certificate=checks,
@@ -446,8 +459,6 @@ def _result(
     certificate: Certificate | None,
     summary: SearchSummary | None,
 ) -> TilingResult:
-    if not ranked:
-        raise SolverTimeout(time_limit_s)
     if summary is None:
         # cut short before the per-triple bounds: count what the scorer enumerated
         considered = problem.space.size
@@ -458,21 +469,18 @@ def _result(
             rejected={"shared_memory_per_block": considered - feasible},
         )
     checks = certificate.checks if certificate is not None else ()
-    return TilingResult(
-        status=status,
-        best=ranked[0],
-        candidates=tuple(ranked),
-        summary=summary,
-        statistics=SolverStatistics(
-            elapsed_ms=(time.perf_counter() - started) * 1000,
-            z3_version=z3_version(),
-            checks=len(checks),
-            encoded_tile_triples=certificate.encoded_tile_triples if certificate else 0,
-            pruned_tile_triples=certificate.pruned_tile_triples if certificate else 0,
-            mode=SolverMode.CERTIFIED,
-            configurations_scored=ranking.scored,
-            certificate=checks,
-        ),
+    return _tiling_result(
+        status,
+        ranked,
+        summary,
+        started,
+        time_limit_s,
+        checks=len(checks),
+        encoded_tile_triples=certificate.encoded_tile_triples if certificate else 0,
+        pruned_tile_triples=certificate.pruned_tile_triples if certificate else 0,
+        mode=SolverMode.CERTIFIED,
+        configurations_scored=ranking.scored,
+        certificate=checks,
     )
 
 

@@ -11,7 +11,7 @@ import z3
 from perfmodel.gemm_ws import GemmShape
 from solver import SearchSpace, SolverTimeout, TilingProblem, optimize_tiling
 from solver.lexicographic import Objective, lexicographic_optimum
-from tests.gemm_ws_cases import A6000
+from tests.gemm_ws_cases import A6000, ISSUE_19_SPACE
 
 
 def test_deadline_after_first_model_returns_it_unproven() -> None:
@@ -114,8 +114,7 @@ def test_certificate_out_of_time_answers_the_scorers_exact_ranking_unproven(
 def test_a_huge_space_past_its_time_answers_the_best_scored_so_far() -> None:
     """The issue's space (tile_m and tile_n 1..332, depth 1..8, 881,792 configurations) with
     far too little time: the scorer's first chunks are the answer, not an exception."""
-    values = tuple(range(1, 333))
-    space = SearchSpace(values, values, (64,), tuple(range(1, 9)))
+    space = ISSUE_19_SPACE
     problem = TilingProblem(GemmShape(8192, 8192, 8192), A6000, space)
     started = time.perf_counter()
     result = optimize_tiling(problem, top_k=5, time_limit_s=0.05)
@@ -130,8 +129,7 @@ def test_a_huge_space_past_its_time_answers_the_best_scored_so_far() -> None:
 
 @pytest.mark.slow
 def test_the_huge_space_is_certified_within_seconds() -> None:
-    values = tuple(range(1, 333))
-    space = SearchSpace(values, values, (64,), tuple(range(1, 9)))
+    space = ISSUE_19_SPACE
     problem = TilingProblem(GemmShape(8192, 8192, 8192), A6000, space)
     result = optimize_tiling(problem, top_k=5, time_limit_s=20)
     assert result.status == "optimal"

@@ -84,7 +84,11 @@ def optimize_job(
     answer = optimize_convert.to_response(
         request, device, problem, solved, provenance(profile, "gemm-ws")
     )
-    return EncodedAnswer(_OPTIMIZE_JSON.dump_json(answer), cacheable=answer.status == "optimal")
+    return EncodedAnswer(
+        _OPTIMIZE_JSON.dump_json(answer),
+        cacheable=answer.status == "optimal",
+        certificate_mismatches=solved.result.statistics.certificate_mismatches,
+    )
 
 
 def canonical_optimize_request(request: OptimizeTilingRequest) -> dict[str, Any]:

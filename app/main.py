@@ -27,7 +27,8 @@ from device_profiles import default_profiles
 log = logging.getLogger("kperf.app")
 
 #: imported by each worker before it reports ready, so no request pays for the import
-WORKER_PRELOAD = ("solver", "perfmodel.manybsp", "app.jobs")
+#: (the exact scorer brings numpy: ~100 ms a cold worker would spend inside a solve's budget)
+WORKER_PRELOAD = ("solver", "perfmodel.manybsp", "perfmodel.gemm_ws_scoring", "app.jobs")
 
 
 async def _probe_store(store: Store) -> None:

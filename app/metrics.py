@@ -99,3 +99,9 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.certificate_mismatches = Counter(
+            "kperf_certificate_mismatches",
+            "certified solves whose Z3 certificate found a configuration better than the exact "
+            "scorer's best (a bug in the scorer or the encoding; answered from the Z3 search)",
+            registry=self.registry,
+        )

@@ -216,6 +216,8 @@ async def run_job(
     service.metrics.solve_time.labels(kind, _answer_label(outcome.value)).observe(
         outcome.solve_time_s
     )
+    if isinstance(outcome.value, EncodedAnswer) and outcome.value.certificate_mismatches:
+        service.metrics.certificate_mismatches.inc(outcome.value.certificate_mismatches)
     return outcome.value
 
 
@@ -230,6 +232,8 @@ class EncodedAnswer:
 
     body: bytes
     cacheable: bool
+    #: Z3 refuted the exact scorer's best (solver/optimize.py): counted in the parent's metrics
+    certificate_mismatches: int = 0
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
         # protocol 5 (the worker pool, app/pool.py): a large body travels out of band, as
@@ -237,7 +241,7 @@ class EncodedAnswer:
         # a small one costs less in the pickle than a message of its own
         large = len(self.body) > OUT_OF_BAND_ABOVE_BYTES
         body = pickle.PickleBuffer(self.body) if large and int(protocol) >= 5 else self.body
-        return (EncodedAnswer, (body, self.cacheable))
+        return (EncodedAnswer, (body, self.cacheable, self.certificate_mismatches))
 
 
 @dataclass(frozen=True, slots=True)

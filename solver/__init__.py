@@ -3,6 +3,9 @@
 from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace, SolverTimeout
 from solver.optimize import (
     ELEMENT_BYTES,
+    MAX_Z3_SEARCH_TILE_TRIPLES,
+    CertificateCheck,
+    SolverMode,
     SolverStatistics,
     TilingProblem,
     TilingResult,
@@ -12,6 +15,9 @@ from solver.search_space import SearchSpace, SearchSummary, values_from_range
 
 __all__ = [
     "ELEMENT_BYTES",
+    "MAX_Z3_SEARCH_TILE_TRIPLES",
+    "CertificateCheck",
+    "SolverMode",
     "InfeasibleSearchSpace",
     "InvalidSearchSpace",
     "SearchSpace",

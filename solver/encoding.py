@@ -45,7 +45,8 @@ class Encoding:
     buffer_depth: z3.ArithRef
     overall_time_ns: z3.ArithRef
     total_math_wait_ns: z3.ArithRef
-    constraints: z3.AstVector
+    #: the constraints as SMT-LIB 2 text: ``solver.from_string`` parses them into a solver in
+    #: one call (adding a parsed vector crosses into Python once per assertion)
     smtlib: str
     #: min over all triples of the overall-time cut: no configuration can be faster
     overall_time_floor_ns: int
@@ -166,7 +167,6 @@ def encode(
         a(f"(assert (=> (= waves {w}) (= total_math_wait (* {w} math_wait_per_wave))))")
 
     text = "\n".join(out)
-    constraints = z3.parse_smt2_string(text)
     tm_v, tn_v, tk_v, depth_v = z3.Ints("tile_m tile_n tile_k buffer_depth")
     return Encoding(
         tile_m=tm_v,
@@ -175,7 +175,6 @@ def encode(
         buffer_depth=depth_v,
         overall_time_ns=z3.Int("overall_time"),
         total_math_wait_ns=z3.Int("total_math_wait"),
-        constraints=constraints,
         smtlib=text,
         overall_time_floor_ns=min(t.overall_time_floor_ns for t in triples),
     )

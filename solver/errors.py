@@ -7,6 +7,8 @@ Hierarchy::
     └── InfeasibleSearchSpace     every candidate breaks a hardware constraint
     RuntimeError
     └── SolverTimeout             the time limit expired before any configuration was found
+    AssertionError
+    └── CertificateMismatch       Z3 refuted the scorer's incumbent (a bug; strict mode only)
 """
 
 from __future__ import annotations
@@ -33,3 +35,7 @@ class SolverTimeout(RuntimeError):
             "raise time_limit_s or shrink the search space"
         )
         self.time_limit_s = time_limit_s
+
+
+class CertificateMismatch(AssertionError):
+    """The exact scorer and the Z3 encoding of eq. (1)-(3) disagree (a bug in one of them)."""

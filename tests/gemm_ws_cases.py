@@ -40,6 +40,10 @@ TABLE_1_SPACE = SearchSpace(
     enforce_shared_memory=False,
 )
 
+#: issue 19's oversized space: tile_m and tile_n 1..332, tile_k 64, depth 1..8 (881,792
+#: configurations; 110,224 tile triples, just under the 110,592 limit)
+ISSUE_19_SPACE = SearchSpace(tuple(range(1, 333)), tuple(range(1, 333)), (64,), tuple(range(1, 9)))
+
 #: §3.3's three machine regimes: DMA much faster than MATH, on par, much slower.
 LOAD_FAST = GemmWsMachine(84, 1.68, 1.543, 0.77, 0.0, 1_000_000.0, 2_000.0, 101376)
 ON_PAR = A6000

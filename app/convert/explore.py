@@ -16,7 +16,7 @@ from app.schemas.optimize import OptimizeTilingRequest, ShortlistOut
 from device_profiles import DeviceProfile
 from device_profiles.priors import gemm_ws_dtype_ratios
 from perfmodel.gemm_ws import simulate
-from solver import TilingProblem, optimize_tiling
+from solver import SolverMode, TilingProblem, optimize_tiling
 from solver.explore import DRAWS, MAX_EXPLORE_CONFIGURATIONS, explore_problem
 from solver.shortlist import ShortlistMode
 
@@ -32,8 +32,12 @@ def solve(
     probability of being fastest and its interval when the space is small enough to draw."""
     mode = ShortlistMode(request.shortlist)
     started = time.perf_counter()
-    top_k = 1 if mode is ShortlistMode.EXPLORE else request.top_k
-    result = optimize_tiling(problem, top_k=top_k, time_limit_s=time_limit_s)
+    solver_mode = SolverMode(request.solver)
+    # the pure Z3 search pays a solve per rank, which explore would replace; the certified
+    # path ranks the whole space at once, so a partial ("timeout") answer keeps its shortlist
+    explore_z3 = mode is ShortlistMode.EXPLORE and solver_mode is SolverMode.Z3_SEARCH
+    top_k = 1 if explore_z3 else request.top_k
+    result = optimize_tiling(problem, top_k=top_k, time_limit_s=time_limit_s, mode=solver_mode)
     if result.status != "optimal":
         return Solved(result, None)
     # the belief is about the reference (fp16) figures; draws are scaled to the request's
@@ -47,8 +51,10 @@ def solve(
         picks = explore_problem(problem, belief, request.top_k, mode, ratios=ratios)
     if picks is None:
         note = f"more than {MAX_EXPLORE_CONFIGURATIONS} feasible configurations, or no time left"
-        if mode is ShortlistMode.EXPLORE:
-            result = optimize_tiling(problem, top_k=request.top_k, time_limit_s=time_limit_s)
+        if explore_z3:
+            result = optimize_tiling(
+                problem, top_k=request.top_k, time_limit_s=time_limit_s, mode=solver_mode
+            )
         return Solved(result, ShortlistOut(mode=mode.value, belief="none", draws=0, note=note))
     if picks.tilings[0] != result.best.tiling:
         raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")

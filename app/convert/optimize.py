@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from app.schemas.base import ProfileProvenanceOut
 from app.schemas.optimize import (
+    CertificateCheckOut,
     Feedback,
     GemmWsRun,
     OptimizeTilingRequest,
@@ -36,10 +37,12 @@ from perfmodel.gemm_ws import (
 from solver import (
     ELEMENT_BYTES,
     SearchSpace,
+    SolverMode,
     TilingProblem,
     TilingResult,
     values_from_range,
 )
+from solver.optimize import check_mode
 
 #: most stages a timeline may list: S = ceil(K / TK) for the largest K (2^20) and the smallest
 #: default tile (16). A smaller TK makes the body grow ~120 bytes per stage (TK = 1 and
@@ -117,6 +120,8 @@ def to_problem(
             f"a timeline of up to {stages} stages (k / smallest tile_k) exceeds the limit of "
             f"{MAX_TIMELINE_STAGES}; drop include_timeline or allow larger tile_k values",
         )
+    # the pure Z3 search's own space limit, up front (422 before a worker is taken)
+    check_mode(space, SolverMode(request.solver))
     problem = TilingProblem(
         shape=GemmShape(request.m, request.n, request.k),
         machine=machine,
@@ -216,6 +221,13 @@ def to_response(
             elapsed_ms=result.statistics.elapsed_ms,
             z3_version=result.statistics.z3_version,
             checks=result.statistics.checks,
+            mode=result.statistics.mode.value,
+            configurations_scored=result.statistics.configurations_scored,
+            certificate=[
+                CertificateCheckOut(claim=c.claim, outcome=c.outcome)  # type: ignore[arg-type]
+                for c in result.statistics.certificate
+            ],
+            certificate_mismatches=result.statistics.certificate_mismatches,
         ),
         timeline=timeline,
         shortlist=solved.shortlist,

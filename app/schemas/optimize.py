@@ -19,6 +19,9 @@ from solver.search_space import (
 MAX_PROBLEM_DIMENSION = 1 << 20
 MAX_TOP_K = 50
 DEFAULT_TIME_LIMIT_S = 10.0
+#: the shortest budget a solve can be answered in: a worker round trip and one chunk of the
+#: exact scorer (~50 ms); below it the answer could only be a 504, so it is a 422 up front
+MIN_TIME_LIMIT_S = 0.1
 
 Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
 
@@ -99,10 +102,17 @@ class OptimizeTilingRequest(RequestModel):
     top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, description="length of the shortlist")
     time_limit_s: float = Field(
         default=DEFAULT_TIME_LIMIT_S,
-        gt=0,
+        ge=MIN_TIME_LIMIT_S,
         # the server's configured maximum (KPERF_MAX_TIME_LIMIT_S) is checked per request
         le=TIME_LIMIT_CEILING_S,
-        description="solver budget, s; default and maximum are the server's settings",
+        description=f"solver budget, s (at least {MIN_TIME_LIMIT_S}); default and maximum are "
+        "the server's settings",
+    )
+    solver: Literal["certified", "z3-search"] = Field(
+        default="certified",
+        description="'certified': the exact scorer ranks the whole space and Z3 proves its "
+        "best optimal (one check); 'z3-search': Z3 searches rank by rank (slower; for "
+        "comparison, spaces of at most 4096 tile triples)",
     )
     include_timeline: bool = Field(
         default=False,
@@ -199,10 +209,29 @@ class SearchSummaryOut(BaseModel):
     rejected: dict[str, int] = Field(description="candidates rejected, per constraint")
 
 
+class CertificateCheckOut(BaseModel):
+    claim: str = Field(description="what the check asked Z3 (refuted by 'unsat')")
+    outcome: Literal["unsat", "sat", "unknown"] = Field(
+        description="'unsat': proven, no configuration beats the answer; 'sat': Z3 found a "
+        "better one (a bug; the answer then comes from the Z3 search); 'unknown': out of time"
+    )
+
+
 class SolverStats(BaseModel):
-    elapsed_ms: float
+    elapsed_ms: float = Field(description="time the solve took in the worker, ms")
     z3_version: str
     checks: int = Field(description="Z3 satisfiability checks run")
+    mode: Literal["certified", "z3-search"] = Field(description="which solver path ran")
+    configurations_scored: int = Field(
+        description="configurations the exact scorer evaluated (0 for z3-search)"
+    )
+    certificate: list[CertificateCheckOut] = Field(
+        description="the Z3 checks certifying the scorer's best (empty for z3-search, or when "
+        "the time ran out before them)"
+    )
+    certificate_mismatches: int = Field(
+        default=0, description="1 when Z3 refuted the scorer's best (answered by the Z3 search)"
+    )
 
 
 class TimelineStage(BaseModel):

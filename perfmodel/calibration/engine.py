@@ -52,6 +52,8 @@ OUTLIER_MIN = 0.05
 def cauchy_sds(noise_scale: float) -> float:
     """The Cauchy scale in noise scales at noise scale ``noise_scale``."""
     return max(CAUCHY_SDS, OUTLIER_MIN / noise_scale)
+
+
 #: least_squares' stopping tolerances (relative change of the cost, of theta, the gradient)
 TOLERANCE = 1e-12
 #: the fit explores theta within this many prior sds of the median (at least LOG_SPAN_MIN):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 import z3
@@ -10,7 +11,7 @@ import z3
 from perfmodel.gemm_ws import GemmShape
 from solver import SearchSpace, SolverTimeout, TilingProblem, optimize_tiling
 from solver.lexicographic import Objective, lexicographic_optimum
-from tests.gemm_ws_cases import A6000
+from tests.gemm_ws_cases import A6000, ISSUE_19_SPACE
 
 
 def test_deadline_after_first_model_returns_it_unproven() -> None:
@@ -75,7 +76,9 @@ def test_expired_solve_answers_with_the_presolve_samples(monkeypatch: pytest.Mon
     )
     shape = GemmShape(2048, 1024, 4096)
     space = SearchSpace()
-    result = optimize_tiling(TilingProblem(shape, A6000, space), top_k=3)
+    result = optimize_tiling(
+        TilingProblem(shape, A6000, space), top_k=3, mode=optimize_module.SolverMode.Z3_SEARCH
+    )
     assert result.status == "timeout"
     assert 1 <= len(result.candidates) <= 3
     times = [(c.overall_time_ns, c.total_math_wait_ns) for c in result.candidates]
@@ -85,3 +88,49 @@ def test_expired_solve_answers_with_the_presolve_samples(monkeypatch: pytest.Mon
     optimum = brute_force_ranking(shape, A6000, space)[0]
     assert result.best.overall_time_ns <= optimum.overall_time_ns * 1.05
     assert all(c.tiling.shared_memory_bytes(2) <= 101376 for c in result.candidates)
+
+
+def test_certificate_out_of_time_answers_the_scorers_exact_ranking_unproven(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import solver.optimize as optimize_module
+    from tests.gemm_ws_cases import brute_force_ranking
+
+    real = optimize_module.certify
+
+    def no_time(*args: object, **kwargs: object) -> optimize_module.Certificate:
+        kwargs["deadline"] = 0.0
+        return real(*args[:3], **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(optimize_module, "certify", no_time)
+    shape = GemmShape(2048, 1024, 4096)
+    result = optimize_tiling(TilingProblem(shape, A6000, SearchSpace()), top_k=3)
+    assert result.status == "timeout"
+    assert [c.outcome for c in result.statistics.certificate] == ["unknown"]
+    expected = brute_force_ranking(shape, A6000, SearchSpace())[:3]
+    assert [c.tiling for c in result.candidates] == [e.tiling for e in expected]
+
+
+def test_a_huge_space_past_its_time_answers_the_best_scored_so_far() -> None:
+    """The issue's space (tile_m and tile_n 1..332, depth 1..8, 881,792 configurations) with
+    far too little time: the scorer's first chunks are the answer, not an exception."""
+    space = ISSUE_19_SPACE
+    problem = TilingProblem(GemmShape(8192, 8192, 8192), A6000, space)
+    started = time.perf_counter()
+    result = optimize_tiling(problem, top_k=5, time_limit_s=0.05)
+    elapsed = time.perf_counter() - started
+    assert result.status == "timeout"
+    assert len(result.candidates) == 5
+    assert 0 < result.statistics.configurations_scored < space.size
+    times = [(c.overall_time_ns, c.total_math_wait_ns) for c in result.candidates]
+    assert times == sorted(times)
+    assert elapsed < 2.0  # one chunk past the limit at most, never the whole space
+
+
+@pytest.mark.slow
+def test_the_huge_space_is_certified_within_seconds() -> None:
+    space = ISSUE_19_SPACE
+    problem = TilingProblem(GemmShape(8192, 8192, 8192), A6000, space)
+    result = optimize_tiling(problem, top_k=5, time_limit_s=20)
+    assert result.status == "optimal"
+    assert result.statistics.configurations_scored == result.summary.feasible

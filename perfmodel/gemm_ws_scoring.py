@@ -1,0 +1,299 @@
+"""Vectorised GeMM-WS scorer: the closed form of Sm(S) over many configurations and many
+figure draws at once, exact in integer nanoseconds (warp-specialization-gemm-model.txt, §2).
+
+:func:`score_configurations` returns ``overall_time_ns`` and ``total_math_wait_ns`` of shape
+``(D, C)`` (D figure draws, C configurations), equal bit for bit to
+``perfmodel.gemm_ws.simulate(...)`` on every pair: the same per-duration rounding of
+``DurationTable`` (``round_half_up(1000 * (work / throughput + startup))`` on the exact
+rationals the figures' floats denote), then integer arithmetic only.
+
+Exactness without big integers: a duration is first evaluated in float64; where that value
+lies within a rounding-error margin of a rounding boundary (a half nanosecond) the float cannot
+decide the rounding, and only those durations are recomputed exactly with
+:class:`perfmodel.gemm_ws.DurationTable`. Durations depend on the work only (elements of a tile,
+MACs of a stage), so each distinct work is evaluated once per draw.
+
+The pipeline model's closed form sits in one function (:func:`_paper_pipeline_closed_form`);
+another pipeline model's closed form can sit beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from perfmodel.gemm_ws import (
+    DurationTable,
+    GemmShape,
+    GemmWsMachine,
+    WaveTimeModel,
+    us_to_ns,
+)
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+#: largest overall time the scorer represents: int64 with headroom for the sums of the closed
+#: form (a space whose times exceed it is refused with ScoreOverflow, never wrapped)
+MAX_SCORED_TIME_NS = 1 << 60
+#: relative error bound of the float64 evaluation of one duration (a few ulps, generously)
+_FLOAT_RELATIVE_ERROR = 1e-13
+
+
+class ScoreOverflow(ValueError):
+    """A configuration's time in ns does not fit the scorer's int64 range."""
+
+
+@dataclass(frozen=True, slots=True)
+class Configurations:
+    """C tilings as int64 arrays of shape (C,): tile sizes in elements, buffer depth in stages."""
+
+    tile_m: IntArray
+    tile_n: IntArray
+    tile_k: IntArray
+    buffer_depth: IntArray
+
+    def __post_init__(self) -> None:
+        shapes = {a.shape for a in (self.tile_m, self.tile_n, self.tile_k, self.buffer_depth)}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 1:
+            raise ValueError("tile_m, tile_n, tile_k and buffer_depth must be 1-D, same length")
+
+    @property
+    def count(self) -> int:
+        return int(self.tile_m.shape[0])
+
+    @classmethod
+    def of(
+        cls, tile_m: object, tile_n: object, tile_k: object, buffer_depth: object
+    ) -> Configurations:
+        return cls(
+            *(
+                np.asarray(v, dtype=np.int64).reshape(-1)
+                for v in (tile_m, tile_n, tile_k, buffer_depth)
+            )
+        )
+
+    def take(self, index: npt.NDArray[np.intp] | slice) -> Configurations:
+        return Configurations(
+            self.tile_m[index], self.tile_n[index], self.tile_k[index], self.buffer_depth[index]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """The six calibratable GeMM-WS figures (§2.2), each a scalar or a (D,) array of draws.
+
+    Units as :class:`perfmodel.gemm_ws.GemmWsMachine`: microseconds, elements per
+    microsecond, multiply-accumulates per microsecond. ``sm_count`` is not drawn.
+    """
+
+    sm_count: int
+    t_init_us: float | FloatArray
+    t_epilogue_us: float | FloatArray
+    load_startup_latency_us: float | FloatArray
+    compute_startup_latency_us: float | FloatArray
+    load_throughput_elements_per_us: float | FloatArray
+    compute_throughput_macs_per_us: float | FloatArray
+
+    @classmethod
+    def of_machine(cls, machine: GemmWsMachine) -> Figures:
+        return cls(
+            sm_count=machine.sm_count,
+            t_init_us=machine.t_init_us,
+            t_epilogue_us=machine.t_epilogue_us,
+            load_startup_latency_us=machine.load_startup_latency_us,
+            compute_startup_latency_us=machine.compute_startup_latency_us,
+            load_throughput_elements_per_us=machine.load_throughput_elements_per_us,
+            compute_throughput_macs_per_us=machine.compute_throughput_macs_per_us,
+        )
+
+    def draws(self) -> list[GemmWsMachine]:
+        """One machine per draw (validated: throughputs > 0, times >= 0, all finite)."""
+        arrays = [
+            np.asarray(v, dtype=np.float64).reshape(-1)
+            for v in (
+                self.t_init_us,
+                self.t_epilogue_us,
+                self.load_startup_latency_us,
+                self.compute_startup_latency_us,
+                self.load_throughput_elements_per_us,
+                self.compute_throughput_macs_per_us,
+            )
+        ]
+        count = max(a.shape[0] for a in arrays)
+        if any(a.shape[0] not in (1, count) for a in arrays):
+            raise ValueError("every drawn figure must be a scalar or hold the same D draws")
+        columns = [np.broadcast_to(a, (count,)) for a in arrays]
+        return [
+            GemmWsMachine(
+                self.sm_count,
+                t_init_us=float(columns[0][d]),
+                t_epilogue_us=float(columns[1][d]),
+                load_startup_latency_us=float(columns[2][d]),
+                compute_startup_latency_us=float(columns[3][d]),
+                load_throughput_elements_per_us=float(columns[4][d]),
+                compute_throughput_macs_per_us=float(columns[5][d]),
+            )
+            for d in range(count)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """Per draw and configuration, integer ns: shape (D, C)."""
+
+    overall_time_ns: IntArray
+    total_math_wait_ns: IntArray
+
+
+def _durations_ns(
+    work: IntArray,
+    throughput: FloatArray,
+    startup_us: FloatArray,
+    exact: list[Callable[[int], int]],
+) -> IntArray:
+    """round_half_up(1000 * (work / throughput + startup)) for every draw (rows) and distinct
+    work (columns), exact: float64 where it decides the rounding, DurationTable elsewhere.
+    ``exact`` holds, per draw, a callable work -> ns evaluated on rationals."""
+    w = work.astype(np.float64)[None, :]
+    term = 1000.0 * w / throughput[:, None]
+    start = 1000.0 * startup_us[:, None]
+    value = term + start + 0.5
+    if not np.all(value < MAX_SCORED_TIME_NS):
+        raise ScoreOverflow("a stage duration exceeds the scorer's int64 range")
+    floor = np.floor(value)
+    margin = _FLOAT_RELATIVE_ERROR * (term + start) + 1e-9
+    # the float floor is right unless the exact value may sit on the other side of an integer
+    undecided = (value - floor < margin) | (floor + 1.0 - value < margin)
+    result = floor.astype(np.int64)
+    for d, j in zip(*np.nonzero(undecided), strict=True):
+        result[d, j] = exact[int(d)](int(work[j]))
+    return result
+
+
+def _paper_pipeline_closed_form(
+    t_load_a: IntArray,
+    t_load_b: IntArray,
+    t_math: IntArray,
+    stages: IntArray,
+    buffer_depth: IntArray,
+) -> IntArray:
+    """Sm(S) of eq. (1)-(3) in closed form (docs/model-notes.md GeMM-WS 7): with
+    L = T_LOAD-A + T_LOAD-B and T = T_MATH, Sm(S) = L + (S-1) max(L, T) for depth >= 2 and
+    L + (S-1)(L + T) for depth 1 (the load of stage i waits for MATH of stage i-1)."""
+    load = t_load_a + t_load_b
+    per_stage = np.where(buffer_depth == 1, load + t_math, np.maximum(load, t_math))
+    result: IntArray = load + (stages - 1) * per_stage
+    return result
+
+
+def score_configurations(
+    shape: GemmShape,
+    configs: Configurations,
+    figures: Figures,
+    wave_model: WaveTimeModel = WaveTimeModel.PAPER,
+) -> Scores:
+    """Overall time and total MATH wait (§2.1.1, §3.2) of every configuration under every
+    figure draw; ``simulate(shape, tiling, machine, wave_model)`` on each pair, vectorised."""
+    machines = figures.draws()
+    tables = [DurationTable(m) for m in machines]
+    tm, tn, tk, depth = configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
+    if configs.count and min(int(a.min()) for a in (tm, tn, tk, depth)) < 1:
+        raise ValueError("tile sizes and buffer depths must be at least 1")
+
+    def column(name: str) -> FloatArray:
+        values = np.asarray([getattr(m, name) for m in machines], dtype=np.float64)
+        return values
+
+    # T_LOAD for each distinct tile size in elements, T_MATH for each distinct MAC count (§2.2)
+    load_work, load_index = np.unique(np.concatenate([tm * tk, tk * tn]), return_inverse=True)
+    load_ns = _durations_ns(
+        load_work,
+        column("load_throughput_elements_per_us"),
+        column("load_startup_latency_us"),
+        [t.load_ns for t in tables],
+    )
+    count = configs.count
+    t_load_a = load_ns[:, load_index[:count]]
+    t_load_b = load_ns[:, load_index[count:]]
+    math_work, math_index = np.unique(tm * tn * tk, return_inverse=True)
+    t_math = _durations_ns(
+        math_work,
+        column("compute_throughput_macs_per_us"),
+        column("compute_startup_latency_us"),
+        [t.math_ns for t in tables],
+    )[:, math_index]
+
+    stages = -(-shape.k // tk)  # S = ceil(K / TK) (§2.1.2)
+    # W = ceil(ceil(M/TM) ceil(N/TN) / SMs) (§2.1.1)
+    waves = -(-((-(-shape.m // tm)) * (-(-shape.n // tn))) // figures.sm_count)
+    # the int64 sums below are exact when the float estimate of the largest stays in range
+    estimate = (
+        (t_load_a + t_load_b + t_math).astype(np.float64) * (stages + 1) * 2.0 + 1e6
+    ) * waves
+    if not np.all(estimate < MAX_SCORED_TIME_NS):
+        raise ScoreOverflow("an overall time exceeds the scorer's int64 range")
+    last_math_start = _paper_pipeline_closed_form(t_load_a, t_load_b, t_math, stages, depth)
+    t_epilogue = np.asarray([us_to_ns(m.t_epilogue_us) for m in machines], dtype=np.int64)
+    t_init = np.asarray([us_to_ns(m.t_init_us) for m in machines], dtype=np.int64)
+    # wave time = Sm(S) + T_EPILOGUE (§2.2), + the last T_MATH in the include-last-math model
+    wave = last_math_start + t_epilogue[:, None]
+    if wave_model is WaveTimeModel.INCLUDE_LAST_MATH:
+        wave = wave + t_math
+    overall = wave * waves + t_init[:, None]
+    # §3.2: sum_i Wait(i) telescopes to Sm(S) - (S - 1) T_MATH, times W waves
+    wait = (last_math_start - (stages - 1) * t_math) * waves
+    return Scores(overall_time_ns=overall, total_math_wait_ns=wait)
+
+
+#: configurations per chunk of :func:`enumerate_configurations`: small enough that one chunk
+#: (the least a deadline-bound solve scores) takes a few milliseconds
+DEFAULT_CHUNK_CONFIGURATIONS = 1 << 15
+
+
+def enumerate_configurations(
+    tile_m: tuple[int, ...],
+    tile_n: tuple[int, ...],
+    tile_k: tuple[int, ...],
+    buffer_depth: tuple[int, ...],
+    element_bytes: int,
+    shared_memory_per_block_bytes: int | None,
+    chunk_configurations: int = DEFAULT_CHUNK_CONFIGURATIONS,
+) -> Iterator[Configurations]:
+    """Every configuration of the product space whose circular buffer fits the shared memory
+    per CTA (buffer_depth x (TM TK + TK TN) x element_bytes, as the Z3 encoding limits it;
+    None: no limit), in chunks of at most ``chunk_configurations``, in bounded memory."""
+    values = [np.asarray(v, dtype=np.int64) for v in (tile_m, tile_n, tile_k, buffer_depth)]
+    dims = tuple(len(v) for v in values)
+    total = int(np.prod(dims))
+    step = max(1, chunk_configurations)
+    for start in range(0, total, step):
+        # the chunk's slice of the product space, in tile_m-major order
+        index = np.unravel_index(np.arange(start, min(start + step, total)), dims)
+        tm, tn, tk, depth = (v[i] for v, i in zip(values, index, strict=True))
+        if shared_memory_per_block_bytes is not None:
+            fits = depth * (tm * tk + tk * tn) * element_bytes <= shared_memory_per_block_bytes
+            tm, tn, tk, depth = tm[fits], tn[fits], tk[fits], depth[fits]
+        if tm.shape[0]:
+            yield Configurations(tm, tn, tk, depth)
+
+
+def lexicographic_order(
+    overall_time_ns: IntArray, total_math_wait_ns: IntArray, configs: Configurations
+) -> npt.NDArray[np.intp]:
+    """Indices sorting configurations as the optimizer ranks them (§3.2 objectives, then the
+    tie-break): smaller overall time, smaller total MATH wait, larger tile_m, larger tile_n,
+    larger tile_k, smaller buffer_depth."""
+    return np.lexsort(
+        (
+            configs.buffer_depth,
+            -configs.tile_k,
+            -configs.tile_n,
+            -configs.tile_m,
+            total_math_wait_ns,
+            overall_time_ns,
+        )
+    )

@@ -13,6 +13,7 @@ from device_profiles.schema import CALIBRATABLE_FIGURES, DeviceProfile
 from device_profiles.status import (
     FigureNeed,
     ModelStatus,
+    calibration_needs,
     calibration_status,
     is_calibratable,
     model_status,
@@ -26,6 +27,7 @@ __all__ = [
     "DeviceProfile",
     "ProfileError",
     "UnknownDevice",
+    "calibration_needs",
     "calibration_status",
     "default_profiles",
     "get_profile",

@@ -7,12 +7,15 @@ files with an unknown ``schema_version`` are refused rather than half-read.
 A profile may serve several models. Each model reads its own optional section:
 ``gemm_ws`` (Liu & Grover, warp-specialization GEMM model) and the Many-BSP sections. Which
 models a profile can serve follows from which sections are present; which of the missing
-figures a calibration run can fit is :mod:`device_profiles.status`.
+figures a calibration run can fit is :mod:`device_profiles.status` (which imports this
+module; this module imports nothing of it).
 
 Schema versions: 1 is the original format; 2 adds the optional ``estimate`` flag on cited
 numbers (an uncalibrated starting value derived in docs/model-notes.md rather than a figure a
-source states). A version-1 file may not flag estimates, so a reader that knows only version 1
-never half-reads a file that relies on them.
+source states); 3 adds the optional log-normal ``prior`` of a calibratable figure and the
+per-dtype throughput ratios of the GeMM-WS section (docs/model-notes.md, "Priors"). A file
+may use a feature only from the version that introduced it on, so a reader that knows an older
+version never half-reads a file that relies on a newer one.
 
 A calibrated profile (POST /calibrate, kept in the service's store, never a file here) also
 carries a ``calibration`` provenance block; the service writes those in version 2, flagging
@@ -28,7 +31,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
+SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
+
+#: element types of the GeMM-WS model; ``fp16`` is the reference its figures are given in
+DtypeName = Literal["fp32", "fp16", "bf16", "fp8"]
 
 _ESTIMATE_DESCRIPTION = (
     "true for an uncalibrated starting value derived in docs/model-notes.md (the source names "
@@ -41,6 +47,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class FigurePrior(_Strict):
+    """Log-normal belief about a calibratable figure before any run of the device is seen:
+    ln(value) ~ Normal(ln(median), sigma_log^2), median in the figure's own unit
+    (schema_version 3; docs/model-notes.md, "Priors")."""
+
+    median: float = Field(gt=0, description="median, in the unit of the figure it belongs to")
+    sigma_log: float = Field(gt=0, description="standard deviation of ln(value), dimensionless")
+    source: str = Field(min_length=3, description="the measurement or the derivation it rests on")
+    note: str | None = None
+
+
 class Figure(_Strict):
     """One cited number."""
 
@@ -48,6 +65,9 @@ class Figure(_Strict):
     source: str = Field(min_length=3, description="citation: paper + section/table, or document")
     note: str | None = None
     estimate: bool = Field(False, description=_ESTIMATE_DESCRIPTION)
+    prior: FigurePrior | None = Field(
+        None, description="log-normal prior of a calibratable figure (schema_version 3)"
+    )
 
 
 class PositiveFigure(Figure):
@@ -78,6 +98,19 @@ class HardwareLimits(_Strict):
     clock_mhz: PositiveFigure | None = None
 
 
+class DtypeRatio(_Strict):
+    """How one element type's GeMM-WS throughputs relate to the reference (fp16) ones."""
+
+    load_ratio: float = Field(
+        gt=0, description="factor on load_throughput_elements_per_us (elements per us)"
+    )
+    compute_ratio: float = Field(
+        gt=0, description="factor on compute_throughput_macs_per_us (MACs per us)"
+    )
+    source: str = Field(min_length=3)
+    note: str | None = None
+
+
 class GemmWsSection(_Strict):
     """Figures of the GeMM-WS model (warp-specialization-gemm-model.txt §2, §4.2).
 
@@ -91,6 +124,11 @@ class GemmWsSection(_Strict):
     compute_startup_latency_us: NonNegativeFigure
     load_throughput_elements_per_us: PositiveFigure
     compute_throughput_macs_per_us: PositiveFigure
+    dtype_ratios: dict[DtypeName, DtypeRatio] = Field(
+        default_factory=dict,
+        description="element types the device has, each with the factors multiplying the "
+        "fp16 throughputs above (schema_version 3); empty: every dtype uses them unchanged",
+    )
 
 
 ManyBspUnit = Literal["SPs", "DPU", "SFU", "LDST"]
@@ -257,7 +295,7 @@ class CalibrationProvenance(_Strict):
 
 
 class DeviceProfile(_Strict):
-    schema_version: Literal[1, 2]
+    schema_version: Literal[1, 2, 3]
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     name: str
     architecture: str | None = None
@@ -272,13 +310,21 @@ class DeviceProfile(_Strict):
     )
 
     @model_validator(mode="after")
-    def _estimates_need_version_2(self) -> DeviceProfile:
+    def _features_need_their_version(self) -> DeviceProfile:
         if self.schema_version == 1 and self.estimated_figures():
             raise ValueError(
                 "estimate flags need schema_version 2 (flagged: "
                 + ", ".join(self.estimated_figures())
                 + ")"
             )
+        if self.schema_version < 3:
+            with_prior = sorted(path for path, figure in _figures(self, "") if figure.prior)
+            if with_prior or (self.gemm_ws is not None and self.gemm_ws.dtype_ratios):
+                raise ValueError(
+                    "priors and gemm_ws.dtype_ratios need schema_version 3 (found: "
+                    + ", ".join(with_prior or ["gemm_ws.dtype_ratios"])
+                    + ")"
+                )
         return self
 
     def content_sha256(self) -> str:
@@ -289,17 +335,6 @@ class DeviceProfile(_Strict):
     def estimated_figures(self) -> list[str]:
         """Dotted names of the numbers flagged as uncalibrated estimates (schema_version 2)."""
         return sorted({path for path, estimate in _estimate_flags(self, "") if estimate})
-
-    def calibration_needs(self) -> dict[str, list[str]]:
-        """Per model, the dotted names of the figures it needs that a calibration run fits and
-        this profile lacks or carries only as an estimate (see :mod:`device_profiles.status`
-        for the figures no calibration fits, and the reasons)."""
-        from device_profiles.status import calibration_status
-
-        return {
-            model: [need.figure for need in status.needs_calibration]
-            for model, status in calibration_status(self).items()
-        }
 
     def missing_many_bsp_figures(self) -> list[str]:
         """Dotted names of the figures the Many-BSP model needs and this profile lacks."""
@@ -313,6 +348,15 @@ class DeviceProfile(_Strict):
         if self.many_bsp is not None and not self.missing_many_bsp_figures():
             served.append("many-bsp")
         return served
+
+
+def _figures(node: object, path: str) -> Iterator[tuple[str, Figure]]:
+    """(dotted path, figure) of every scalar :class:`Figure` under ``node``."""
+    if isinstance(node, Figure):
+        yield path, node
+    elif isinstance(node, BaseModel):
+        for name in type(node).model_fields:
+            yield from _figures(getattr(node, name), f"{path}.{name}" if path else name)
 
 
 def _estimate_flags(node: object, path: str) -> Iterator[tuple[str, bool]]:

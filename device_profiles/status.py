@@ -179,3 +179,12 @@ def calibration_status(profile: DeviceProfile) -> dict[str, ModelStatus]:
 def is_calibratable(model: str, figure: str) -> bool:
     """Whether a calibration run fits ``figure`` (a dotted path or a bare name) of ``model``."""
     return figure.rsplit(".", 1)[-1] in CALIBRATABLE_FIGURES.get(model, ())
+
+
+def calibration_needs(profile: DeviceProfile) -> dict[str, list[str]]:
+    """Per model, the dotted names of the figures it needs that a calibration run fits and
+    ``profile`` lacks or carries only as an estimate."""
+    return {
+        model: [need.figure for need in status.needs_calibration]
+        for model, status in calibration_status(profile).items()
+    }

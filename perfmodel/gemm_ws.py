@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
 
@@ -69,6 +69,23 @@ class GemmWsMachine:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a non-negative finite number, got {value}")
+
+
+def machine_for_dtype(
+    machine: GemmWsMachine, load_ratio: float, compute_ratio: float
+) -> GemmWsMachine:
+    """``machine`` (figures of the reference dtype) for another element type: the DMA
+    throughput of eq. (4) counts elements, so it scales with the bytes per element, and the
+    ALU throughput of eq. (6) with the tensor/FMA peak of the dtype (docs/model-notes.md,
+    "Priors"); latencies and the epilogue do not depend on it. Ratios 1.0 return ``machine``
+    itself, so the reference dtype's answers stay bit-identical."""
+    if load_ratio == 1.0 and compute_ratio == 1.0:
+        return machine
+    return replace(
+        machine,
+        load_throughput_elements_per_us=machine.load_throughput_elements_per_us * load_ratio,
+        compute_throughput_macs_per_us=machine.compute_throughput_macs_per_us * compute_ratio,
+    )
 
 
 @dataclass(frozen=True, slots=True)

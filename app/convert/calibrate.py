@@ -170,7 +170,7 @@ def fit_ready(
     ready = DeviceProfile.model_validate(
         {
             **base.model_dump(),
-            "schema_version": 2,  # the estimate flag
+            "schema_version": max(2, base.schema_version),  # the estimate flag (3: priors)
             section_name: {**present, **updates},
         }
     )
@@ -297,6 +297,7 @@ def calibrated_profile(
                 "value": f.value,
                 "source": f"fitted by POST /calibrate from {runs} on {day}, base {base_id}",
                 "note": "; ".join(n for n in notes if n) or None,
+                "prior": getattr(section, f.name).prior,  # what the fit started from
             }
         else:
             kept = getattr(section, f.name).model_dump()
@@ -319,7 +320,7 @@ def calibrated_profile(
     return DeviceProfile.model_validate(
         {
             **base.model_dump(),
-            "schema_version": 2,
+            "schema_version": max(2, base.schema_version),  # 3 keeps the base's priors
             "id": device_id,
             "name": f"{base.name}, calibrated ({model})",
             "description": f"{base.name} with {model} figures fitted to {count} measured runs "

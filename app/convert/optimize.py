@@ -17,9 +17,17 @@ from app.schemas.optimize import (
     ValueRange,
 )
 from device_profiles import DeviceProfile, ModelNotServed, get_profile
+from device_profiles.priors import REFERENCE_DTYPE, gemm_ws_dtype_ratios
 from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.errors import ModelInputError
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel, ns_to_us
+from perfmodel.gemm_ws import (
+    GemmShape,
+    GemmWsMachine,
+    Simulation,
+    WaveTimeModel,
+    machine_for_dtype,
+    ns_to_us,
+)
 from solver import (
     ELEMENT_BYTES,
     SearchSpace,
@@ -34,14 +42,24 @@ from solver import (
 MAX_TIMELINE_STAGES = 1 << 16
 
 
-def gemm_ws_machine(profile: DeviceProfile) -> GemmWsMachine:
-    """The GeMM-WS figures of a profile; ModelNotServed names what is missing."""
+def gemm_ws_machine(profile: DeviceProfile, dtype: str = REFERENCE_DTYPE) -> GemmWsMachine:
+    """The GeMM-WS figures of a profile for element type ``dtype`` (its per-dtype ratios
+    applied to the reference throughputs); ModelNotServed names what is missing, and
+    ModelInputError (``dtype``) a dtype the device lacks, with the ones it has."""
     section = profile.gemm_ws
     if section is None:
         missing = [f"gemm_ws.{name}" for name in REQUIRED_GEMM_WS_FIGURES]
         raise ModelNotServed(profile.id, "gemm-ws", missing)
+    ratios = gemm_ws_dtype_ratios(profile)
+    if ratios and dtype not in ratios:
+        raise ModelInputError(
+            "dtype",
+            f"device {profile.id!r} has no {dtype} GeMM-WS figures (the hardware lacks the "
+            f"type); its dtypes: {', '.join(ratios)}",
+        )
+    load_ratio, compute_ratio = ratios.get(dtype, (1.0, 1.0))
     shared = profile.hardware.shared_memory_per_block_bytes
-    return GemmWsMachine(
+    machine = GemmWsMachine(
         sm_count=int(profile.hardware.sm_count.value),
         t_init_us=section.t_init_us.value,
         t_epilogue_us=section.t_epilogue_us.value,
@@ -51,6 +69,7 @@ def gemm_ws_machine(profile: DeviceProfile) -> GemmWsMachine:
         compute_throughput_macs_per_us=section.compute_throughput_macs_per_us.value,
         shared_memory_per_block_bytes=int(shared.value) if shared is not None else None,
     )
+    return machine_for_dtype(machine, load_ratio, compute_ratio)
 
 
 def _values(field: str, spec: TileValues) -> tuple[int, ...]:
@@ -70,7 +89,7 @@ def to_problem(
     if request.device is not None:
         profile = profile if profile is not None else get_profile(request.device)
         device = profile.id
-        machine = gemm_ws_machine(profile)
+        machine = gemm_ws_machine(profile, request.dtype)
     elif request.device_params is not None:
         device = "inline"
         machine = GemmWsMachine(**request.device_params.model_dump())

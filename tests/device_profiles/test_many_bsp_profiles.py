@@ -41,26 +41,28 @@ def test_bar_sync_overhead_is_linear_in_block_size() -> None:
     assert figs.bar_sync_overhead_cycles(32) < 173
 
 
-@pytest.mark.parametrize(
-    ("device", "must_miss"),
-    [
-        ("gtx-1070", {"many_bsp.block_launch_overhead_cycles", "many_bsp.mu"}),
-        ("v100", {"many_bsp.block_launch_overhead_cycles", "many_bsp.mu"}),
-        ("a100", {"many_bsp.block_launch_overhead_cycles", "many_bsp.mu"}),
-        ("h100", {"many_bsp.block_launch_overhead_cycles", "many_bsp.mu"}),
-        ("p100", {"many_bsp.mem_lat_cycles", "many_bsp.mu"}),
-        ("rtx-a6000", {"many_bsp.mem_lat_cycles", "many_bsp.bar_sync_overhead"}),
-    ],
-)
-def test_profiles_that_cannot_serve_many_bsp_say_what_is_missing(
-    device: str, must_miss: set[str]
-) -> None:
-    profile = get_profile(device)
-    assert "many-bsp" not in profile.models_served()
-    assert must_miss <= set(profile.missing_many_bsp_figures())
+def test_a_profile_without_a_figure_says_what_is_missing() -> None:
+    profile = get_profile("gtx-1070")
+    assert profile.many_bsp is not None
+    stripped = profile.model_copy(
+        update={"many_bsp": profile.many_bsp.model_copy(update={"mu": None})}
+    )
+    assert "many-bsp" not in stripped.models_served()
+    assert stripped.missing_many_bsp_figures() == ["many_bsp.mu"]
     with pytest.raises(ModelNotServed) as info:
-        device_from_profile(profile)
-    assert must_miss <= set(info.value.missing)
+        device_from_profile(stripped)
+    assert info.value.missing == ["many_bsp.mu"]
+
+
+@pytest.mark.parametrize(
+    "device", ["gtx-1070", "v100", "a100", "h100", "p100", "rtx-a6000", "gtx-760", "940mx"]
+)
+def test_every_profile_serves_many_bsp(device: str) -> None:
+    profile = get_profile(device)
+    assert "many-bsp" in profile.models_served()
+    assert profile.missing_many_bsp_figures() == []
+    figs = device_from_profile(profile)
+    assert figs.device.mu > 0 and figs.device.block_launch_overhead_cycles > 0
 
 
 @pytest.mark.parametrize(

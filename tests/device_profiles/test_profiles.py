@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from device_profiles import ProfileError, get_profile, load_profile_file
+from device_profiles import ProfileError, calibration_needs, get_profile, load_profile_file
 from device_profiles.loader import PROFILE_DIR, UnknownDevice
 from device_profiles.schema import Figure
 
@@ -101,16 +101,43 @@ def _write(tmp_path: Path, name: str, body: object) -> Path:
     return path
 
 
+def _version_1(raw: dict[str, Any]) -> dict[str, Any]:
+    """The A6000 file as schema_version 1 had it: its §4.2 figures, no priors, no dtype
+    ratios, no (estimated) Many-BSP section."""
+    gemm = {k: {f: v for f, v in fig.items() if f != "prior"} for k, fig in raw["gemm_ws"].items()}
+    del gemm["dtype_ratios"]
+    return {
+        **{k: v for k, v in raw.items() if k != "many_bsp"},
+        "schema_version": 1,
+        "gemm_ws": gemm,
+    }
+
+
 def test_version_1_file_may_not_flag_estimates(tmp_path: Path) -> None:
-    raw = json.loads((PROFILE_DIR / "rtx-a6000.json").read_text())
-    assert raw["schema_version"] == 1
+    raw = _version_1(json.loads((PROFILE_DIR / "rtx-a6000.json").read_text()))
+    assert load_profile_file(_write(tmp_path, "rtx-a6000", raw)).schema_version == 1
     raw["gemm_ws"]["t_init_us"]["estimate"] = True
     with pytest.raises(ProfileError, match="schema_version 2"):
         load_profile_file(_write(tmp_path, "rtx-a6000", raw))
     raw["schema_version"] = 2
     profile = load_profile_file(_write(tmp_path, "rtx-a6000", raw))
     assert profile.estimated_figures() == ["gemm_ws.t_init_us"]
-    assert profile.calibration_needs()["gemm-ws"] == ["gemm_ws.t_init_us"]
+    assert calibration_needs(profile)["gemm-ws"] == ["gemm_ws.t_init_us"]
+
+
+@pytest.mark.parametrize("feature", ["prior", "dtype_ratios"])
+def test_priors_and_dtype_ratios_need_version_3(tmp_path: Path, feature: str) -> None:
+    shipped = json.loads((PROFILE_DIR / "rtx-a6000.json").read_text())
+    raw = _version_1(shipped)
+    raw["schema_version"] = 2
+    if feature == "prior":
+        raw["gemm_ws"]["t_init_us"]["prior"] = shipped["gemm_ws"]["t_init_us"]["prior"]
+    else:
+        raw["gemm_ws"]["dtype_ratios"] = shipped["gemm_ws"]["dtype_ratios"]
+    with pytest.raises(ProfileError, match="schema_version 3"):
+        load_profile_file(_write(tmp_path, "rtx-a6000", raw))
+    raw["schema_version"] = 3
+    assert load_profile_file(_write(tmp_path, "rtx-a6000", raw)).schema_version == 3
 
 
 def test_unknown_schema_version_is_refused(tmp_path: Path) -> None:

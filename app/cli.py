@@ -25,6 +25,7 @@ import httpx
 from app.client import KperfClient, KperfError
 from app.schemas.calibrate import CalibrateResponse
 from app.settings import Settings
+from device_profiles.schema import Figure
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -357,9 +358,12 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
                 if figures is None:
                     continue
                 for name, figure in figures:
-                    if figure is not None:
+                    if isinstance(figure, Figure):  # not the dtype ratios
                         rows.append((f"{section}.{name}", figure.value, figure.source))
             out.write(_table(("figure", "value", "source"), rows) + "\n")
+            provenance = profile.profile_provenance
+            runs = provenance.measurement_count
+            out.write(f"provenance: {provenance.kind}" + (f" ({runs} runs)" if runs else "") + "\n")
             for model, need in profile.needs_calibration.items():
                 out.write(f"{model}: {need.status}\n")
                 for label, figures in (("calibrate", need.figures), ("cite", need.missing)):
@@ -373,10 +377,17 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
         _print_json(listing.model_dump(mode="json"), out)
         return 0
     rows = [
-        (d.id, d.name, d.architecture or "-", d.sm_count, ", ".join(d.models) or "-")
+        (
+            d.id,
+            d.name,
+            d.architecture or "-",
+            d.sm_count,
+            ", ".join(d.models) or "-",
+            ", ".join(d.aliases) or "-",  # the names (POST /devices/names) pointing at it
+        )
         for d in listing.devices
     ]
-    out.write(_table(("id", "name", "architecture", "SMs", "models"), rows) + "\n")
+    out.write(_table(("id", "name", "architecture", "SMs", "models", "names"), rows) + "\n")
     if listing.stored_profiles.status != "ok":
         out.write(
             "warning: calibrated profiles not listed, the store is unavailable "

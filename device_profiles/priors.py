@@ -7,14 +7,20 @@ docs/model-notes.md, "Priors"); this module only reads them out. It knows nothin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from device_profiles.schema import CALIBRATABLE_FIGURES, DeviceProfile, Figure
-from perfmodel.calibration.priors import Prior
+
+if TYPE_CHECKING:  # the service process must not load the calibration (numerical) stack
+    from perfmodel.calibration.priors import Prior
 
 #: the dtype the GeMM-WS figures of a profile are given in (the §4.2 kernel's fp16)
 REFERENCE_DTYPE = "fp16"
 
 
 def _priors(section: object, names: tuple[str, ...]) -> dict[str, Prior]:
+    from perfmodel.calibration.priors import Prior  # noqa: PLC0415 - see TYPE_CHECKING above
+
     out: dict[str, Prior] = {}
     for name in names:
         figure = getattr(section, name, None) if section is not None else None

@@ -16,6 +16,7 @@ from app.schemas.optimize import (
     TimelineStage,
     ValueRange,
 )
+from app.schemas.provenance import provenance_out
 from device_profiles import DeviceProfile, ModelNotServed, get_profile
 from device_profiles.priors import REFERENCE_DTYPE, gemm_ws_dtype_ratios
 from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
@@ -155,8 +156,13 @@ def _prediction(
 
 
 def to_response(
-    request: OptimizeTilingRequest, device: str, problem: TilingProblem, result: TilingResult
+    request: OptimizeTilingRequest,
+    device: str,
+    problem: TilingProblem,
+    result: TilingResult,
+    profile: DeviceProfile | None,
 ) -> OptimizeTilingResponse:
+    """The answer; ``profile``: the one ``to_problem`` solved on (None: inline)."""
     eb = problem.element_bytes
     timeline = None
     if request.include_timeline:
@@ -190,6 +196,7 @@ def to_response(
             checks=result.statistics.checks,
         ),
         timeline=timeline,
+        profile_provenance=provenance_out(profile, "gemm-ws"),
         # the device as the request named it: recalibrating through a name moves the name
         feedback=None if request.device is None else feedback(request.device),
     )

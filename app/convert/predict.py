@@ -18,6 +18,7 @@ from app.schemas.predict import (
     SuperstepModel,
     WarpRoleOut,
 )
+from app.schemas.provenance import ProfileProvenance
 from device_profiles import DeviceProfile, get_profile
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp import (
@@ -112,11 +113,15 @@ def _step(result: PredictResult | RoleResult, s: Superstep) -> SuperstepModel:
     )
 
 
-def to_response(result: PredictResult, clock_mhz: float | None) -> PredictKernelResponse:
+def to_response(
+    result: PredictResult, clock_mhz: float | None, provenance: ProfileProvenance | None = None
+) -> PredictKernelResponse:
+    """The full answer; ``provenance`` of the profile used (None: inline device_params)."""
     e = result.estimate
     return PredictKernelResponse(
         kernel=result.kernel,
         device=result.device_id,
+        profile_provenance=provenance or ProfileProvenance(kind="inline"),
         n_b=result.n_b,
         n_t=result.n_t,
         registers_per_thread=result.registers_per_thread,

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from app.schemas.base import RequestModel
+from app.schemas.provenance import ProfileProvenance
 from app.settings import TIME_LIMIT_CEILING_S
 from solver.search_space import (
     DEFAULT_BUFFER_DEPTHS,
@@ -207,6 +208,10 @@ class OptimizeTilingResponse(BaseModel):
     solver: SolverStats
     timeline: list[TimelineStage] | None = Field(
         default=None, description="one wave of the best tiling, us from the wave's start"
+    )
+    profile_provenance: ProfileProvenance = Field(
+        description="where the GeMM-WS figures of the device come from (published, "
+        "estimated, calibrated with how many runs, or inline)"
     )
     feedback: Feedback | None = Field(
         default=None,

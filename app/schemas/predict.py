@@ -8,6 +8,7 @@ from pydantic import BaseModel, BeforeValidator, Field, Strict, ValidationError
 
 from app.schemas.base import RequestModel
 from app.schemas.devices import drop_read_only_keys
+from app.schemas.provenance import ProfileProvenance
 from device_profiles import DeviceProfile
 
 
@@ -194,6 +195,10 @@ class ListsInfo(BaseModel):
 class PredictKernelResponse(BaseModel):
     kernel: str
     device: str
+    profile_provenance: ProfileProvenance = Field(
+        description="where the Many-BSP figures of the device come from (published, "
+        "estimated, calibrated with how many runs, or inline)"
+    )
     n_b: int = Field(description="blocks in the grid")
     n_t: int = Field(description="threads per block")
     registers_per_thread: int = Field(description="registers per thread used in eq. (21)")

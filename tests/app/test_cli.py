@@ -71,7 +71,8 @@ def test_devices_list_and_detail(live_server: str) -> None:
 
 def test_device_detail_names_what_to_calibrate(live_server: str) -> None:
     code, detail, _ = run("devices", "h100", "--url", live_server)
-    assert code == 0 and "many-bsp: needs-calibration" in detail
+    assert code == 0 and "many-bsp: uncalibrated-estimates" in detail
+    assert "provenance: estimated" in detail
     assert "many_bsp.mu" in detail
     assert "kperf calibrate runs.jsonl --model many-bsp --device h100" in detail
 

@@ -137,7 +137,8 @@ def fill(profile: DeviceProfile, **values: float) -> DeviceProfile:
     """The profile with Many-BSP figures set, as a calibration run would set them."""
     assert profile.many_bsp is not None
     figures = {
-        k: Figure(value=v, source="test: a plausible fitted value") for k, v in values.items()
+        k: Figure.model_validate({"value": v, "source": "test: a plausible fitted value"})
+        for k, v in values.items()
     }
     return profile.model_copy(update={"many_bsp": profile.many_bsp.model_copy(update=figures)})
 

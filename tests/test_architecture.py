@@ -111,3 +111,31 @@ def test_the_service_process_loads_no_numerical_stack() -> None:
     code = f"import sys, app.main;print(','.join(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+DEVICE_PROFILES_DIR = Path(__file__).resolve().parents[1] / "device_profiles"
+
+
+def test_device_profiles_modules_import_no_circle() -> None:
+    """Issue 16, item 6: each module of device_profiles has one job; none reaches back to a
+    module that (directly or not) imports it, lazily or not (schema <- status <- priors)."""
+    modules = {p.stem: p for p in DEVICE_PROFILES_DIR.glob("*.py") if p.stem != "__init__"}
+    edges = {
+        name: {
+            other
+            for other in modules
+            if other != name
+            and any(m.startswith(f"device_profiles.{other}") for m in _imported_modules(path))
+        }
+        for name, path in modules.items()
+    }
+
+    def reaches(start: str, target: str, seen: frozenset[str] = frozenset()) -> bool:
+        return any(
+            nxt == target or (nxt not in seen and reaches(nxt, target, seen | {nxt}))
+            for nxt in edges[start]
+        )
+
+    circles = sorted(name for name in modules if reaches(name, name))
+    assert circles == [], edges
+    assert "status" not in edges["schema"]  # the circle this test was written for

@@ -23,7 +23,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.store import MemoryStore
 from device_profiles.loader import PROFILE_DIR
-from device_profiles.schema import GemmWsSection
+from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine
 from solver.search_space import SearchSpace
 from tests.app.calibration_helpers import TRUE_GEMM, gemm_ws_runs, paper_launches, true_time_us
@@ -38,7 +38,7 @@ PROBLEM = {"m": 2048, "n": 1024, "k": 2048}
 SVG = {"accept": "image/svg+xml"}
 CALIBRATED_ID = re.compile(r"^rtx-a6000-cal-[0-9a-f]{12}$")
 #: every figure of a profile's gemm_ws section is fitted by default
-GEMM_FIGURES = tuple(GemmWsSection.model_fields)
+GEMM_FIGURES = REQUIRED_GEMM_WS_FIGURES
 
 
 def _settings() -> Settings:
@@ -103,6 +103,9 @@ def test_calibrated_profile_holds_the_fit_and_cites_it(client: TestClient) -> No
     for name in ("load_throughput_elements_per_us", "compute_throughput_macs_per_us"):
         assert fitted[name]["identifiable"]
         assert fitted[name]["value"] == pytest.approx(getattr(TRUE_GEMM, name), rel=0.1)
+    # issue 16: a calibrated profile says so, with its run count, on every answer
+    assert profile["profile_provenance"] == {"kind": "calibrated", "measurement_count": len(RUNS)}
+    assert {f["status"] for f in profile["figures"]["gemm-ws"]} <= {"calibrated", "published"}
     provenance = profile["calibration"]
     assert provenance["base_device"] == "rtx-a6000" and provenance["root_device"] == "rtx-a6000"
     assert provenance["measurement_count"] == len(RUNS)
@@ -177,7 +180,7 @@ def test_listing_shows_provenance_and_aliases(client: TestClient) -> None:
     assert answer["name"] == "lab-gpu"
     listing = {d["id"]: d for d in client.get("/devices").json()["devices"]}
     entry = listing[answer["device"]]
-    assert entry["aliases"] == ["lab-gpu"] and entry["models"] == ["gemm-ws"]
+    assert entry["aliases"] == ["lab-gpu"] and entry["models"] == ["gemm-ws", "many-bsp"]
     assert entry["calibration"]["base_device"] == "rtx-a6000"
     assert entry["calibration"]["measurement_count"] == len(RUNS)
     assert entry["calibration"]["created_at"]
@@ -241,13 +244,13 @@ def test_recalibration_never_serves_a_stale_answer(client: TestClient) -> None:
 
 
 def test_measurements_of_a_shipped_profile_make_a_calibrated_child(client: TestClient) -> None:
-    # p100 lacks Many-BSP figures no run can fit: its record cannot take Many-BSP runs
+    # issue 16: p100 serves Many-BSP (GTX 1070 estimates fill what it lacked): it takes runs
     kernel_run = {**paper_launches()[0], "measured_cycles": 5.0e5}
     r = client.post(
         "/devices/p100/measurements", json={"model": "many-bsp", "measurements": [kernel_run]}
     )
-    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "device"
-    assert client.get("/devices/p100/measurements").json()["many_bsp"] == []
+    assert r.status_code == 200, r.text
+    assert len(client.get("/devices/p100/measurements").json()["many_bsp"]) == 1
     before = len(client.get("/devices/rtx-a6000/measurements").json()["gemm_ws"])
     r = client.post(
         "/devices/rtx-a6000/measurements", json={"model": "gemm-ws", "measurements": RUNS[:8]}
@@ -304,16 +307,16 @@ def test_recalibrating_a_device_without_runs_says_what_to_do(client: TestClient)
     assert "/devices/940mx/measurements" in r.json()["errors"][0]["reason"]
 
 
-def test_a_profile_without_gemm_ws_figures_is_calibrated_from_its_listed_call(
+def test_a_profile_with_estimated_gemm_ws_figures_is_calibrated_from_its_listed_call(
     client: TestClient,
 ) -> None:
-    """h100 ships no GeMM-WS figures (§4.2's are one kernel's on an A6000): GET /devices/h100
-    lists all six as needing calibration; the listed call, with runs timed on a hidden H100,
-    makes a profile that /optimize-tiling serves, its figures those of the hidden GPU."""
+    """h100 ships estimated GeMM-WS figures (the A6000's §4.2 ones scaled, issue 16): GET
+    /devices/h100 lists all six as needing calibration; the listed call, with runs timed on a
+    hidden H100, makes a profile that /optimize-tiling serves, its figures the hidden GPU's."""
     shipped = client.get("/devices/h100").json()
-    assert shipped.get("gemm_ws") is None
+    assert all(shipped["gemm_ws"][n]["estimate"] for n in GEMM_FIGURES)
     listing = shipped["needs_calibration"]["gemm-ws"]
-    assert listing["status"] == "needs-calibration"
+    assert listing["status"] == "uncalibrated-estimates"
     assert {f["figure"] for f in listing["figures"]} == {f"gemm_ws.{n}" for n in GEMM_FIGURES}
     hardware = shipped["hardware"]
     truth = dataclasses.replace(
@@ -329,7 +332,8 @@ def test_a_profile_without_gemm_ws_figures_is_calibrated_from_its_listed_call(
     assert answer["device"].startswith("h100-cal-")
     fitted = {f["name"]: f for f in answer["fitted"]}
     for name in ("load_throughput_elements_per_us", "compute_throughput_macs_per_us"):
-        assert fitted[name]["identifiable"] and fitted[name]["base_value"] is None
+        assert fitted[name]["identifiable"]
+        assert fitted[name]["base_value"] == shipped["gemm_ws"][name]["value"]
         assert fitted[name]["value"] == pytest.approx(getattr(truth, name), rel=0.1)
     profile = client.get(f"/devices/{answer['device']}").json()
     for name, figure in fitted.items():
@@ -351,19 +355,19 @@ def test_a_profile_without_gemm_ws_figures_is_calibrated_from_its_listed_call(
 
 
 def test_a_fit_without_spare_runs_flags_every_start_value(client: TestClient) -> None:
-    """Six runs for six figures identify none: v100's calibrated GeMM-WS figures are the
-    starting values (another GPU's), each flagged estimate with a warning, none a fit."""
+    """Six runs for six figures identify none: v100's calibrated GeMM-WS figures are its own
+    estimates (issue 16), each still flagged estimate with a warning, none a fit."""
     r = client.post(
         "/calibrate", json={"model": "gemm-ws", "base_device": "v100", "measurements": RUNS[:6]}
     )
     assert r.status_code == 200, r.text
     answer = r.json()
-    a6000 = client.get("/devices/rtx-a6000").json()["gemm_ws"]  # the only shipped carrier
+    v100 = client.get("/devices/v100").json()["gemm_ws"]
     profile = client.get(f"/devices/{answer['device']}").json()
     assert len(answer["fitted"]) == 6
     for f in answer["fitted"]:
         assert not f["identifiable"] and f["estimate"]
-        assert f["value"] == a6000[f["name"]]["value"]
+        assert f["value"] == v100[f["name"]]["value"]
         stored = profile["gemm_ws"][f["name"]]
         assert stored["estimate"] is True and not stored["source"].startswith("fitted")
         assert any(w.startswith(f"{f['name']} was not identified") for w in answer["warnings"])

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from device_profiles.loader import PROFILE_DIR
 from tests.app.calibration_helpers import gemm_ws_runs, paper_launches
 from tests.app.service_helpers import clean_environ
 
@@ -32,6 +33,13 @@ def body(**changes: Any) -> dict[str, Any]:
     document = {"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": RUNS}
     document.update(changes)
     return document
+
+
+def p100_without(figure: str) -> dict[str, Any]:
+    """The shipped P100 profile as an inline document, one Many-BSP figure removed."""
+    raw: dict[str, Any] = json.loads((PROFILE_DIR / "p100.json").read_text())
+    del raw["many_bsp"][figure]
+    return raw
 
 
 def with_run(index: int, **changes: Any) -> list[dict[str, Any]]:
@@ -88,18 +96,20 @@ CASES = [
                                  "compute_throughput_macs_per_us": 1}),
         422, "base_device", [],
     ),
-    # gtx-760 has no gemm_ws figures: a fit of all six starts from the shipped profiles' (and
-    # flags what it does not identify); a fit of two leaves four no run can supply
+    # an inline Many-BSP base without mu: a fit that leaves mu out cannot supply it (issue 16:
+    # no shipped profile lacks a figure any more)
     (
         "base-lacks-figures-the-fit-leaves-out",
-        body(base_device="gtx-760", fit=["t_init_us", "t_epilogue_us"]),
-        422, "base_device", ["gemm_ws.load_startup_latency_us (POST /calibrate fits it)"],
+        body(model="many-bsp", base_device=None, base_device_params=p100_without("mu"),
+             fit=["block_launch_overhead_cycles"], measurements=[KERNEL_RUN] * 4),
+        422, "base_device_params", ["many_bsp.mu (POST /calibrate fits it)"],
     ),
-    # p100 lacks Many-BSP figures no calibration fits: named, with the base_device field
+    # an inline base without a figure no calibration fits: named, with the field
     (
         "base-lacks-uncalibratable-figures",
-        body(model="many-bsp", base_device="p100", measurements=[KERNEL_RUN] * 4),
-        422, "base_device", ["many_bsp.n_du", "cite it"],
+        body(model="many-bsp", base_device=None, base_device_params=p100_without("n_du"),
+             measurements=[KERNEL_RUN] * 4),
+        422, "base_device_params", ["many_bsp.n_du", "cite it"],
     ),
     ("one-fold", body(cross_validation_folds=1), 422, "cross_validation_folds", []),
     ("no-runs", body(measurements=[]), 422, "measurements", []),

@@ -15,20 +15,14 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from tests.device_profiles.test_todays_gpus import FITTED as FITTED_BY_MODEL
 
 NVCC_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "ptx" / "nvcc"
 PROBLEM = "application/problem+json"
 
 #: issue 7: what POST /calibrate fits for Many-BSP
 FITTED = {"mu", "block_launch_overhead_cycles", "warp_launch_overhead_cycles"}
-GEMM_WS_FITTED = {
-    "t_init_us",
-    "t_epilogue_us",
-    "load_startup_latency_us",
-    "compute_startup_latency_us",
-    "load_throughput_elements_per_us",
-    "compute_throughput_macs_per_us",
-}
+GEMM_WS_FITTED = FITTED_BY_MODEL["gemm-ws"]
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.convert.optimize import gemm_ws_machine
 from app.main import create_app
 from app.settings import Settings
+from device_profiles import ModelNotServed, get_profile
 from perfmodel.gemm_ws import GemmShape
 from tests.gemm_ws_cases import A6000, TABLE_1, TABLE_1_SPACE, brute_force_ranking
 
@@ -104,6 +106,9 @@ def test_inline_device_params_equal_the_profile(client: TestClient) -> None:
     profile = _post(client, m=2048, n=1024, k=512, device="rtx-a6000").json()
     assert inline["device"] == "inline"
     assert inline["best"] == profile["best"]
+    # issue 16: the same figures, told apart by where they come from
+    assert inline["profile_provenance"] == {"kind": "inline", "measurement_count": None}
+    assert profile["profile_provenance"] == {"kind": "published", "measurement_count": None}
 
 
 BAD_REQUESTS = [
@@ -233,14 +238,14 @@ def test_device_routes(client: TestClient) -> None:
     assert missing.json()["errors"][0]["field"] == "device"
 
 
-def test_profile_without_gemm_ws_figures_is_422_naming_them(client: TestClient) -> None:
-    devices = client.get("/devices").json()["devices"]
-    other = [d["id"] for d in devices if "gemm-ws" not in d["models"]]
-    if not other:
-        pytest.skip("every packaged profile carries GeMM-WS figures")
-    r = _post(client, m=64, n=64, k=64, device=other[0])
-    assert r.status_code == 422
-    assert "gemm_ws" in r.json()["detail"]
+def test_profile_without_gemm_ws_figures_names_them() -> None:
+    # every shipped profile carries GeMM-WS figures (issue 16); a profile without the section
+    # (an older calibrated one, say) is refused naming the six (a 422 via ModelNotServed)
+    a6000 = get_profile("rtx-a6000")
+    with pytest.raises(ModelNotServed) as info:
+        gemm_ws_machine(a6000.model_copy(update={"gemm_ws": None}))
+    assert info.value.field == "device" and len(info.value.missing) == 6
+    assert all(m.startswith("gemm_ws.") for m in info.value.missing)
 
 
 def test_oversized_search_space_is_refused_before_solving(client: TestClient) -> None:

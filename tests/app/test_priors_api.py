@@ -73,23 +73,6 @@ def test_fp8_on_h100_is_no_slower_than_fp16(client: TestClient) -> None:
     assert fp8["predicted_time_us"] < fp16["predicted_time_us"]
 
 
-def test_inline_device_params_say_inline(client: TestClient) -> None:
-    params = {
-        "sm_count": 84,
-        "t_init_us": 1.68,
-        "t_epilogue_us": 1.543,
-        "load_startup_latency_us": 0.77,
-        "compute_startup_latency_us": 0.0,
-        "load_throughput_elements_per_us": 152.96,
-        "compute_throughput_macs_per_us": 24610,
-    }
-    r = client.post(
-        "/optimize-tiling", json={"m": 512, "n": 512, "k": 512, "device_params": params}
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["profile_provenance"]["kind"] == "inline"
-
-
 #: knn.ptx as many-bsp-supplementary.txt §3 launches it (168 blocks of 256 threads)
 KNN_BODY: dict[str, Any] = {
     "ptx": (PAPER / "knn.ptx").read_text(),

@@ -14,17 +14,11 @@ from device_profiles import default_profiles, get_profile
 from device_profiles.priors import gemm_ws_dtype_ratios, gemm_ws_priors, many_bsp_priors
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, machine_for_dtype, simulate
+from tests.device_profiles.test_todays_gpus import FITTED
 
 PROFILES = sorted(default_profiles())
-GEMM_WS = {
-    "t_init_us",
-    "t_epilogue_us",
-    "load_startup_latency_us",
-    "compute_startup_latency_us",
-    "load_throughput_elements_per_us",
-    "compute_throughput_macs_per_us",
-}
-MANY_BSP = {"mu", "block_launch_overhead_cycles", "warp_launch_overhead_cycles"}
+GEMM_WS = FITTED["gemm-ws"]
+MANY_BSP = FITTED["many-bsp"]
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "real-gemm"
 
 

@@ -25,7 +25,6 @@ import httpx
 from app.client import KperfClient, KperfError
 from app.schemas.calibrate import CalibrateResponse
 from app.settings import Settings
-from device_profiles.schema import Figure
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -129,17 +128,24 @@ async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             c.tile_n,
             c.tile_k,
             c.buffer_depth,
-            f"{c.predicted_time_us:.3f}",
+            f"{c.predicted_time_us:.1f}",
+            "-"
+            if c.interval_low_us is None
+            else f"{c.interval_low_us:.1f}..{c.interval_high_us:.1f}",
+            "-" if c.probability_best is None else f"{c.probability_best:.2f}",
             c.waves,
             c.stages,
             c.bound,
         )
         for c in result.candidates
     ]
-    out.write(
-        _table(("rank", "TM", "TN", "TK", "depth", "time_us", "waves", "stages", "bound"), rows)
-        + "\n"
-    )
+    header = ("rank", "TM", "TN", "TK", "depth", "time_us", "10-90 %", "P(best)", "waves")
+    out.write(_table((*header, "stages", "bound"), rows) + "\n")
+    if result.profile_provenance is not None:
+        origin = result.profile_provenance
+        runs = f", {origin.measurement_count} runs" if origin.measurement_count else ""
+        out.write(f"figures: {origin.kind}{runs}")
+        out.write(f"; shortlist: {result.shortlist.mode}\n" if result.shortlist else "\n")
     return 0
 
 
@@ -358,12 +364,12 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
                 if figures is None:
                     continue
                 for name, figure in figures:
-                    if isinstance(figure, Figure):  # not the dtype ratios
-                        rows.append((f"{section}.{name}", figure.value, figure.source))
-            out.write(_table(("figure", "value", "source"), rows) + "\n")
-            provenance = profile.profile_provenance
-            runs = provenance.measurement_count
-            out.write(f"provenance: {provenance.kind}" + (f" ({runs} runs)" if runs else "") + "\n")
+                    if figure is not None:
+                        prior = getattr(figure, "prior", None)
+                        belief = f"{prior.median:.4g} x/ e^{prior.sigma_log:g}" if prior else "-"
+                        value = f"{figure.value:.6g}" + (" (estimate)" if figure.estimate else "")
+                        rows.append((f"{section}.{name}", value, belief, figure.source))
+            out.write(_table(("figure", "value", "prior", "source"), rows) + "\n")
             for model, need in profile.needs_calibration.items():
                 out.write(f"{model}: {need.status}\n")
                 for label, figures in (("calibrate", need.figures), ("cite", need.missing)):
@@ -379,15 +385,17 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
     rows = [
         (
             d.id,
+            ", ".join(d.aliases) or "-",
             d.name,
             d.architecture or "-",
             d.sm_count,
-            ", ".join(d.models) or "-",
-            ", ".join(d.aliases) or "-",  # the names (POST /devices/names) pointing at it
+            ", ".join(f"{m} ({d.model_status.get(m, '-')})" for m in d.models) or "-",
         )
         for d in listing.devices
     ]
-    out.write(_table(("id", "name", "architecture", "SMs", "models", "names"), rows) + "\n")
+    out.write(
+        _table(("id", "names", "name", "architecture", "SMs", "models (status)"), rows) + "\n"
+    )
     if listing.stored_profiles.status != "ok":
         out.write(
             "warning: calibrated profiles not listed, the store is unavailable "
@@ -504,19 +512,23 @@ def _print_calibration(answer: CalibrateResponse, as_json: bool, out: TextIO) ->
         (
             f.name,
             f"{f.value:.6g}",
-            "-" if f.base_value is None else f"{f.base_value:.6g}",
-            "-" if f.standard_error is None else f"{f.standard_error:.3g}",
-            "yes" if f.identifiable else "no",
+            "-" if f.interval_low is None else f"{f.interval_low:.4g} .. {f.interval_high:.4g}",
+            "-" if f.prior is None else f"{f.prior.median:.4g} x/ e^{f.prior.sigma_log:g}",
+            "determined" if f.identifiable else "prior kept",
         )
         for f in answer.fitted
     ]
-    out.write(_table(("figure", "value", "base", "std_error", "identified"), rows) + "\n")
+    out.write(_table(("figure", "value", "10-90 %", "prior", "runs"), rows) + "\n")
     t, cv = answer.training_error, answer.cross_validation_error
     out.write(f"training error: mean {t.mean_abs_pct:.2f} %, max {t.max_abs_pct:.2f} %\n")
     if cv is not None:
         out.write(
             f"cross-validation error: mean {cv.mean_abs_pct:.2f} %, max {cv.max_abs_pct:.2f} %\n"
         )
+    if answer.noise_pct is not None:
+        out.write(f"noise of the runs (estimated): {answer.noise_pct:.2g} %\n")
+    for combination in answer.determined_combinations:
+        out.write(f"determined: {combination}\n")
     for warning in answer.warnings:
         out.write(f"warning: {warning}\n")
 

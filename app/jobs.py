@@ -24,7 +24,6 @@ from app.convert import predict as predict_convert
 from app.schemas.calibrate import CalibrationFit
 from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
 from app.schemas.predict import PredictKernelRequest
-from app.schemas.provenance import provenance_out
 from app.service import (
     CachedAnswer,
     EncodedAnswer,
@@ -33,10 +32,10 @@ from app.service import (
     cached_solve,
     run_job,
 )
-from device_profiles import DeviceProfile, get_profile
+from device_profiles import DeviceProfile
+from device_profiles.provenance import provenance
 from perfmodel.gemm_ws import Tiling, simulate
 from perfmodel.manybsp import predict_kernel
-from solver import optimize_tiling
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
@@ -71,27 +70,20 @@ async def request_profile(
     return await service.resolve_profile(request.device)
 
 
-def _job_profile(
-    request: OptimizeTilingRequest | PredictKernelRequest, profile_json: dict[str, Any] | None
-) -> DeviceProfile | None:
-    """The profile the job solves on: the one resolved in the parent, else the shipped one
-    ``request.device`` names (as the conversions would look it up); None: inline."""
-    profile = _profile(profile_json)
-    if profile is None and request.device is not None and request.device_params is None:
-        profile = get_profile(request.device)
-    return profile
-
-
 def optimize_job(
     request_json: dict[str, Any], profile_json: dict[str, Any] | None, time_limit_s: float
 ) -> EncodedAnswer:
     """Worker side of POST /optimize-tiling: solve within ``time_limit_s``, return the body.
     ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline)."""
     request = OptimizeTilingRequest.model_validate(request_json)
-    profile = _job_profile(request, profile_json)
+    profile = _profile(profile_json)
     device, problem = optimize_convert.to_problem(request, profile)
-    result = optimize_tiling(problem, top_k=request.top_k, time_limit_s=time_limit_s)
-    answer = optimize_convert.to_response(request, device, problem, result, profile)
+    from app.convert import explore  # numpy: worker side only
+
+    solved = explore.solve(request, profile, problem, time_limit_s)
+    answer = optimize_convert.to_response(
+        request, device, problem, solved, provenance(profile, "gemm-ws")
+    )
     return EncodedAnswer(_OPTIMIZE_JSON.dump_json(answer), cacheable=answer.status == "optimal")
 
 
@@ -165,11 +157,19 @@ def predict_job(
     with the lists the request asked for (``detail``, ``list_offset``, ``list_limit``);
     ``profile_json`` as for :func:`optimize_job`."""
     request = PredictKernelRequest.model_validate(request_json)
-    profile = _job_profile(request, profile_json)
-    core = predict_convert.to_core(request, max_ptx_bytes, profile)
+    core = predict_convert.to_core(request, max_ptx_bytes, _profile(profile_json))
     result = predict_kernel(core)
     clock = core.clock_mhz if core.clock_mhz is not None else core.device.clock_mhz
-    full = predict_convert.to_response(result, clock, provenance_out(profile, "many-bsp"))
+    from app.convert import beliefs  # numpy: worker side only
+    from perfmodel.calibration.many_bsp import predict_interval_cycles
+
+    profile = _profile(profile_json)
+    values = {n: float(getattr(core.device.device, n)) for n in beliefs.MANY_BSP_BELIEF_FIGURES}
+    _, belief = beliefs.many_bsp_belief(profile, values)
+    interval = predict_interval_cycles(core.device, result, belief)
+    full = predict_convert.to_response(
+        result, clock, interval, provenance(profile if request.device else None, "many-bsp")
+    )
     # the prediction is a pure function of the request and the profile: always cacheable
     return EncodedAnswer(
         predict_convert.encode_view(full, request, summary_above_bytes), cacheable=True

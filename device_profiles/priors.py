@@ -1,51 +1,47 @@
-"""The priors of a profile's calibratable figures, and its GeMM-WS per-dtype ratios, as the
-plain records the calibration engine and the request conversions take.
+"""The priors and per-dtype throughput ratios a profile cites, as the core's records.
 
-A profile file carries the priors as cited data (``prior`` on a figure, schema_version 3;
-docs/model-notes.md, "Priors"); this module only reads them out. It knows nothing of HTTP.
+A profile's figures carry their log-normal priors (schema_version 3, ``prior``); the MAP
+calibration (perfmodel.calibration) and the uncertainty of predictions (perfmodel.belief) take
+them as :class:`perfmodel.prior.Prior`. Derivations: docs/model-notes.md, "Priors".
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pydantic import BaseModel
 
-from device_profiles.schema import CALIBRATABLE_FIGURES, DeviceProfile, Figure
+from device_profiles.schema import DeviceProfile, Figure
+from perfmodel.prior import Prior
 
-if TYPE_CHECKING:  # the service process must not load the calibration (numerical) stack
-    from perfmodel.calibration.priors import Prior
-
-#: the dtype the GeMM-WS figures of a profile are given in (the §4.2 kernel's fp16)
-REFERENCE_DTYPE = "fp16"
+#: element types whose GeMM-WS figures a profile without ``gemm_ws_dtypes`` serves at the
+#: fp16 figures (the paper's reading: §4.2's durations are per element whatever the type)
+ALL_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")
 
 
-def _priors(section: object, names: tuple[str, ...]) -> dict[str, Prior]:
-    from perfmodel.calibration.priors import Prior  # noqa: PLC0415 - see TYPE_CHECKING above
-
-    out: dict[str, Prior] = {}
-    for name in names:
-        figure = getattr(section, name, None) if section is not None else None
+def _section_priors(section: BaseModel | None) -> dict[str, Prior]:
+    if section is None:
+        return {}
+    out = {}
+    for name in type(section).model_fields:
+        figure = getattr(section, name)
         if isinstance(figure, Figure) and figure.prior is not None:
             p = figure.prior
-            out[name] = Prior(median=p.median, sigma_log=p.sigma_log, source=p.source)
+            out[name] = Prior(p.median, p.sigma_log, p.source)
     return out
 
 
 def gemm_ws_priors(profile: DeviceProfile) -> dict[str, Prior]:
-    """Figure name -> prior, for the GeMM-WS figures of ``profile`` that carry one."""
-    return _priors(profile.gemm_ws, CALIBRATABLE_FIGURES["gemm-ws"])
+    """The priors the profile's GeMM-WS figures cite, by figure name."""
+    return _section_priors(profile.gemm_ws)
 
 
 def many_bsp_priors(profile: DeviceProfile) -> dict[str, Prior]:
-    """Figure name -> prior, for the calibratable Many-BSP figures that carry one."""
-    return _priors(profile.many_bsp, CALIBRATABLE_FIGURES["many-bsp"])
+    """The priors the profile's Many-BSP figures cite, by figure name."""
+    return _section_priors(profile.many_bsp)
 
 
 def gemm_ws_dtype_ratios(profile: DeviceProfile) -> dict[str, tuple[float, float]]:
-    """dtype -> (load ratio, compute ratio) multiplying the reference-dtype (fp16)
-    throughputs, for the element types the device has. Empty when the profile does not say
-    (schema_version 1 and 2 files): every dtype then uses the throughputs unchanged."""
-    if profile.gemm_ws is None:
-        return {}
-    return {
-        dtype: (r.load_ratio, r.compute_ratio) for dtype, r in profile.gemm_ws.dtype_ratios.items()
-    }
+    """dtype -> (load, compute) throughput relative to the gemm_ws (fp16) figures, for the
+    element types the device has; every dtype at (1, 1) when the profile cites none."""
+    if profile.gemm_ws_dtypes is None:
+        return dict.fromkeys(ALL_DTYPES, (1.0, 1.0))
+    return {d: (r.load, r.compute) for d, r in profile.gemm_ws_dtypes.items()}

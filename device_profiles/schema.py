@@ -7,15 +7,12 @@ files with an unknown ``schema_version`` are refused rather than half-read.
 A profile may serve several models. Each model reads its own optional section:
 ``gemm_ws`` (Liu & Grover, warp-specialization GEMM model) and the Many-BSP sections. Which
 models a profile can serve follows from which sections are present; which of the missing
-figures a calibration run can fit is :mod:`device_profiles.status` (which imports this
-module; this module imports nothing of it).
+figures a calibration run can fit is :mod:`device_profiles.status`.
 
 Schema versions: 1 is the original format; 2 adds the optional ``estimate`` flag on cited
 numbers (an uncalibrated starting value derived in docs/model-notes.md rather than a figure a
-source states); 3 adds the optional log-normal ``prior`` of a calibratable figure and the
-per-dtype throughput ratios of the GeMM-WS section (docs/model-notes.md, "Priors"). A file
-may use a feature only from the version that introduced it on, so a reader that knows an older
-version never half-reads a file that relies on a newer one.
+source states). A version-1 file may not flag estimates, so a reader that knows only version 1
+never half-reads a file that relies on them.
 
 A calibrated profile (POST /calibrate, kept in the service's store, never a file here) also
 carries a ``calibration`` provenance block; the service writes those in version 2, flagging
@@ -33,9 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
 
-#: element types of the GeMM-WS model; ``fp16`` is the reference its figures are given in
-DtypeName = Literal["fp32", "fp16", "bf16", "fp8"]
-
 _ESTIMATE_DESCRIPTION = (
     "true for an uncalibrated starting value derived in docs/model-notes.md (the source names "
     "what it was derived from); listed by GET /devices/{id} under needs_calibration "
@@ -48,13 +42,12 @@ class _Strict(BaseModel):
 
 
 class FigurePrior(_Strict):
-    """Log-normal belief about a calibratable figure before any run of the device is seen:
-    ln(value) ~ Normal(ln(median), sigma_log^2), median in the figure's own unit
-    (schema_version 3; docs/model-notes.md, "Priors")."""
+    """What a figure is believed to be before any run of the user's GPU: ln(value) ~
+    Normal(ln median, sigma_log^2), cited like the figure (docs/model-notes.md, "Priors")."""
 
-    median: float = Field(gt=0, description="median, in the unit of the figure it belongs to")
-    sigma_log: float = Field(gt=0, description="standard deviation of ln(value), dimensionless")
-    source: str = Field(min_length=3, description="the measurement or the derivation it rests on")
+    median: float = Field(gt=0, description="prior median, in the figure's unit")
+    sigma_log: float = Field(gt=0, le=5, description="sd of ln(value): 0.1 is about +-10 %")
+    source: str = Field(min_length=3, description="measurement or derivation it comes from")
     note: str | None = None
 
 
@@ -66,7 +59,9 @@ class Figure(_Strict):
     note: str | None = None
     estimate: bool = Field(False, description=_ESTIMATE_DESCRIPTION)
     prior: FigurePrior | None = Field(
-        None, description="log-normal prior of a calibratable figure (schema_version 3)"
+        None,
+        description="the figure's log-normal prior, for the MAP calibration and the "
+        "uncertainty of predictions (schema_version 3)",
     )
 
 
@@ -98,19 +93,6 @@ class HardwareLimits(_Strict):
     clock_mhz: PositiveFigure | None = None
 
 
-class DtypeRatio(_Strict):
-    """How one element type's GeMM-WS throughputs relate to the reference (fp16) ones."""
-
-    load_ratio: float = Field(
-        gt=0, description="factor on load_throughput_elements_per_us (elements per us)"
-    )
-    compute_ratio: float = Field(
-        gt=0, description="factor on compute_throughput_macs_per_us (MACs per us)"
-    )
-    source: str = Field(min_length=3)
-    note: str | None = None
-
-
 class GemmWsSection(_Strict):
     """Figures of the GeMM-WS model (warp-specialization-gemm-model.txt §2, §4.2).
 
@@ -124,11 +106,6 @@ class GemmWsSection(_Strict):
     compute_startup_latency_us: NonNegativeFigure
     load_throughput_elements_per_us: PositiveFigure
     compute_throughput_macs_per_us: PositiveFigure
-    dtype_ratios: dict[DtypeName, DtypeRatio] = Field(
-        default_factory=dict,
-        description="element types the device has, each with the factors multiplying the "
-        "fp16 throughputs above (schema_version 3); empty: every dtype uses them unchanged",
-    )
 
 
 ManyBspUnit = Literal["SPs", "DPU", "SFU", "LDST"]
@@ -273,6 +250,26 @@ class CalibrationErrorSummary(_Strict):
     max_abs_pct: float = Field(ge=0, description="largest absolute error, % of the measured value")
 
 
+class CalibrationPosterior(_Strict):
+    """The Laplace posterior of a calibration: ln(figures) ~ Normal(mean, covariance), which
+    the service draws from for shortlists and intervals (docs/model-notes.md, MAP calibration)."""
+
+    figures: list[str] = Field(description="dotted-free names of the fitted figures, in order")
+    mean_log: list[float] = Field(description="posterior mean of ln(value), per figure")
+    covariance_log: list[list[float]] = Field(description="posterior covariance of ln(value)")
+
+    @model_validator(mode="after")
+    def _square(self) -> CalibrationPosterior:
+        p = len(self.figures)
+        if (
+            len(self.mean_log) != p
+            or len(self.covariance_log) != p
+            or any(len(row) != p for row in self.covariance_log)
+        ):
+            raise ValueError("mean_log and covariance_log must match figures in length")
+        return self
+
+
 class CalibrationProvenance(_Strict):
     """Where a calibrated profile comes from (POST /calibrate); absent from shipped profiles."""
 
@@ -292,6 +289,23 @@ class CalibrationProvenance(_Strict):
         description="k-fold error on held-out runs; null when cross-validation was off",
     )
     method: str = Field(description="fitting method reported by the calibration core")
+    posterior: CalibrationPosterior | None = Field(
+        default=None, description="the fit's posterior (absent from older calibrated profiles)"
+    )
+    determined: list[str] = Field(
+        default_factory=list, description="the fitted figures the runs determined on their own"
+    )
+    noise_pct: float | None = Field(
+        default=None, description="relative noise of the runs the fit estimated, %"
+    )
+
+
+class GemmWsDtypeRatios(_Strict):
+    """Throughputs of one element type relative to the gemm_ws section's (fp16) figures."""
+
+    load: float = Field(gt=0, description="load throughput ratio (elements per us)")
+    compute: float = Field(gt=0, description="MATH throughput ratio (MACs per us)")
+    source: str = Field(min_length=3)
 
 
 class DeviceProfile(_Strict):
@@ -303,6 +317,12 @@ class DeviceProfile(_Strict):
     description: str | None = None
     hardware: HardwareLimits
     gemm_ws: GemmWsSection | None = None
+    gemm_ws_dtypes: dict[str, GemmWsDtypeRatios] | None = Field(
+        None,
+        description="per element type the hardware has (fp32, fp16, bf16, fp8), the GeMM-WS "
+        "throughputs relative to the gemm_ws figures, which are for fp16 (schema_version 3); "
+        "absent: every dtype at the fp16 figures (the paper's reading, GeMM-WS 3)",
+    )
     many_bsp: ManyBspSection | None = None
     synchronization: SynchronizationSection | None = None
     calibration: CalibrationProvenance | None = Field(
@@ -310,22 +330,29 @@ class DeviceProfile(_Strict):
     )
 
     @model_validator(mode="after")
-    def _features_need_their_version(self) -> DeviceProfile:
+    def _estimates_need_version_2(self) -> DeviceProfile:
         if self.schema_version == 1 and self.estimated_figures():
             raise ValueError(
                 "estimate flags need schema_version 2 (flagged: "
                 + ", ".join(self.estimated_figures())
                 + ")"
             )
-        if self.schema_version < 3:
-            with_prior = sorted(path for path, figure in _figures(self, "") if figure.prior)
-            if with_prior or (self.gemm_ws is not None and self.gemm_ws.dtype_ratios):
-                raise ValueError(
-                    "priors and gemm_ws.dtype_ratios need schema_version 3 (found: "
-                    + ", ".join(with_prior or ["gemm_ws.dtype_ratios"])
-                    + ")"
-                )
+        if self.schema_version < 3 and (self.prior_figures() or self.gemm_ws_dtypes):
+            raise ValueError("priors and gemm_ws_dtypes need schema_version 3")
         return self
+
+    def prior_figures(self) -> list[str]:
+        """Dotted names of the figures that carry a prior (schema_version 3)."""
+        out = []
+        for section_name in ("gemm_ws", "many_bsp"):
+            section = getattr(self, section_name)
+            if section is None:
+                continue
+            for name in type(section).model_fields:
+                figure = getattr(section, name)
+                if isinstance(figure, Figure) and figure.prior is not None:
+                    out.append(f"{section_name}.{name}")
+        return out
 
     def content_sha256(self) -> str:
         """SHA-256 (hex) of the profile's JSON: any edited figure, note or flag changes it
@@ -348,15 +375,6 @@ class DeviceProfile(_Strict):
         if self.many_bsp is not None and not self.missing_many_bsp_figures():
             served.append("many-bsp")
         return served
-
-
-def _figures(node: object, path: str) -> Iterator[tuple[str, Figure]]:
-    """(dotted path, figure) of every scalar :class:`Figure` under ``node``."""
-    if isinstance(node, Figure):
-        yield path, node
-    elif isinstance(node, BaseModel):
-        for name in type(node).model_fields:
-            yield from _figures(getattr(node, name), f"{path}.{name}" if path else name)
 
 
 def _estimate_flags(node: object, path: str) -> Iterator[tuple[str, bool]]:

@@ -27,7 +27,6 @@ from device_profiles.schema import (
     BarrierOverheadPoint,
     DeviceProfile,
     Figure,
-    FigurePrior,
     InstructionClassFigures,
 )
 
@@ -189,56 +188,3 @@ def calibration_needs(profile: DeviceProfile) -> dict[str, list[str]]:
         model: [need.figure for need in status.needs_calibration]
         for model, status in calibration_status(profile).items()
     }
-
-
-#: where the figures behind an answer come from: a paper or document states them all
-#: (published), some are estimates (estimated, docs/model-notes.md "Priors"), or a calibration
-#: run fitted the profile to measured runs (calibrated)
-ProvenanceKind = Literal["published", "estimated", "calibrated"]
-
-
-@dataclass(frozen=True)
-class Provenance:
-    kind: ProvenanceKind
-    measurement_count: int | None  #: runs the calibration used; None unless calibrated
-
-
-@dataclass(frozen=True)
-class FigureStatus:
-    """One scalar figure a model uses: its value, where it comes from and its prior."""
-
-    figure: str  #: dotted path in the profile file
-    value: float
-    status: ProvenanceKind
-    prior: FigurePrior | None
-
-
-def profile_provenance(profile: DeviceProfile, model: str | None = None) -> Provenance:
-    """Calibrated when the profile has a calibration block; else estimated when any figure
-    ``model`` uses (every model when None) is flagged ``estimate``; else published."""
-    if profile.calibration is not None:
-        return Provenance("calibrated", profile.calibration.measurement_count)
-    for m in MODELS if model is None else (model,):
-        status = model_status(profile, m)
-        if any(n.state == "estimate" for n in status.needs_calibration + status.estimates):
-            return Provenance("estimated", None)
-    return Provenance("published", None)
-
-
-def figure_statuses(profile: DeviceProfile, model: str) -> list[FigureStatus]:
-    """The scalar figures ``model`` needs that ``profile`` carries, in the schema's order."""
-    cal = profile.calibration
-    fitted = set(cal.fitted) if cal is not None and cal.model == model else set()
-    out = []
-    for req in _required(profile, model):
-        section, _, name = req.figure.partition(".")
-        figure = getattr(getattr(profile, section), name, None) if req.present else None
-        if not isinstance(figure, Figure):
-            continue  # instruction classes and bar.sync points: listed in the profile itself
-        kind: ProvenanceKind = "published"
-        if figure.estimate:
-            kind = "estimated"
-        elif name in fitted:
-            kind = "calibrated"
-        out.append(FigureStatus(req.figure, figure.value, kind, figure.prior))
-    return out

@@ -14,9 +14,10 @@ floating-point rounding error (docs/model-notes.md).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 
@@ -71,20 +72,16 @@ class GemmWsMachine:
                 raise ValueError(f"{name} must be a non-negative finite number, got {value}")
 
 
-def machine_for_dtype(
-    machine: GemmWsMachine, load_ratio: float, compute_ratio: float
-) -> GemmWsMachine:
-    """``machine`` (figures of the reference dtype) for another element type: the DMA
-    throughput of eq. (4) counts elements, so it scales with the bytes per element, and the
-    ALU throughput of eq. (6) with the tensor/FMA peak of the dtype (docs/model-notes.md,
-    "Priors"); latencies and the epilogue do not depend on it. Ratios 1.0 return ``machine``
-    itself, so the reference dtype's answers stay bit-identical."""
-    if load_ratio == 1.0 and compute_ratio == 1.0:
+def scaled_throughputs(machine: GemmWsMachine, ratios: tuple[float, float]) -> GemmWsMachine:
+    """``machine`` with its (load, compute) throughputs multiplied by ``ratios``: the figures
+    of another element type, cited per profile as ratios to the fp16 ones (a throughput is
+    per element and per MAC, eq. (4)/(6))."""
+    if ratios == (1.0, 1.0):
         return machine
-    return replace(
+    return dataclasses.replace(
         machine,
-        load_throughput_elements_per_us=machine.load_throughput_elements_per_us * load_ratio,
-        compute_throughput_macs_per_us=machine.compute_throughput_macs_per_us * compute_ratio,
+        load_throughput_elements_per_us=machine.load_throughput_elements_per_us * ratios[0],
+        compute_throughput_macs_per_us=machine.compute_throughput_macs_per_us * ratios[1],
     )
 
 

@@ -9,9 +9,10 @@ calibrated figures to the next round. Deterministic when ``measure`` is.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from perfmodel.belief import FigureBelief, Prior
 from perfmodel.calibration import (
     GEMM_WS_FIGURES,
     CalibrationResult,
@@ -19,9 +20,12 @@ from perfmodel.calibration import (
     apply_gemm_ws,
     fit_gemm_ws,
 )
+from perfmodel.calibration.gemm_ws import default_priors
 from perfmodel.errors import CalibrationInputError
 from perfmodel.gemm_ws import ELEMENT_BYTES, GemmShape, GemmWsMachine, Tiling
+from solver.explore import explore_problem
 from solver.optimize import TilingProblem, optimize_tiling
+from solver.shortlist import ShortlistMode
 
 #: measured time in microseconds of one run of ``shape`` with ``tiling``
 Measure = Callable[[GemmShape, Tiling], float]
@@ -51,23 +55,26 @@ class LoopResult:
         return (*(r.picks[problem] for r in self.rounds), self.final_picks[problem])
 
 
-def supported_figures(requested: Sequence[str], measurements: int) -> tuple[str, ...]:
-    """The first ``measurements - 1`` of ``requested``: as many figures as the data can fit
-    (fit_gemm_ws needs one measurement more than the figures it determines)."""
-    return tuple(requested[: max(1, measurements - 1)])
-
-
 def _measure_shortlist(
     problem: TilingProblem,
     machine: GemmWsMachine,
+    belief: FigureBelief,
+    mode: ShortlistMode,
     measure: Measure,
     dtype: str,
     top_k: int,
     time_limit_s: float,
+    seed: int,
 ) -> tuple[Tiling, tuple[GemmWsMeasurement, ...]]:
-    result = optimize_tiling(
-        dataclasses.replace(problem, machine=machine), top_k=top_k, time_limit_s=time_limit_s
-    )
+    """The proven optimum under ``machine``, then the shortlist the tuner times: the
+    explore shortlist under ``belief`` (or the point estimate's top_k in exploit mode)."""
+    current = dataclasses.replace(problem, machine=machine)
+    result = optimize_tiling(current, top_k=1, time_limit_s=time_limit_s)
+    picks = explore_problem(current, belief, top_k, mode, seed=seed)
+    if picks is None:
+        raise CalibrationInputError("problems", "the search space is too large to explore")
+    if picks.tilings[0] != result.best.tiling:  # the enumeration is exact: a bug if not
+        raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
     shape = problem.shape
     runs = tuple(
         GemmWsMeasurement(
@@ -75,13 +82,13 @@ def _measure_shortlist(
             shape.n,
             shape.k,
             dtype,
-            s.tiling.tile_m,
-            s.tiling.tile_n,
-            s.tiling.tile_k,
-            s.tiling.buffer_depth,
-            measure(shape, s.tiling),
+            t.tile_m,
+            t.tile_n,
+            t.tile_k,
+            t.buffer_depth,
+            measure(shape, t),
         )
-        for s in result.candidates
+        for t in picks.tilings
     )
     return result.best.tiling, runs
 
@@ -96,13 +103,18 @@ def calibration_loop(
     fit: Sequence[str] | None = None,
     seed: int = 0,
     time_limit_s: float = 10.0,
+    mode: ShortlistMode = ShortlistMode.EXPLORE,
+    priors: Mapping[str, Prior] | None = None,
 ) -> LoopResult:
     """Run ``rounds`` rounds of: optimize every problem -> measure each top ``top_k`` -> fit
     the device's figures to all measurements so far; then optimize once more.
 
     The problems share one device (the same base machine): its figures are fitted from the
-    runs of all of them. ``fit`` (default GEMM_WS_FIGURES) is in priority order: while there
-    are too few measurements for all of it, the first ones are fitted.
+    runs of all of them, every figure of ``fit`` (default GEMM_WS_FIGURES) from the first
+    round on (the MAP fit holds what the runs do not determine at its prior). The shortlists
+    explore (``mode``): the point optimum, then the configurations most often fastest under
+    the figures' posterior (``priors`` before the first fit; default: wide ones around the
+    base figures).
     """
     if not problems:
         raise CalibrationInputError("problems", "give at least one tiling problem")
@@ -121,27 +133,39 @@ def calibration_loop(
                 "dtype", f"{dtype!r} is not the {p.element_bytes}-byte elements of problems[{i}]"
             )
     requested = tuple(fit) if fit is not None else GEMM_WS_FIGURES
+    priors = {**default_priors(base, requested), **(priors or {})}
     machine = base
+    belief = FigureBelief.from_priors(
+        {n: priors[n] for n in requested}, {n: float(getattr(base, n)) for n in requested}
+    )
     measurements: list[GemmWsMeasurement] = []
     history = []
     for number in range(1, rounds + 1):
         picks: list[Tiling] = []
         new: list[GemmWsMeasurement] = []
         for p in problems:
-            pick, runs = _measure_shortlist(p, machine, measure, dtype, top_k, time_limit_s)
+            pick, runs = _measure_shortlist(
+                p, machine, belief, mode, measure, dtype, top_k, time_limit_s, seed
+            )
             picks.append(pick)
             new += runs
         measurements += new
         calibration = fit_gemm_ws(
             base,
             measurements,
-            fit=supported_figures(requested, len(measurements)),
+            fit=requested,
             folds=0,
             wave_time_model=problems[0].wave_model,
             seed=seed,
+            priors=priors,
         )
         history.append(LoopRound(number, machine, tuple(picks), tuple(new), calibration))
         machine = apply_gemm_ws(base, calibration)
+        belief = FigureBelief.from_calibration(
+            [f.name for f in calibration.fitted],
+            calibration.posterior_mean_log,
+            calibration.posterior_covariance_log,
+        )
     final = tuple(
         optimize_tiling(
             dataclasses.replace(p, machine=machine), top_k=1, time_limit_s=time_limit_s

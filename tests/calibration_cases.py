@@ -35,6 +35,17 @@ CLOSED_LOOP_TRUTH = dataclasses.replace(
     t_init_us=3.0,
     t_epilogue_us=0.8,
 )
+#: a second hidden GPU whose stages are latency-bound: loads 30x and MATH 3x the A6000's
+#: throughput, 2 us per tile load and 1 us per MATH startup (issue 16's second closed loop)
+LATENCY_BOUND_TRUTH = dataclasses.replace(
+    A6000,
+    load_throughput_elements_per_us=30 * A6000.load_throughput_elements_per_us,
+    compute_throughput_macs_per_us=3 * A6000.compute_throughput_macs_per_us,
+    load_startup_latency_us=2.0,
+    compute_startup_latency_us=1.0,
+    t_init_us=4.0,
+    t_epilogue_us=1.5,
+)
 #: the simulator counts integer nanoseconds per duration; simulating a machine this many
 #: times slower and dividing by it gives the same model at picosecond resolution (every
 #: duration, sum and max of §2.2 scales with the time unit), so a figure of a few hundred ns

@@ -28,6 +28,7 @@ from app.schemas.optimize import GemmWsDeviceParams
 from device_profiles import DeviceProfile, ModelNotServed
 from device_profiles.schema import (
     REQUIRED_GEMM_WS_FIGURES,
+    CalibrationPosterior,
     CalibrationProvenance,
 )
 from perfmodel.errors import ModelInputError
@@ -170,7 +171,7 @@ def fit_ready(
     ready = DeviceProfile.model_validate(
         {
             **base.model_dump(),
-            "schema_version": max(2, base.schema_version),  # the estimate flag (3: priors)
+            "schema_version": max(base.schema_version, 2),  # the estimate flag
             section_name: {**present, **updates},
         }
     )
@@ -226,28 +227,29 @@ def in_request(
     model: str,
 ) -> CalibrationFit:
     """Residuals and warnings indexed by request position; no base value for the figures the
-    base lacked (the fit started from ``starts``); and every figure the runs did not identify
-    whose kept value is an estimate in ``ready`` (:func:`fit_ready`'s base: a made-up starting
-    value, or a figure the base itself flagged) flagged ``estimate``, with a warning saying so.
+    base lacked (the fit started from ``starts``); every figure the runs did not determine
+    flagged ``estimate`` (the prior holds it), with a warning where that prior is only a
+    starting value the base lacked (:func:`fit_ready`'s made-up median) or the base's own
+    estimate.
     """
     section = getattr(ready, SECTIONS[model])
     fitted, warnings = [], []
     for f in fit.fitted:
-        kept_estimate = not f.identifiable and getattr(section, f.name).estimate
-        update: dict[str, Any] = {"estimate": kept_estimate}
+        held_by_prior = not f.identifiable
+        update: dict[str, Any] = {"estimate": held_by_prior}
         if f.name in starts:
             update["base_value"] = None
-        if kept_estimate:
+        if held_by_prior and (f.name in starts or getattr(section, f.name).estimate):
             origin = (
                 f"the fit's starting value, {getattr(section, f.name).source.split(': ', 1)[-1]}"
                 if f.name in starts
                 else "the base profile's own estimate"
             )
             warnings.append(
-                f"{f.name} was not identified by these runs: the calibrated profile keeps "
-                f"{f.value:.6g} ({origin}), flagged estimate: true; it is not a measurement of "
-                "this device. Add runs that vary it (e.g. other grid or problem sizes) and "
-                "recalibrate"
+                f"{f.name} was not determined by these runs: the calibrated profile holds it at "
+                f"{f.value:.6g}, near its prior ({origin}), flagged estimate: true; it is not a "
+                "measurement of this device. Add runs that vary it (e.g. other grid or problem "
+                "sizes) and recalibrate"
             )
         fitted.append(f.model_copy(update=update))
     return fit.model_copy(
@@ -278,10 +280,10 @@ def calibrated_profile(
     digest: str,
     created_at: datetime,
 ) -> DeviceProfile:
-    """``base`` (as :func:`fit_ready` filled it) with the identified figures in place, each
-    citing the fit, and the provenance; a figure the runs did not identify keeps its value,
-    source and ``estimate`` flag (a starting value the base lacked stays flagged: never a
-    made-up number presented as a fit), with a note saying so. Written in schema_version 2."""
+    """``base`` (as :func:`fit_ready` filled it) with every fitted figure at its MAP value,
+    citing the fit, and the provenance with the posterior. A figure the runs did not determine
+    is flagged ``estimate`` (held by its prior: never a number presented as a measurement),
+    with a note saying so. Written in schema_version 2."""
     section_name = SECTIONS[model]
     section = getattr(base, section_name)
     assert section is not None  # fit_ready() refused bases without the section
@@ -289,21 +291,22 @@ def calibrated_profile(
     runs = f"{count} {model} measurements (sha256 {digest[:12]})"
     updates: dict[str, Any] = {}
     for f in fit.fitted:
-        if f.identifiable:
-            notes = [f"base value {f.base_value:.6g}" if f.base_value is not None else ""]
-            if f.standard_error is not None:
-                notes.append(f"standard error {f.standard_error:.4g}")
-            updates[f.name] = {
-                "value": f.value,
-                "source": f"fitted by POST /calibrate from {runs} on {day}, base {base_id}",
-                "note": "; ".join(n for n in notes if n) or None,
-                "prior": getattr(section, f.name).prior,  # what the fit started from
-            }
-        else:
-            kept = getattr(section, f.name).model_dump()
-            why = f"{runs} did not identify it"
-            note = f"{kept['note']} ({why})" if kept["estimate"] else f"kept: {why}"
-            updates[f.name] = {**kept, "note": note}
+        kept = getattr(section, f.name).model_dump()
+        notes = [f"base value {f.base_value:.6g}" if f.base_value is not None else ""]
+        if f.standard_error is not None:
+            notes.append(f"posterior sd {f.standard_error:.4g}")
+        if not f.identifiable:
+            # the MAP value along a direction the runs do not see: held by the prior, an
+            # estimate, never a measurement of this device (docs/model-notes.md)
+            notes.append(f"{runs} did not determine it: held by its prior")
+        updates[f.name] = {
+            **kept,
+            "value": f.value,
+            "source": f"fitted by POST /calibrate from {runs} on {day} (maximum a "
+            f"posteriori), base {base_id}",
+            "note": "; ".join(n for n in notes if n) or None,
+            "estimate": not f.identifiable,
+        }
     provenance = CalibrationProvenance(
         base_device=base_id,
         base_digest=base_digest,
@@ -316,11 +319,22 @@ def calibrated_profile(
         training_error=fit.training_error,
         cross_validation_error=fit.cross_validation_error,
         method=fit.method,
+        posterior=(
+            CalibrationPosterior(
+                figures=[f.name for f in fit.fitted],
+                mean_log=fit.posterior_mean_log,
+                covariance_log=fit.posterior_covariance_log,
+            )
+            if fit.posterior_mean_log
+            else None
+        ),
+        determined=[f.name for f in fit.fitted if f.identifiable],
+        noise_pct=fit.noise_pct,
     )
     return DeviceProfile.model_validate(
         {
             **base.model_dump(),
-            "schema_version": max(2, base.schema_version),  # 3 keeps the base's priors
+            "schema_version": max(base.schema_version, 2),
             "id": device_id,
             "name": f"{base.name}, calibrated ({model})",
             "description": f"{base.name} with {model} figures fitted to {count} measured runs "

@@ -17,12 +17,14 @@ from app.convert.optimize import gemm_ws_machine
 from app.convert.predict import launch_to_core
 from app.schemas.calibrate import (
     CalibrationFit,
+    FigurePriorOut,
     FittedFigureOut,
     GemmWsMeasurementIn,
     ManyBspMeasurementIn,
     ResidualOut,
 )
 from device_profiles import DeviceProfile
+from device_profiles.priors import gemm_ws_dtype_ratios, gemm_ws_priors, many_bsp_priors
 from device_profiles.schema import CalibrationErrorSummary
 from perfmodel.calibration import (
     CalibrationResult,
@@ -71,6 +73,15 @@ def check_runs(model: str, base: DeviceProfile, documents: Sequence[Mapping[str,
     cannot analyse on the device (bad PTX, a block over the device's limits, ...)."""
     if model == "gemm-ws":
         machine, gemm_runs = gemm_ws_core(base, documents)
+        ratios = gemm_ws_dtype_ratios(base)
+        for i, gemm_run in enumerate(gemm_runs):
+            if gemm_run.dtype not in ratios:
+                raise CalibrationInputError(
+                    f"measurements[{i}].dtype",
+                    f"device {base.id!r} has no {gemm_run.dtype} GEMM rate (its element types: "
+                    + ", ".join(sorted(ratios))
+                    + ")",
+                )
         check_gemm_ws_shared_memory(machine, gemm_runs)
         return
     device, kernel_runs = many_bsp_core(base, documents)
@@ -93,9 +104,20 @@ def fit(
     if model == "gemm-ws":
         check_runs(model, base, documents)
         machine, gemm_runs = gemm_ws_core(base, documents)
-        return to_fit(fit_gemm_ws(machine, gemm_runs, fit=names, folds=folds))
+        return to_fit(
+            fit_gemm_ws(
+                machine,
+                gemm_runs,
+                fit=names,
+                folds=folds,
+                priors=gemm_ws_priors(base),
+                dtype_ratios=gemm_ws_dtype_ratios(base),
+            )
+        )
     device, kernel_runs = many_bsp_core(base, documents)
-    return to_fit(fit_many_bsp(device, kernel_runs, fit=names, folds=folds))
+    return to_fit(
+        fit_many_bsp(device, kernel_runs, fit=names, folds=folds, priors=many_bsp_priors(base))
+    )
 
 
 def to_fit(result: CalibrationResult) -> CalibrationFit:
@@ -109,6 +131,17 @@ def to_fit(result: CalibrationResult) -> CalibrationFit:
                 base_value=f.base_value,
                 standard_error=f.standard_error,
                 identifiable=f.identifiable,
+                prior=(
+                    FigurePriorOut(
+                        median=f.prior_median,
+                        sigma_log=f.prior_sigma_log,
+                        source=f.prior_source or "",
+                    )
+                    if f.prior_median is not None and f.prior_sigma_log is not None
+                    else None
+                ),
+                interval_low=f.interval_low,
+                interval_high=f.interval_high,
             )
             for f in result.fitted
         ],
@@ -118,12 +151,22 @@ def to_fit(result: CalibrationResult) -> CalibrationFit:
         ),
         residuals=[
             ResidualOut(
-                index=r.index, measured=r.measured, predicted=r.predicted, error_pct=r.error_pct
+                index=r.index,
+                measured=r.measured,
+                predicted=r.predicted,
+                error_pct=r.error_pct,
+                predicted_low=r.predicted_low,
+                predicted_high=r.predicted_high,
             )
             for r in result.residuals
         ],
         warnings=list(result.warnings),
         method=result.method,
+        determined_combinations=list(result.determined_combinations),
+        noise_pct=result.noise_pct,
+        effective_figures=result.effective_figures,
+        posterior_mean_log=list(result.posterior_mean_log),
+        posterior_covariance_log=[list(row) for row in result.posterior_covariance_log],
     )
 
 

@@ -3,6 +3,9 @@ response schema. Used by the route (early 4xx checks) and by the worker job alik
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from app.schemas.base import ProfileProvenanceOut
 from app.schemas.optimize import (
     Feedback,
     GemmWsRun,
@@ -10,15 +13,16 @@ from app.schemas.optimize import (
     OptimizeTilingResponse,
     RankedCandidate,
     SearchSummaryOut,
+    ShortlistOut,
     SolverStats,
     TileValues,
     TilingPrediction,
     TimelineStage,
     ValueRange,
 )
-from app.schemas.provenance import provenance_out
 from device_profiles import DeviceProfile, ModelNotServed, get_profile
-from device_profiles.priors import REFERENCE_DTYPE, gemm_ws_dtype_ratios
+from device_profiles.priors import gemm_ws_dtype_ratios
+from device_profiles.provenance import Provenance
 from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import (
@@ -26,8 +30,8 @@ from perfmodel.gemm_ws import (
     GemmWsMachine,
     Simulation,
     WaveTimeModel,
-    machine_for_dtype,
     ns_to_us,
+    scaled_throughputs,
 )
 from solver import (
     ELEMENT_BYTES,
@@ -43,24 +47,24 @@ from solver import (
 MAX_TIMELINE_STAGES = 1 << 16
 
 
-def gemm_ws_machine(profile: DeviceProfile, dtype: str = REFERENCE_DTYPE) -> GemmWsMachine:
-    """The GeMM-WS figures of a profile for element type ``dtype`` (its per-dtype ratios
-    applied to the reference throughputs); ModelNotServed names what is missing, and
-    ModelInputError (``dtype``) a dtype the device lacks, with the ones it has."""
+def gemm_ws_machine(profile: DeviceProfile, dtype: str = "fp16") -> GemmWsMachine:
+    """The GeMM-WS figures of a profile for element type ``dtype`` (the fp16 figures scaled
+    by the profile's cited ratios); ModelNotServed names what is missing, a dtype the device
+    lacks is a ModelInputError naming ``dtype``."""
     section = profile.gemm_ws
     if section is None:
         missing = [f"gemm_ws.{name}" for name in REQUIRED_GEMM_WS_FIGURES]
         raise ModelNotServed(profile.id, "gemm-ws", missing)
     ratios = gemm_ws_dtype_ratios(profile)
-    if ratios and dtype not in ratios:
+    if dtype not in ratios:
         raise ModelInputError(
             "dtype",
-            f"device {profile.id!r} has no {dtype} GeMM-WS figures (the hardware lacks the "
-            f"type); its dtypes: {', '.join(ratios)}",
+            f"device {profile.id!r} has no {dtype} GEMM rate (its element types: "
+            + ", ".join(sorted(ratios))
+            + ")",
         )
-    load_ratio, compute_ratio = ratios.get(dtype, (1.0, 1.0))
     shared = profile.hardware.shared_memory_per_block_bytes
-    machine = GemmWsMachine(
+    reference = GemmWsMachine(
         sm_count=int(profile.hardware.sm_count.value),
         t_init_us=section.t_init_us.value,
         t_epilogue_us=section.t_epilogue_us.value,
@@ -70,7 +74,7 @@ def gemm_ws_machine(profile: DeviceProfile, dtype: str = REFERENCE_DTYPE) -> Gem
         compute_throughput_macs_per_us=section.compute_throughput_macs_per_us.value,
         shared_memory_per_block_bytes=int(shared.value) if shared is not None else None,
     )
-    return machine_for_dtype(machine, load_ratio, compute_ratio)
+    return scaled_throughputs(reference, ratios[dtype])
 
 
 def _values(field: str, spec: TileValues) -> tuple[int, ...]:
@@ -123,6 +127,16 @@ def to_problem(
     return device, problem
 
 
+@dataclass(frozen=True, slots=True)
+class Solved:
+    """A solve's result with the shortlist chosen for the request, and how."""
+
+    result: TilingResult
+    shortlist: ShortlistOut | None
+    #: per ranked candidate: (probability_best, interval low, interval high), or empty
+    uncertainty: tuple[tuple[float, float, float], ...] = ()
+
+
 def _prediction(
     request: OptimizeTilingRequest, sim: Simulation, element_bytes: int
 ) -> dict[str, object]:
@@ -159,11 +173,19 @@ def to_response(
     request: OptimizeTilingRequest,
     device: str,
     problem: TilingProblem,
-    result: TilingResult,
-    profile: DeviceProfile | None,
+    solved: Solved,
+    origin: Provenance | None = None,
 ) -> OptimizeTilingResponse:
-    """The answer; ``profile``: the one ``to_problem`` solved on (None: inline)."""
+    result = solved.result
     eb = problem.element_bytes
+
+    def with_uncertainty(rank: int, sim: Simulation) -> dict[str, object]:
+        out = _prediction(request, sim, eb)
+        if solved.uncertainty:
+            p, low, high = solved.uncertainty[rank - 1]
+            out.update(probability_best=p, interval_low_us=low, interval_high_us=high)
+        return out
+
     timeline = None
     if request.include_timeline:
         timeline = [
@@ -180,9 +202,9 @@ def to_response(
         status="optimal" if result.status == "optimal" else "timeout",
         device=device,
         dtype=request.dtype,
-        best=TilingPrediction.model_validate(_prediction(request, result.best, eb)),
+        best=TilingPrediction.model_validate(with_uncertainty(1, result.best)),
         candidates=[
-            RankedCandidate.model_validate({"rank": rank, **_prediction(request, sim, eb)})
+            RankedCandidate.model_validate({"rank": rank, **with_uncertainty(rank, sim)})
             for rank, sim in enumerate(result.candidates, start=1)
         ],
         search=SearchSummaryOut(
@@ -196,9 +218,18 @@ def to_response(
             checks=result.statistics.checks,
         ),
         timeline=timeline,
-        profile_provenance=provenance_out(profile, "gemm-ws"),
+        shortlist=solved.shortlist,
+        profile_provenance=provenance_out(origin) if origin is not None else None,
         # the device as the request named it: recalibrating through a name moves the name
         feedback=None if request.device is None else feedback(request.device),
+    )
+
+
+def provenance_out(origin: Provenance) -> ProfileProvenanceOut:
+    return ProfileProvenanceOut(
+        kind=origin.kind,
+        measurement_count=origin.measurement_count,
+        estimated_figures=list(origin.estimated_figures),
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from app.convert.optimize import provenance_out
 from app.schemas.predict import (
     FuCycles,
     InstructionOut,
@@ -18,8 +19,8 @@ from app.schemas.predict import (
     SuperstepModel,
     WarpRoleOut,
 )
-from app.schemas.provenance import ProfileProvenance
 from device_profiles import DeviceProfile, get_profile
+from device_profiles.provenance import Provenance
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp import (
     DeviceFigures,
@@ -114,14 +115,17 @@ def _step(result: PredictResult | RoleResult, s: Superstep) -> SuperstepModel:
 
 
 def to_response(
-    result: PredictResult, clock_mhz: float | None, provenance: ProfileProvenance | None = None
+    result: PredictResult,
+    clock_mhz: float | None,
+    interval_cycles: tuple[float, float] | None = None,
+    origin: Provenance | None = None,
 ) -> PredictKernelResponse:
-    """The full answer; ``provenance`` of the profile used (None: inline device_params)."""
     e = result.estimate
     return PredictKernelResponse(
+        predicted_cycles_interval=list(interval_cycles) if interval_cycles else None,
+        profile_provenance=provenance_out(origin) if origin is not None else None,
         kernel=result.kernel,
         device=result.device_id,
-        profile_provenance=provenance or ProfileProvenance(kind="inline"),
         n_b=result.n_b,
         n_t=result.n_t,
         registers_per_thread=result.registers_per_thread,

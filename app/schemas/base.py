@@ -13,10 +13,28 @@ Response models keep pydantic's defaults: they are built by this service, not se
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class RequestModel(BaseModel):
     """Base of request bodies: unknown fields refused (``extra="forbid"``), strict types."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ProfileProvenanceOut(BaseModel):
+    """Where the figures behind an answer come from (issue 16)."""
+
+    kind: Literal["published", "estimated", "calibrated", "inline"] = Field(
+        description="'published': every figure the model uses is cited; 'estimated': some "
+        "are uncalibrated estimates (derived, with priors: GET /devices/{id}); 'calibrated': "
+        "fitted to measured runs; 'inline': figures given in the request"
+    )
+    measurement_count: int | None = Field(
+        default=None, description="runs the calibration used (calibrated profiles only)"
+    )
+    estimated_figures: list[str] = Field(
+        default_factory=list, description="dotted names of the model's estimated figures"
+    )

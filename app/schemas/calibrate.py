@@ -230,24 +230,42 @@ class RecalibrateRequest(_ModelChecks):
     time_limit_s: TimeLimit = DEFAULT_TIME_LIMIT_S
 
 
+class FigurePriorOut(BaseModel):
+    """What was believed before the runs: ln(value) ~ Normal(ln median, sigma_log^2)."""
+
+    median: float = Field(description="prior median, in the unit of the figure's name")
+    sigma_log: float = Field(description="prior sd of ln(value) (0.1: about +-10 %)")
+    source: str = Field(description="where the prior comes from (docs/model-notes.md, Priors)")
+
+
 class FittedFigureOut(BaseModel):
     name: str = Field(description="profile field name of the figure (its unit is in the name)")
-    value: float = Field(description="fitted value, in the unit of its name; mu: dimensionless")
+    value: float = Field(
+        description="maximum a posteriori value, in the unit of its name; mu: dimensionless"
+    )
     base_value: float | None = Field(
         description="the base profile's value, same unit; null when the base lacked the figure "
         "and the fit started from the shipped profiles' median"
     )
     standard_error: float | None = Field(
-        description="standard error of value, same unit; null when not estimable"
+        description="posterior sd of value (Laplace approximation), same unit"
     )
     identifiable: bool = Field(
-        description="false when the runs do not determine the figure: value is the base's"
+        description="true when the runs determine the figure on its own (they shrink its prior "
+        "sd at least by half); false: the prior holds it, moved only as far as the determined "
+        "combinations require"
     )
     estimate: bool = Field(
         default=False,
-        description="true when the figure was not identified and the value kept is an "
-        "estimate (the fit's starting value for a figure the base lacked, or the base's own "
-        "estimate): the calibrated profile flags it estimate: true and a warning says so",
+        description="true when the figure was not determined and the value is therefore an "
+        "estimate (held by its prior): the calibrated profile flags it estimate: true",
+    )
+    prior: FigurePriorOut | None = Field(default=None, description="the figure's prior")
+    interval_low: float | None = Field(
+        default=None, description="10 % quantile of the posterior, same unit"
+    )
+    interval_high: float | None = Field(
+        default=None, description="90 % quantile of the posterior, same unit"
     )
 
 
@@ -256,6 +274,14 @@ class ResidualOut(BaseModel):
     measured: float = Field(description="measured value: us (gemm-ws) or cycles (many-bsp)")
     predicted: float = Field(description="calibrated model's prediction, same unit")
     error_pct: float = Field(description="100 x (predicted - measured) / measured, %")
+    predicted_low: float | None = Field(
+        default=None,
+        description="10 % quantile of the prediction over the posterior, same unit (widened "
+        "to contain predicted); null for held-out predictions",
+    )
+    predicted_high: float | None = Field(
+        default=None, description="90 % quantile of the prediction over the posterior, same unit"
+    )
 
 
 class CalibrationFit(BaseModel):
@@ -269,6 +295,25 @@ class CalibrationFit(BaseModel):
     residuals: list[ResidualOut]
     warnings: list[str]
     method: str = Field(description="fitting method")
+    determined_combinations: list[str] = Field(
+        default_factory=list,
+        description="the combinations of figures the runs determine, in words, with their "
+        "value and posterior sd (e.g. a stage's load time of the measured tiles)",
+    )
+    noise_pct: float | None = Field(
+        default=None,
+        description="relative noise of the runs the fit estimated, % (3 % assumed where the "
+        "runs are too few to tell)",
+    )
+    effective_figures: float | None = Field(
+        default=None, description="how many figures' worth the runs determine (0 .. fitted)"
+    )
+    posterior_mean_log: list[float] = Field(
+        default_factory=list, description="posterior mean of ln(value) per fitted figure"
+    )
+    posterior_covariance_log: list[list[float]] = Field(
+        default_factory=list, description="posterior covariance of ln(value), fitted order"
+    )
 
 
 class CalibrateResponse(CalibrationFit):

@@ -7,23 +7,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas.provenance import ProfileProvenance, provenance_out
-from device_profiles import (
-    DeviceProfile,
-    FigureNeed,
-    ModelStatus,
-    calibration_status,
-    figure_statuses,
-)
-from device_profiles.schema import CALIBRATABLE_FIGURES, CalibrationProvenance, FigurePrior
-from device_profiles.status import MODELS
+from device_profiles import DeviceProfile, FigureNeed, ModelStatus, calibration_status
+from device_profiles.schema import CALIBRATABLE_FIGURES, CalibrationProvenance
 
 #: the state of one model on one profile (device_profiles.status.ModelStatus.state)
 ModelStateName = Literal["served", "uncalibrated-estimates", "needs-calibration", "missing-figures"]
 
 #: keys GET /devices/{id} adds to the profile; an inline ``device_params`` drops them, so the
 #: detail can be posted back as is
-READ_ONLY_PROFILE_KEYS: tuple[str, ...] = ("needs_calibration", "profile_provenance", "figures")
+READ_ONLY_PROFILE_KEYS: tuple[str, ...] = ("needs_calibration",)
 
 
 class DeviceSummary(BaseModel):
@@ -106,29 +98,8 @@ class ModelCalibration(BaseModel):
     )
 
 
-class FigureOut(BaseModel):
-    figure: str = Field(description="dotted path in the profile, e.g. gemm_ws.t_init_us")
-    value: float = Field(description="the value the model uses, in the unit its name gives")
-    status: Literal["published", "estimated", "calibrated"] = Field(
-        description="stated by a cited source, an uncalibrated estimate, or fitted to runs"
-    )
-    prior: FigurePrior | None = Field(
-        description="log-normal prior (median in the figure's unit, sigma_log of ln value, "
-        "source) of a calibratable figure; null for the others"
-    )
-
-
 class DeviceDetail(DeviceProfile):
     """A device profile (every figure with its source) and what each model still needs."""
-
-    profile_provenance: ProfileProvenance = Field(
-        description="calibrated (with the run count), estimated (some figure of some model "
-        "is an estimate) or published"
-    )
-    figures: dict[str, list[FigureOut]] = Field(
-        description="per model (gemm-ws, many-bsp): each scalar figure it uses, its value, "
-        "status and prior"
-    )
 
     needs_calibration: dict[str, ModelCalibration] = Field(
         description="per model (gemm-ws, many-bsp): the figures that need calibration, those "
@@ -173,21 +144,7 @@ def detail_profile(profile: DeviceProfile) -> DeviceDetail:
         model: model_calibration(profile.id, status)
         for model, status in calibration_status(profile).items()
     }
-    figures = {
-        model: [
-            FigureOut(figure=f.figure, value=f.value, status=f.status, prior=f.prior)
-            for f in figure_statuses(profile, model)
-        ]
-        for model in MODELS
-    }
-    return DeviceDetail.model_validate(
-        {
-            **profile.model_dump(),
-            "needs_calibration": listing,
-            "profile_provenance": provenance_out(profile, None),
-            "figures": figures,
-        }
-    )
+    return DeviceDetail.model_validate({**profile.model_dump(), "needs_calibration": listing})
 
 
 def summarize_profile(profile: DeviceProfile, aliases: list[str] | None = None) -> DeviceSummary:

@@ -6,8 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from app.schemas.base import RequestModel
-from app.schemas.provenance import ProfileProvenance
+from app.schemas.base import ProfileProvenanceOut, RequestModel
 from app.settings import TIME_LIMIT_CEILING_S
 from solver.search_space import (
     DEFAULT_BUFFER_DEPTHS,
@@ -115,6 +114,13 @@ class OptimizeTilingRequest(RequestModel):
         description="'paper': wave time = Sm(S) + T_EPILOGUE as printed in §2.2; "
         "'include-last-math': also waits for the last MATH to finish",
     )
+    shortlist: Literal["explore", "exploit"] = Field(
+        default="explore",
+        description="'explore': rank 1 is the proven optimum, the other ranks the "
+        "configurations most often fastest when the device's figures are drawn from its "
+        "posterior (or priors), so the true best is likely among them; 'exploit': the top_k "
+        "fastest under the point estimate. A confident profile makes them agree",
+    )
 
 
 class GemmWsRun(RequestModel):
@@ -156,12 +162,35 @@ class TilingPrediction(BaseModel):
         description="this run, ready to post back: add measured_time_us and send it to the "
         "response's feedback.url"
     )
+    probability_best: float | None = Field(
+        default=None,
+        description="share of posterior draws of the device's figures in which this tiling is "
+        "the fastest of the space (null when the space was too large to draw over)",
+    )
+    interval_low_us: float | None = Field(
+        default=None, description="10 % quantile of the predicted time over the draws, us"
+    )
+    interval_high_us: float | None = Field(
+        default=None, description="90 % quantile of the predicted time over the draws, us"
+    )
 
 
 class RankedCandidate(TilingPrediction):
     rank: int = Field(
         ge=1, description="1 = best: by predicted time, then total MATH wait, then tie-break"
     )
+
+
+class ShortlistOut(BaseModel):
+    """How the shortlist was chosen and what its uncertainty is drawn from."""
+
+    mode: Literal["explore", "exploit"] = Field(description="the request's shortlist mode")
+    belief: Literal["calibration", "priors", "none"] = Field(
+        description="'calibration': the posterior of the profile's last GeMM-WS calibration; "
+        "'priors': the profile's priors (uncalibrated); 'none': not drawn (see note)"
+    )
+    draws: int = Field(description="posterior draws behind probability_best and the intervals")
+    note: str | None = Field(default=None, description="why nothing was drawn, when so")
 
 
 class SearchSummaryOut(BaseModel):
@@ -206,12 +235,14 @@ class OptimizeTilingResponse(BaseModel):
     candidates: list[RankedCandidate]
     search: SearchSummaryOut
     solver: SolverStats
+    shortlist: ShortlistOut | None = Field(
+        default=None, description="how the shortlist was chosen; null on a timeout answer"
+    )
+    profile_provenance: ProfileProvenanceOut | None = Field(
+        default=None, description="where the device figures come from"
+    )
     timeline: list[TimelineStage] | None = Field(
         default=None, description="one wave of the best tiling, us from the wave's start"
-    )
-    profile_provenance: ProfileProvenance = Field(
-        description="where the GeMM-WS figures of the device come from (published, "
-        "estimated, calibrated with how many runs, or inline)"
     )
     feedback: Feedback | None = Field(
         default=None,

@@ -6,9 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, Strict, ValidationError
 
-from app.schemas.base import RequestModel
+from app.schemas.base import ProfileProvenanceOut, RequestModel
 from app.schemas.devices import drop_read_only_keys
-from app.schemas.provenance import ProfileProvenance
 from device_profiles import DeviceProfile
 
 
@@ -195,10 +194,6 @@ class ListsInfo(BaseModel):
 class PredictKernelResponse(BaseModel):
     kernel: str
     device: str
-    profile_provenance: ProfileProvenance = Field(
-        description="where the Many-BSP figures of the device come from (published, "
-        "estimated, calibrated with how many runs, or inline)"
-    )
     n_b: int = Field(description="blocks in the grid")
     n_t: int = Field(description="threads per block")
     registers_per_thread: int = Field(description="registers per thread used in eq. (21)")
@@ -207,6 +202,15 @@ class PredictKernelResponse(BaseModel):
     predicted_cycles: float = Field(description="kernel_exec_cycle, eq. (24)/(25), cycles")
     predicted_time_us: float | None = Field(description="predicted_cycles / clock (us)")
     clock_mhz: float | None = Field(description="clock used for predicted_time_us, MHz")
+    predicted_cycles_interval: list[float] | None = Field(
+        default=None,
+        description="[10 %, 90 %] quantiles of predicted_cycles when mu and the launch "
+        "overheads are drawn from the profile's posterior or priors, cycles (contains "
+        "predicted_cycles)",
+    )
+    profile_provenance: ProfileProvenanceOut | None = Field(
+        default=None, description="where the device figures come from"
+    )
     equation: str = Field(description="'24' (rho >= tau) or '25'")
     w: int = Field(description="warps per warp scheduler, eq. (6)")
     parallel_comp: float = Field(description="eq. (10), cycles")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodel.calibration.engine import FitProblem, FloatArray, IntArray, fit_internal
+from perfmodel.calibration.engine import FitProblem, FloatArray, IntArray, fit_posterior
 
 
 def fold_rows(n: int, folds: int, seed: int) -> list[IntArray]:
@@ -14,24 +14,21 @@ def fold_rows(n: int, folds: int, seed: int) -> list[IntArray]:
 
 
 def cross_validated_predictions(
-    problem: FitProblem, folds: int, seed: int
+    problem: FitProblem, folds: int, seed: int, warm_start: FloatArray | None = None
 ) -> tuple[FloatArray | None, list[str]]:
-    """Each measurement predicted by the fit of the other folds (None and a warning when a
-    fold leaves too few measurements to fit)."""
-    n, p = len(problem.measured), len(problem.specs)
-    rows = fold_rows(n, folds, seed)
-    smallest_training = n - max(len(r) for r in rows)
-    if smallest_training <= p:
-        return None, [
-            f"cross-validation skipped: with {folds} folds a fold trains on {smallest_training} "
-            f"measurements, and fitting {p} figures needs at least {p + 1}; give more "
-            "measurements or fewer folds"
-        ]
+    """Each measurement predicted by the fit of the other folds (None and a warning when
+    there is a single measurement: no fold would have one to train on). With priors a fit of
+    one run is a fit, so any fold of at least one training run counts. ``warm_start``: the
+    full fit's theta, from which each fold's fit starts (no multistart)."""
+    n = len(problem.measured)
+    if n < 2:
+        return None, ["cross-validation skipped: one run leaves nothing to train a fold on"]
+    rows = fold_rows(n, min(folds, n), seed)
     predicted = np.empty(n, dtype=np.float64)
     all_rows = np.arange(n)
     rng = np.random.default_rng(seed)
     for held_out in rows:
         train = np.setdiff1d(all_rows, held_out)
-        fitted = fit_internal(problem.subset(train), rng)
+        fitted = fit_posterior(problem.subset(train), rng, warm_start)
         predicted[held_out] = problem.report(fitted.x, held_out)
     return predicted, []

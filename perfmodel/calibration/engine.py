@@ -1,9 +1,18 @@
-"""Model-independent fitting: bounded robust least squares on relative error, several starts,
-identifiability from the Jacobian's null space, and standard errors.
+"""Model-independent fitting: the maximum a posteriori (MAP) figures under log-normal priors and
+a robust relative-error likelihood, with the Laplace approximation of the posterior.
 
-Each model adapter (gemm_ws.py, many_bsp.py) supplies a :class:`ResidualModel` (predictions
-and their Jacobian in internal coordinates) and one :class:`FigureSpec` per fitted figure.
-Choices and their reasons: docs/model-notes.md, "Calibration".
+Each model adapter (gemm_ws.py, many_bsp.py) supplies a :class:`ResidualModel` (predictions and
+their Jacobian in the model's internal coordinates: a throughput as its reciprocal, a latency as
+itself) and one :class:`FigureSpec` per fitted figure, prior included. The fit works in
+theta = ln(value) for every figure:
+
+    cost(theta) = 1/2 sum_i rho((r_i / s)^2) + 1/2 sum_j ((theta_j - ln median_j) / sigma_j)^2
+
+with r_i = predicted_i / measured_i - 1, rho a Cauchy loss (a run further than 3 noise scales
+and 5 % off loses its pull) and s the relative noise scale, estimated from the residuals. What the
+data determine is fitted; a direction they do not see is held by the prior, never reset (a reset
+breaks whatever combination the data did fix). Choices and their reasons: docs/model-notes.md,
+"Calibration" and "MAP calibration".
 """
 
 from __future__ import annotations
@@ -18,22 +27,47 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
+from perfmodel.belief import Posterior, Prior
+
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
 BoolArray = NDArray[np.bool_]
 
-#: robust loss: Cauchy, rho(z) = ln(1 + z) with z = (r / ROBUST_SCALE)^2. Relative errors well
-#: under 5 % count as squares; a run far off (disturbed by another job, a mistyped time)
-#: loses its pull on the fit (influence ~ 1/r), unlike soft-L1's constant pull
-ROBUST_SCALE = 0.05
-ROBUST_LOSS = "cauchy"
-#: least_squares' stopping tolerances (relative change of the cost, of x, and the gradient)
-TOLERANCE = 1e-10
-#: a direction of the column-normalised Jacobian with singular value below this fraction of
-#: the largest one changes no prediction: the figures along it are not identifiable
-NULL_SPACE_TOLERANCE = 1e-6
-#: a figure whose unit vector has at least this much weight in that null space is one of them
-NULL_SPACE_WEIGHT = 1e-3
+#: relative noise of a timed run assumed where the residuals cannot tell it (3 %: repeated
+#: GPU timings and model error together). The noise scale s is the residual rms over the
+#: residual degrees of freedom n - p_eff; where those are fewer than one (no more runs than
+#: the figures they determine, e.g. a single run), pseudo-runs of this noise make up the
+#: difference, so that s stays defined and falls smoothly to the residuals' own estimate
+NOISE_PRIOR = 0.03
+#: s never falls below this (noise-free synthetic data would otherwise make it 0)
+NOISE_FLOOR = 1e-5
+#: residuals beyond this many noise scales, and beyond OUTLIER_MIN relative error, are
+#: outliers: the Cauchy loss's scale is max(CAUCHY_SDS s, OUTLIER_MIN). The floor keeps runs
+#: that are only a few percent off (a prior far from the device, noise-free data) in the
+#: quadratic range, so they pull the fit; a run disturbed by another job is off by far more
+CAUCHY_SDS = 3.0
+OUTLIER_MIN = 0.05
+
+
+def cauchy_sds(noise_scale: float) -> float:
+    """The Cauchy scale in noise scales at noise scale ``noise_scale``."""
+    return max(CAUCHY_SDS, OUTLIER_MIN / noise_scale)
+#: least_squares' stopping tolerances (relative change of the cost, of theta, the gradient)
+TOLERANCE = 1e-12
+#: the fit explores theta within this many prior sds of the median (at least LOG_SPAN_MIN):
+#: a value outside is not a belief anybody holds, and exp() stays finite
+PRIOR_SPAN_SDS = 12.0
+LOG_SPAN_MIN = math.log(1e3)
+#: a figure is determined by the data when they shrink its prior sd at least this much
+DETERMINED_SHRINK = 0.5
+#: a direction (of prior-whitened log figures) is determined when the data's information on
+#: it is at least this multiple of the prior's (posterior variance <= 1/(1 + this) of prior)
+DETERMINED_INFORMATION = 3.0
+#: fixed-point iterations between the MAP and the noise scale, started from this scale
+NOISE_ITERATIONS = 12
+LOW_NOISE_START = 1e-4
+#: z of the 10 % and 90 % quantiles of a normal: the intervals reported
+Z_90 = 1.2815515655446004
 
 
 class ResidualModel(Protocol):
@@ -48,12 +82,6 @@ class ResidualModel(Protocol):
         """d predict / d x, shape (n, len(x))."""
         ...
 
-    def one_sided_jacobians(self, x: FloatArray) -> Sequence[FloatArray]:
-        """The Jacobian on each side of every kink ``x`` lies on (the model is piecewise
-        smooth): a figure that changes no prediction on one side is only bounded, not
-        determined, by the data."""
-        ...
-
     def subset(self, rows: IntArray) -> ResidualModel:
         """The same model restricted to measurements ``rows``."""
         ...
@@ -61,30 +89,20 @@ class ResidualModel(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class FigureSpec:
-    """How one figure is fitted. Internal coordinate x is the value, or its reciprocal when
-    ``reciprocal`` (a throughput enters eq. (4)/(6) as time per unit of work, so the
-    GeMM-WS durations are linear in x). Bounds and the random-start range are in x."""
+    """How one figure is fitted: its prior, and its internal coordinate x for the residual
+    model: the value, or its reciprocal when ``reciprocal`` (a throughput enters eq. (4)/(6)
+    as time per unit of work, so the GeMM-WS durations are linear in x)."""
 
     name: str
     base_value: float
     reciprocal: bool
-    lower: float
-    upper: float
-    start_low: float
-    start_high: float
-    log_starts: bool
-    #: a magnitude of x that matters for the predictions (used where x itself is near 0)
-    typical: float
+    prior: Prior
 
     def to_internal(self, value: float) -> float:
         return 1.0 / value if self.reciprocal else value
 
     def to_value(self, x: float) -> float:
         return 1.0 / x if self.reciprocal else x
-
-    def value_per_internal(self, x: float) -> float:
-        """|d value / d x|, for the standard error of the value (delta method)."""
-        return 1.0 / (x * x) if self.reciprocal else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,227 +126,280 @@ class FitProblem:
 
 @dataclass(slots=True)
 class EngineFit:
+    """The MAP ``theta``, its internal values ``x``, the posterior, the noise scale ``s`` (a
+    relative error), the data's information matrix on theta (at noise scale s), the effective
+    number of figures the data determine (trace of the hat matrix) and per figure whether the
+    data determine it."""
+
+    theta: FloatArray
     x: FloatArray
-    identifiable: BoolArray
-    standard_error_x: list[float | None]
+    posterior: Posterior
+    noise_scale: float
+    data_information: FloatArray
+    effective_figures: float
+    determined: BoolArray
     warnings: list[str] = field(default_factory=list)
+
+
+def internal_of(specs: Sequence[FigureSpec], theta: FloatArray) -> FloatArray:
+    """x of ``theta`` = ln(values): exp(theta), or exp(-theta) for a reciprocal figure."""
+    sign = np.array([-1.0 if s.reciprocal else 1.0 for s in specs])
+    out: FloatArray = np.exp(sign * theta)
+    return out
+
+
+def theta_of(specs: Sequence[FigureSpec], values: Sequence[float]) -> FloatArray:
+    return np.log(np.array(values, dtype=np.float64))
+
+
+def prior_arrays(specs: Sequence[FigureSpec]) -> tuple[FloatArray, FloatArray]:
+    """(ln median, sigma_log) of every spec's prior."""
+    mu = np.array([math.log(s.prior.median) for s in specs], dtype=np.float64)
+    sigma = np.array([s.prior.sigma_log for s in specs], dtype=np.float64)
+    return mu, sigma
 
 
 def relative_residuals(model: ResidualModel, x: FloatArray, measured: FloatArray) -> FloatArray:
     return model.predict(x) / measured - 1.0
 
 
-def _least_squares_from(
-    model: ResidualModel,
-    measured: FloatArray,
-    x_full: FloatArray,
-    free: IntArray,
-    x0: FloatArray,
-    lower: FloatArray,
-    upper: FloatArray,
+def _theta_jacobian(
+    model: ResidualModel, specs: Sequence[FigureSpec], theta: FloatArray, measured: FloatArray
+) -> FloatArray:
+    """d r / d theta: d x / d theta is x for a latency (x = e^theta), -x for a reciprocal."""
+    x = internal_of(specs, theta)
+    sign = np.array([-1.0 if s.reciprocal else 1.0 for s in specs])
+    out: FloatArray = model.jacobian(x) * (sign * x)[None, :] / measured[:, None]
+    return out
+
+
+def _cauchy(n_data: int, noise_scale: float) -> Callable[[FloatArray], FloatArray]:
+    """least_squares' loss: Cauchy with scale :func:`cauchy_sds` on the first ``n_data``
+    residuals (already divided by s), plain squares on the prior's. rho is scaled so that both
+    are negative log densities up to a constant (rho(z) ~ z for small z)."""
+    c2 = cauchy_sds(noise_scale) ** 2
+
+    def loss(z: FloatArray) -> FloatArray:
+        rho = np.empty((3, z.size), dtype=np.float64)
+        rho[0] = z
+        rho[1] = 1.0
+        rho[2] = 0.0
+        d = z[:n_data] / c2
+        rho[0, :n_data] = c2 * np.log1p(d)
+        rho[1, :n_data] = 1.0 / (1.0 + d)
+        rho[2, :n_data] = -1.0 / (c2 * (1.0 + d) ** 2)
+        return rho
+
+    return loss
+
+
+def robust_weights(residuals: FloatArray, noise_scale: float) -> FloatArray:
+    """The Cauchy loss's weight per residual at the optimum, rho'(z): near 1 for ordinary
+    errors, (c s / r)^2 for outliers (c = :func:`cauchy_sds`)."""
+    z = (residuals / noise_scale) ** 2 / cauchy_sds(noise_scale) ** 2
+    weights: FloatArray = 1.0 / (1.0 + z)
+    return weights
+
+
+def _map_from(
+    problem: FitProblem,
+    theta0: FloatArray,
+    noise_scale: float,
+    bounds: tuple[FloatArray, FloatArray],
 ) -> tuple[FloatArray, float]:
-    def full(z: FloatArray) -> FloatArray:
-        x = x_full.copy()
-        x[free] = z
-        return x
+    model, measured, specs = problem.model, problem.measured, problem.specs
+    mu, sigma = prior_arrays(specs)
+    n = measured.size
 
-    def fun(z: FloatArray) -> FloatArray:
-        return relative_residuals(model, full(z), measured)
+    def fun(theta: FloatArray) -> FloatArray:
+        r = relative_residuals(model, internal_of(specs, theta), measured) / noise_scale
+        return np.concatenate([r, (theta - mu) / sigma])
 
-    def jac(z: FloatArray) -> FloatArray:
-        return model.jacobian(full(z))[:, free] / measured[:, None]
+    def jac(theta: FloatArray) -> FloatArray:
+        data = _theta_jacobian(model, specs, theta, measured) / noise_scale
+        return np.vstack([data, np.diag(1.0 / sigma)])
 
-    z = np.clip(x0, lower, upper)
-    # Plain least squares first: on a piecewise-linear model each Gauss-Newton step is exact
-    # within the current regimes, so it gets close in a few steps; the robust loss then only
-    # re-weights from there.
-    for loss in ("linear", ROBUST_LOSS):
+    theta = np.clip(theta0, bounds[0], bounds[1])
+    # Squares first: every run pulls in proportion to its error, so a start far from the
+    # runs (a prior that contradicts them) moves towards them, where the Cauchy loss's
+    # saturated gradients would leave it; the robust loss then only re-weights from there.
+    for loss in ("linear", _cauchy(n, noise_scale)):
         result = least_squares(
             fun,
-            z,
+            theta,
             jac=jac,
-            bounds=(lower, upper),
+            bounds=bounds,
             method="trf",
             loss=loss,
-            f_scale=ROBUST_SCALE,
-            x_scale="jac",
             xtol=TOLERANCE,
             ftol=TOLERANCE,
             gtol=TOLERANCE,
         )
-        z = np.asarray(result.x, dtype=np.float64)
-    return full(z), float(result.cost)
+        theta = np.asarray(result.x, dtype=np.float64)
+    return theta, float(result.cost)
 
 
-def _starts(
-    specs: Sequence[FigureSpec],
-    free: IntArray,
-    x_full: FloatArray,
-    rng: np.random.Generator,
-    n: int,
-) -> list[FloatArray]:
-    """The current values first, then ``n - 1`` draws from each figure's start range."""
-    starts = [x_full[free].copy()]
-    for _ in range(n - 1):
-        draw = []
-        for i in free:
-            s = specs[i]
-            if s.log_starts:
-                draw.append(math.exp(rng.uniform(math.log(s.start_low), math.log(s.start_high))))
-            else:
-                draw.append(rng.uniform(s.start_low, s.start_high))
-        starts.append(np.array(draw, dtype=np.float64))
+#: wide starts spread each figure log-uniformly over its prior median x / WIDE_START_FACTOR
+#: .. x WIDE_START_FACTOR: the model is piecewise linear (max(L, T)), and a figure that enters
+#: no run at the prior (a load-bound run's MATH) gives no gradient towards the regime the runs
+#: are really in; only a start on the other side finds it. The MAP objective picks the best.
+WIDE_START_FACTOR = 30.0
+
+
+def _starts(specs: Sequence[FigureSpec], rng: np.random.Generator, n: int) -> list[FloatArray]:
+    """The prior medians, the base values (where positive), draws from the prior, then as
+    many wide draws (``n`` of each kind in all)."""
+    mu, sigma = prior_arrays(specs)
+    starts = [mu.copy()]
+    base = np.array([s.base_value for s in specs], dtype=np.float64)
+    if np.all(base > 0) and not np.allclose(np.log(base), mu):
+        starts.append(np.log(base))
+    while len(starts) < max(n, 1):
+        starts.append(mu + sigma * rng.standard_normal(mu.size))
+    span = math.log(WIDE_START_FACTOR)
+    starts += [mu + rng.uniform(-span, span, mu.size) for _ in range(n)]
     return starts
 
 
-def _multistart(
-    model: ResidualModel,
-    measured: FloatArray,
-    specs: Sequence[FigureSpec],
-    free: IntArray,
-    x_full: FloatArray,
-    rng: np.random.Generator,
-    n_starts: int,
-) -> FloatArray:
-    lower = np.array([specs[i].lower for i in free])
-    upper = np.array([specs[i].upper for i in free])
-    best: tuple[FloatArray, float] | None = None
-    for x0 in _starts(specs, free, x_full, rng, n_starts):
-        x, cost = _least_squares_from(model, measured, x_full, free, x0, lower, upper)
-        if best is None or cost < best[1]:
-            best = (x, cost)
-    assert best is not None  # n_starts >= 1
-    return best[0]
+def _bounds(specs: Sequence[FigureSpec]) -> tuple[FloatArray, FloatArray]:
+    mu, sigma = prior_arrays(specs)
+    span = np.maximum(PRIOR_SPAN_SDS * sigma, LOG_SPAN_MIN)
+    return mu - span, mu + span
 
 
-def null_space_figures(jac_rel: FloatArray, scale: FloatArray) -> BoolArray:
-    """Columns (figures) along which the predictions do not change to first order: a zero
-    column, or one in a linear combination of columns that cancels (collinear figures).
-
-    ``scale`` is each figure's magnitude, so column j measures the relative change of the
-    predictions per relative change of figure j. Needs at least as many rows as columns
-    (fit_internal ensures more).
-    """
-    norms = np.linalg.norm(jac_rel * scale, axis=0)
-    largest = float(norms.max()) if norms.size else 0.0
-    if largest == 0.0:
-        return np.ones(jac_rel.shape[1], dtype=np.bool_)
-    zero: BoolArray = norms <= NULL_SPACE_TOLERANCE * largest
-    out = zero.copy()
-    keep = np.flatnonzero(~zero)
-    normalised = jac_rel[:, keep] / norms[keep]
-    _, singular, vt = np.linalg.svd(normalised, full_matrices=False)
-    null = vt[singular < NULL_SPACE_TOLERANCE * singular[0]]
-    if null.size:
-        weight = np.sqrt((null**2).sum(axis=0))
-        out[keep[weight > NULL_SPACE_WEIGHT]] = True
-    return out
-
-
-def _rms(residuals: FloatArray) -> float:
-    return float(np.sqrt(np.mean(residuals**2)))
-
-
-def fit_internal(problem: FitProblem, rng: np.random.Generator) -> EngineFit:
-    """Fit every figure the data determine; the others keep their base values.
-
-    A figure in the Jacobian's null space at the optimum (structurally undetermined), or else
-    one whose standard error exceeds both its fitted and base values (undetermined by these
-    noisy data), is fixed at its base value and the rest are fitted again, until the free
-    figures are all determined. With no more measurements than figures nothing is fitted (no
-    degree of freedom would be left to tell a fit from an interpolation of the noise).
-    """
+def _information(
+    problem: FitProblem, theta: FloatArray, noise_scale: float
+) -> tuple[FloatArray, FloatArray]:
+    """(weighted residuals, the data's Gauss-Newton information on theta at noise scale s)."""
     model, measured, specs = problem.model, problem.measured, problem.specs
-    n, p = len(measured), len(specs)
-    names = [s.name for s in specs]
-    x_base = np.array([s.to_internal(s.base_value) for s in specs], dtype=np.float64)
-    fixed = np.zeros(p, dtype=np.bool_)
-    warnings: list[str] = []
-    if n <= p:
-        warnings.append(
-            f"{n} measurements for {p} figures leave no degree of freedom: every figure keeps "
-            f"its base value; at least {p + 1} measurements are needed"
+    residuals = relative_residuals(model, internal_of(specs, theta), measured)
+    weights = robust_weights(residuals, noise_scale)
+    jac = _theta_jacobian(model, specs, theta, measured)
+    information: FloatArray = (jac * weights[:, None]).T @ jac / noise_scale**2
+    return residuals * np.sqrt(weights), information
+
+
+def fit_posterior(
+    problem: FitProblem, rng: np.random.Generator, warm_start: FloatArray | None = None
+) -> EngineFit:
+    """The MAP figures and the Laplace posterior around them; any number of runs >= 1.
+
+    The noise scale and the MAP are solved together by fixed-point iteration: the MAP at a
+    given s, then s^2 = sum w r^2 / (n - effective figures), topped up with pseudo-runs of
+    NOISE_PRIOR to one degree of freedom (so one run, which the figures can always fit
+    exactly, still has a noise scale).
+    """
+    specs, measured = problem.specs, problem.measured
+    n = measured.size
+    mu, sigma = prior_arrays(specs)
+    prior_precision = np.diag(1.0 / sigma**2)
+    bounds = _bounds(specs)
+    # a warm start (a cross-validation fold from the full fit) needs no multistart: the
+    # folds' optimum lies next to the full data's
+    starts = _starts(specs, rng, problem.n_starts) if warm_start is None else [warm_start]
+
+    def best_from(candidates: Sequence[FloatArray], noise: float) -> FloatArray:
+        fits = [_map_from(problem, theta0, noise, bounds) for theta0 in candidates]
+        return min(fits, key=lambda fit: fit[1])[0]
+
+    # Every start at the assumed noise, then every start and that optimum again at a low one:
+    # the noise scale then climbs to its fixed point from below, so the runs speak first.
+    # From above, a prior that contradicts exact runs by many sds can hold a second fixed
+    # point where the prior's pull and the residuals it causes sustain each other (a
+    # noise-free latency-bound set stuck at 1 % residuals); the smallest is the data's. The
+    # low-noise multistart finds regimes (Many-BSP's steps, max(L, T)) the prior's pull hid.
+    noise_scale = LOW_NOISE_START
+    theta = best_from([*starts, best_from(starts, NOISE_PRIOR)], noise_scale)
+    for _ in range(NOISE_ITERATIONS):
+        weighted, information = _information(problem, theta, noise_scale)
+        effective = _effective_figures(information, prior_precision)
+        residual_dof = max(n - effective, 0.0)
+        pseudo_runs = max(1.0 - residual_dof, 0.0)
+        updated = math.sqrt(
+            (pseudo_runs * NOISE_PRIOR**2 + float(weighted @ weighted))
+            / (residual_dof + pseudo_runs)
         )
-        return EngineFit(x_base, np.zeros(p, dtype=np.bool_), [None] * p, warnings)
-    x = x_base.copy()
-    free_rms: float | None = None
-    while not fixed.all():
-        free = np.flatnonzero(~fixed)
-        start = np.where(fixed, x_base, x)
-        x = _multistart(model, measured, specs, free, start, rng, problem.n_starts)
-        if free_rms is None:
-            free_rms = _rms(relative_residuals(model, x, measured))
-        scale = np.array([max(abs(float(x[i])), specs[i].typical) for i in free.tolist()])
-        in_null_space = np.zeros(free.size, dtype=np.bool_)
-        for jac in model.one_sided_jacobians(x):
-            in_null_space |= null_space_figures(jac[:, free] / measured[:, None], scale)
-        undetermined = free[in_null_space]
-        if undetermined.size:
-            reason = (
-                "it does not change the prediction of any measured run"
-                if undetermined.size == 1
-                else "only a combination of them (or none) changes the predictions"
-            )
-        else:
-            se = _standard_errors(model, measured, x, np.flatnonzero(~fixed), p)
-            size = np.maximum(np.abs(x), np.abs(x_base))
-            undetermined = np.array(
-                [
-                    i
-                    for i in free.tolist()
-                    if (se[i] or 0.0) > max(size[i], 0.01 * specs[i].typical)
-                ],
-                dtype=np.intp,
-            )
-            reason = "its standard error exceeds both its fitted and its base value"
-        if undetermined.size == 0:
+        updated = max(updated, NOISE_FLOOR)
+        if abs(updated / noise_scale - 1.0) < 1e-3:
+            noise_scale = updated
             break
-        fixed[undetermined] = True
-        listed = ", ".join(names[i] for i in undetermined)
+        noise_scale = updated
+        theta, _ = _map_from(problem, theta, noise_scale, bounds)
+    _, information = _information(problem, theta, noise_scale)
+    covariance = np.linalg.inv(information + prior_precision)
+    covariance = (covariance + covariance.T) / 2
+    posterior = Posterior(theta, covariance)
+    determined = posterior.sd() <= DETERMINED_SHRINK * sigma
+    warnings = []
+    at_bound = (np.isclose(theta, bounds[0]) | np.isclose(theta, bounds[1])).nonzero()[0]
+    if at_bound.size:
         warnings.append(
-            f"the measurements do not determine {listed}: {reason}; kept at the base value. "
-            "Measure runs where it matters."
+            "the fit reached the edge of the prior's range for "
+            + ", ".join(specs[int(i)].name for i in at_bound)
+            + f" ({PRIOR_SPAN_SDS:g} prior sds from the median): the runs contradict the "
+            "prior; check their units and the device"
         )
-    x = np.where(fixed, x_base, x)
-    residuals = relative_residuals(model, x, measured)
-    if fixed.any() and free_rms is not None:
-        fixed_rms = _rms(residuals)
-        if fixed_rms > 1.1 * free_rms and fixed_rms - free_rms > 1e-3:
-            warnings.append(
-                f"keeping the base values raises the RMS relative error from "
-                f"{100 * free_rms:.2f}% to {100 * fixed_rms:.2f}%: the data bound the fixed "
-                "figures without determining them, and the base values lie outside that bound"
+    return EngineFit(
+        theta=theta,
+        x=internal_of(specs, theta),
+        posterior=posterior,
+        noise_scale=noise_scale,
+        data_information=information,
+        effective_figures=_effective_figures(information, prior_precision),
+        determined=determined,
+        warnings=warnings,
+    )
+
+
+def _effective_figures(information: FloatArray, prior_precision: FloatArray) -> float:
+    """tr(I_data (I_data + I_prior)^-1): how many figures' worth the data determine."""
+    return float(np.trace(np.linalg.solve(information + prior_precision, information)))
+
+
+@dataclass(frozen=True, slots=True)
+class DeterminedDirection:
+    """A combination of figures the data determine: sum_j coefficients[j] x_j, where x_j is
+    the figure in the model's internal coordinate (the value, or 1 / value for a reciprocal
+    figure); ``value`` and ``relative_sd`` at the posterior."""
+
+    coefficients: tuple[float, ...]
+    value: float
+    relative_sd: float
+
+
+def determined_directions(fit: EngineFit, specs: Sequence[FigureSpec]) -> list[DeterminedDirection]:
+    """The combinations of figures the data pin, beyond the prior: eigenvectors of the data's
+    information in prior-whitened coordinates with eigenvalue >= DETERMINED_INFORMATION.
+
+    A direction w (in theta) is the linear functional w . theta; at the posterior it is the
+    functional sum_j (w_j / x_j) x_j of the internal coordinates (d theta_j = d x_j / x_j up to
+    sign), which for GeMM-WS is a duration such as 2 l_load + (TM TK + TK TN) / throughput.
+    """
+    _, sigma = prior_arrays(specs)
+    whitened = fit.data_information * sigma[:, None] * sigma[None, :]
+    values, vectors = np.linalg.eigh((whitened + whitened.T) / 2)
+    out = []
+    sign = np.array([-1.0 if s.reciprocal else 1.0 for s in specs])
+    for k in np.argsort(values)[::-1]:
+        if values[k] < DETERMINED_INFORMATION:
+            break
+        w = vectors[:, k] / sigma  # back from whitened coordinates: a functional of theta
+        coefficients = sign * w / fit.x
+        contribution = np.abs(coefficients * fit.x)
+        coefficients[contribution < 1e-3 * contribution.max()] = 0.0
+        nonzero = np.abs(coefficients[coefficients != 0.0])
+        scale = float(nonzero.min())
+        # the sign that makes the largest contribution positive, smallest coefficient 1
+        lead = int(np.argmax(contribution))
+        coefficients = coefficients / scale * (1.0 if coefficients[lead] > 0 else -1.0)
+        value = float(coefficients @ fit.x)
+        w_used = coefficients * fit.x * sign  # d value / d theta
+        variance = float(w_used @ fit.posterior.covariance @ w_used)
+        out.append(
+            DeterminedDirection(
+                coefficients=tuple(float(c) for c in coefficients),
+                value=value,
+                relative_sd=math.sqrt(max(variance, 0.0)) / abs(value) if value else math.inf,
             )
-    se = _standard_errors(model, measured, x, np.flatnonzero(~fixed), p)
-    return EngineFit(x, ~fixed, se, warnings)
-
-
-def robust_weights(residuals: FloatArray) -> FloatArray:
-    """The Cauchy loss's weight per residual at the optimum, rho'(z) = 1 / (1 + z) with
-    z = (r / ROBUST_SCALE)^2: near 1 for ordinary errors, (ROBUST_SCALE / r)^2 for outliers."""
-    weights: FloatArray = 1.0 / (1.0 + (residuals / ROBUST_SCALE) ** 2)
-    return weights
-
-
-def _standard_errors(
-    model: ResidualModel,
-    measured: FloatArray,
-    x: FloatArray,
-    free: IntArray,
-    p: int,
-) -> list[float | None]:
-    """sqrt(diag(s^2 (J^T W J)^-1)) on the free figures, s^2 = sum(w r^2) / (n - free
-    figures), with W the robust loss's weights at the optimum (the iteratively reweighted
-    least-squares view of the fit): an outlier the loss discounts does not inflate them."""
-    out: list[float | None] = [None] * p
-    dof = len(measured) - free.size
-    if free.size == 0 or dof <= 0:
-        return out
-    residuals = relative_residuals(model, x, measured)
-    root_w = np.sqrt(robust_weights(residuals))
-    jac_w = model.jacobian(x)[:, free] / measured[:, None] * root_w[:, None]
-    s2 = float(np.sum((root_w * residuals) ** 2)) / dof
-    cov = s2 * np.linalg.pinv(jac_w.T @ jac_w)
-    for k, i in enumerate(free.tolist()):
-        out[i] = math.sqrt(max(0.0, float(cov[k, k])))
+        )
     return out

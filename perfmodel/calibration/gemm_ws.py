@@ -8,10 +8,11 @@ latencies); residuals are reported with the service's own integer-nanosecond mod
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from perfmodel.belief import Posterior, Prior
 from perfmodel.calibration import validate
 from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
 from perfmodel.calibration.gemm_ws_model import (
@@ -35,16 +36,23 @@ from perfmodel.gemm_ws import (
     GemmWsMachine,
     WaveTimeModel,
     overall_time_closed_form_ns,
+    scaled_throughputs,
 )
 
-#: multistart: the base figures, then draws over 1/30..30x the base throughputs
+#: multistart: the prior medians, the base figures, then draws from the prior
 N_STARTS = 8
 METHOD = (
-    "scipy.optimize.least_squares (trf, bounded; plain then Cauchy loss on relative "
-    "error), "
-    f"{N_STARTS} starts, over 1/throughputs and latencies; closed form "
-    "Sm(S) = L + (S-1) max(L, T), exact Jacobian per regime"
+    "maximum a posteriori: scipy.optimize.least_squares (trf) over ln(figures), Cauchy loss "
+    "on relative error at an estimated noise scale plus log-normal prior residuals; "
+    f"{N_STARTS} starts; Laplace posterior; closed form Sm(S) = L + (S-1) max(L, T), exact "
+    "Jacobian per regime"
 )
+#: a figure with no cited prior is believed within a factor e of its base value (1 sd)
+DEFAULT_SIGMA_LOG = 1.0
+#: a latency whose base value is 0 ("negligible", §4.2.3) gets this median (10 ns) and a wide
+#: spread: ln(0) has no prior, and 10 ns per stage is as negligible as 0 at GPU scale
+ZERO_LATENCY_MEDIAN_US = 0.01
+ZERO_LATENCY_SIGMA_LOG = 3.0
 
 
 def predict_gemm_ws_us(
@@ -102,25 +110,29 @@ def check_gemm_ws_shared_memory(
         )
 
 
-def _specs(
-    base: GemmWsMachine, names: Sequence[str], measured: FloatArray
-) -> tuple[FigureSpec, ...]:
-    longest, shortest = float(measured.max()), float(measured.min())
-    specs = []
+def default_priors(base: GemmWsMachine, names: Sequence[str]) -> dict[str, Prior]:
+    """Priors for figures no profile cites one for: centred on the base values, wide."""
+    out = {}
     for name in names:
         value = float(getattr(base, name))
-        if name in THROUGHPUTS:
-            x = 1.0 / value
-            specs.append(FigureSpec(name, value, True, x / 1e6, x * 1e6, x / 30, x * 30, True, x))
+        if value > 0:
+            out[name] = Prior(value, DEFAULT_SIGMA_LOG, "base value, no cited prior (wide)")
         else:
-            # no latency can exceed the longest run; starts spread over twice the base value
-            typical = max(value, 0.01 * shortest)
-            specs.append(
-                FigureSpec(
-                    name, value, False, 0.0, max(longest, value), 0.0, 2 * typical, False, typical
-                )
+            out[name] = Prior(
+                ZERO_LATENCY_MEDIAN_US,
+                ZERO_LATENCY_SIGMA_LOG,
+                "base value 0 (negligible): 10 ns, wide (docs/model-notes.md)",
             )
-    return tuple(specs)
+    return out
+
+
+def _specs(
+    base: GemmWsMachine, names: Sequence[str], priors: Mapping[str, Prior]
+) -> tuple[FigureSpec, ...]:
+    return tuple(
+        FigureSpec(name, float(getattr(base, name)), name in THROUGHPUTS, priors[name])
+        for name in names
+    )
 
 
 def machine_with(base: GemmWsMachine, values: dict[str, float]) -> GemmWsMachine:
@@ -135,10 +147,14 @@ def fit_gemm_ws(
     folds: int = 5,
     wave_time_model: WaveTimeModel = WaveTimeModel.PAPER,
     seed: int = 0,
+    priors: Mapping[str, Prior] | None = None,
+    dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
 ) -> CalibrationResult:
-    """Fit ``fit`` (default: all of GEMM_WS_FIGURES) of ``base`` to measured times.
+    """The MAP fit of ``fit`` (default: all of GEMM_WS_FIGURES) of ``base`` to measured times.
 
-    Figures the measurements do not determine keep their base values (identifiable false);
+    ``priors`` by figure name (missing ones: :func:`default_priors`); ``dtype_ratios``: per
+    dtype, (load, compute) throughput relative to ``base``'s reference figures. Any number of
+    runs >= 1: what they determine is fitted, the rest stays where the priors hold it.
     ``folds`` > 0 adds k-fold cross-validation (0 turns it off). Deterministic in ``seed``.
     """
     measurements = list(measurements)
@@ -149,23 +165,24 @@ def fit_gemm_ws(
         check_measurement(m, f"measurements[{i}].")
     wave_model = WaveTimeModel(wave_time_model)
     measured = np.array([m.measured_time_us for m in measurements], dtype=np.float64)
-    specs = _specs(base, names, measured)
-    model = closed_form_model(base, measurements, names, wave_model)
+    ratios = dict(dtype_ratios or {})
+    specs = _specs(base, names, {**default_priors(base, names), **(priors or {})})
+    model = closed_form_model(base, measurements, names, wave_model, ratios)
 
     def report(x: FloatArray, rows: IntArray) -> FloatArray:
         values = {s.name: s.to_value(float(xi)) for s, xi in zip(specs, x, strict=True)}
         machine = machine_with(base, values)
-        table = DurationTable(machine)
-        return np.array(
-            [
-                overall_time_closed_form_ns(
-                    *shape_and_tiling(measurements[i]), machine, wave_model, table
-                )
-                / 1000
-                for i in rows
-            ],
-            dtype=np.float64,
-        )
+        by_dtype: dict[str, tuple[GemmWsMachine, DurationTable]] = {}
+        out = []
+        for i in rows:
+            run = measurements[i]
+            if run.dtype not in by_dtype:
+                at_dtype = scaled_throughputs(machine, ratios.get(run.dtype, (1.0, 1.0)))
+                by_dtype[run.dtype] = (at_dtype, DurationTable(at_dtype))
+            at_dtype, table = by_dtype[run.dtype]
+            ns = overall_time_closed_form_ns(*shape_and_tiling(run), at_dtype, wave_model, table)
+            out.append(ns / 1000)
+        return np.array(out, dtype=np.float64)
 
     excess = [i for i, _ in shared_memory_excess(base, measurements)]
     warnings = (
@@ -186,6 +203,7 @@ def fit_gemm_ws(
         folds=k,
         seed=seed,
         method=METHOD,
+        unit="us",
         warnings=[*fold_warnings, *warnings],
     )
     return _with_regime_warning(result, model, specs)
@@ -210,6 +228,40 @@ def _with_regime_warning(
 
 
 def apply_gemm_ws(base: GemmWsMachine, result: CalibrationResult) -> GemmWsMachine:
-    """``base`` with every identifiable fitted figure of ``result`` in place."""
+    """``base`` with every fitted figure of ``result`` (its MAP value) in place."""
     values = identifiable_values(result, GEMM_WS_MODEL, GEMM_WS_FIGURES)
     return machine_with(base, values)
+
+
+def predict_gemm_ws_interval_us(
+    base: GemmWsMachine,
+    result: CalibrationResult,
+    runs: Sequence[GemmWsRun],
+    *,
+    wave_time_model: WaveTimeModel = WaveTimeModel.PAPER,
+    dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
+    draws: int = 128,
+    seed: int = 0,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(MAP prediction, 10 %, 90 % quantile) in microseconds of each of ``runs`` (new ones,
+    not the fit's) under the posterior of ``result``, a GeMM-WS fit of ``base``: draws through
+    the closed form, widened to contain the MAP prediction (docs/model-notes.md)."""
+    names = [f.name for f in result.fitted]
+    model = closed_form_model(
+        base, runs, names, WaveTimeModel(wave_time_model), dict(dtype_ratios or {})
+    )
+    reciprocal = np.array([n in THROUGHPUTS for n in names])
+
+    def internal(theta: FloatArray) -> FloatArray:
+        out: FloatArray = np.exp(np.where(reciprocal, -theta, theta))
+        return out
+
+    belief = Posterior(
+        np.array(result.posterior_mean_log), np.array(result.posterior_covariance_log)
+    )
+    at_map = model.predict(internal(belief.mean))
+    samples = np.array(
+        [model.predict(internal(t)) for t in belief.draws(np.random.default_rng(seed), draws)]
+    )
+    low, high = np.quantile(samples, [0.1, 0.9], axis=0)
+    return at_map, np.minimum(low, at_map), np.maximum(high, at_map)

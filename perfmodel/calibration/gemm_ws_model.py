@@ -15,7 +15,7 @@ reported with the service's own integer-nanosecond model (gemm_ws.predict_gemm_w
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -76,13 +76,21 @@ class _Runs:
         return _Runs(*(getattr(self, f.name)[rows] for f in dataclasses.fields(self)))
 
 
-def _runs(measurements: Sequence[GemmWsRun], sm_count: int) -> _Runs:
+def _runs(
+    measurements: Sequence[GemmWsRun],
+    sm_count: int,
+    dtype_ratios: Mapping[str, tuple[float, float]],
+) -> _Runs:
+    """Per-run constants; a run of a dtype whose throughputs are ``ratios`` times the
+    reference figures counts its elements and MACs divided by them (eq. (4)/(6) at that
+    dtype's throughput)."""
     cols: list[list[float]] = [[], [], [], []]
     serial = []
     for m in measurements:
         shape, tiling = shape_and_tiling(m)
-        cols[0].append(m.tile_k * (m.tile_m + m.tile_n))
-        cols[1].append(m.tile_m * m.tile_n * m.tile_k)
+        load_ratio, compute_ratio = dtype_ratios.get(getattr(m, "dtype", ""), (1.0, 1.0))
+        cols[0].append(m.tile_k * (m.tile_m + m.tile_n) / load_ratio)
+        cols[1].append(m.tile_m * m.tile_n * m.tile_k / compute_ratio)
         cols[2].append(stage_count(shape, tiling))
         cols[3].append(wave_count(shape, tiling, sm_count))
         serial.append(m.buffer_depth == 1)
@@ -145,9 +153,6 @@ class GemmWsResidualModel:
     def jacobian(self, x: FloatArray) -> FloatArray:
         return self._jacobian(x, ties_load_bound=True)
 
-    def one_sided_jacobians(self, x: FloatArray) -> list[FloatArray]:
-        return [self._jacobian(x, ties_load_bound=True), self._jacobian(x, ties_load_bound=False)]
-
     def _jacobian(self, x: FloatArray, ties_load_bound: bool) -> FloatArray:
         load_bound = self._load_bound(x, ties_load_bound)
         r = self._runs
@@ -180,11 +185,13 @@ def closed_form_model(
     runs: Sequence[GemmWsRun],
     names: Sequence[str],
     wave_model: WaveTimeModel,
+    dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
 ) -> GemmWsResidualModel:
     """The closed-form model of ``runs`` with figures ``names`` free (in that order) and the
-    others at ``base``'s values."""
+    others at ``base``'s values; ``dtype_ratios``: per dtype, (load, compute) throughput over
+    the reference figures (absent dtypes: 1)."""
     return GemmWsResidualModel(
-        _runs(runs, base.sm_count),
+        _runs(runs, base.sm_count, dtype_ratios or {}),
         internal_values(base, GEMM_WS_FIGURES),
         np.array([GEMM_WS_FIGURES.index(n) for n in names], dtype=np.intp),
         wave_model is WaveTimeModel.INCLUDE_LAST_MATH,

@@ -19,12 +19,13 @@ identifiability with one-sided differences (a run at mu = (1+rho)/2 has a slope 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
+from perfmodel.belief import FigureBelief, Prior
 from perfmodel.calibration import validate
 from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
 from perfmodel.calibration.records import (
@@ -35,7 +36,7 @@ from perfmodel.calibration.records import (
 )
 from perfmodel.calibration.run import calibrate, identifiable_values
 from perfmodel.errors import CalibrationInputError, ModelInputError
-from perfmodel.manybsp import DeviceFigures, PredictRequest, predict_kernel
+from perfmodel.manybsp import DeviceFigures, PredictRequest, PredictResult, predict_kernel
 from perfmodel.manybsp.kernel import (
     BlockTotals,
     block_totals,
@@ -46,10 +47,11 @@ from perfmodel.manybsp.types import LaunchShape, ManyBspDevice
 
 N_STARTS = 4
 METHOD = (
-    "scipy.optimize.least_squares (trf, bounded; plain then Cauchy loss on relative "
-    "error), "
-    f"{N_STARTS} starts, over 1/mu and the launch overheads; each distinct run analysed "
-    "once, eq. (4)-(5), (13)-(25) re-evaluated per trial; central-difference Jacobian"
+    "maximum a posteriori: scipy.optimize.least_squares (trf) over ln(figures), Cauchy "
+    "loss on relative error at an estimated noise scale plus log-normal prior residuals; "
+    f"{N_STARTS} starts, Laplace posterior, over mu and the launch overheads; each "
+    "distinct run analysed once, eq. (4)-(5), (13)-(25) re-evaluated per trial; "
+    "central-difference Jacobian"
 )
 #: relative step of the central differences (of max(|x|, 1) for the overheads in cycles)
 _STEP = 1e-6
@@ -114,6 +116,12 @@ def _analyse(
         result = predict_kernel(dataclasses.replace(request, device=base))
     except ModelInputError as exc:
         raise CalibrationInputError(f"{field}.request.{exc.field}", exc.reason) from exc
+    return _totals(result)
+
+
+def _totals(result: PredictResult) -> tuple[tuple[BlockTotals, ...], LaunchShape]:
+    """A prediction reduced to its block totals per warp role (none of mu and the launch
+    overheads reaches them) and its launch shape without the block count."""
     if result.roles:
         totals = tuple(block_totals(r.costs, r.level1, r.estimate.w) for r in result.roles)
     else:
@@ -226,34 +234,40 @@ class ManyBspResidualModel:
     def jacobian(self, x: FloatArray) -> FloatArray:
         return self._differences(x, forward=True, backward=True)
 
-    def one_sided_jacobians(self, x: FloatArray) -> list[FloatArray]:
-        """Forward and backward differences: at mu = (1 + rho) / 2 of eq. (24) one of them
-        is zero for that run."""
-        return [
-            self._differences(x, forward=True, backward=False),
-            self._differences(x, forward=False, backward=True),
-        ]
+
+#: a figure with no cited prior is believed within a factor e of its base value (1 sd)
+DEFAULT_SIGMA_LOG = 1.0
+#: a launch overhead whose base value is 0 gets this median and a wide spread (ln 0 has no
+#: prior; 10 cycles is as negligible as 0 beside a kernel's thousands)
+ZERO_OVERHEAD_MEDIAN_CYCLES = 10.0
+ZERO_OVERHEAD_SIGMA_LOG = 3.0
+
+
+def default_priors(base: ManyBspDevice, names: Sequence[str]) -> dict[str, Prior]:
+    """Priors for figures no profile cites one for: centred on the base values, wide."""
+    out = {}
+    for name in names:
+        value = float(getattr(base, name))
+        if value > 0:
+            out[name] = Prior(value, DEFAULT_SIGMA_LOG, "base value, no cited prior (wide)")
+        elif name == "mu":
+            raise CalibrationInputError("base.mu", f"must be > 0 to be fitted, got {value}")
+        else:
+            out[name] = Prior(
+                ZERO_OVERHEAD_MEDIAN_CYCLES,
+                ZERO_OVERHEAD_SIGMA_LOG,
+                "base value 0: 10 cycles, wide (docs/model-notes.md)",
+            )
+    return out
 
 
 def _specs(
-    base: ManyBspDevice, names: Sequence[str], measured: FloatArray
+    base: ManyBspDevice, names: Sequence[str], priors: Mapping[str, Prior]
 ) -> tuple[FigureSpec, ...]:
-    specs = []
-    for name in names:
-        value = float(getattr(base, name))
-        if name == "mu":
-            if not value > 0:
-                raise CalibrationInputError("base.mu", f"must be > 0 to be fitted, got {value}")
-            x = 1.0 / value
-            # mu in [0.01, 1000]; eq. (24)/(25) cap it at (1 + rho) / 2 anyway
-            specs.append(FigureSpec(name, value, True, 1e-3, 100.0, x / 10, x * 10, True, x))
-        else:
-            upper = max(float(measured.max()), value)
-            typical = max(value, 1.0)
-            specs.append(
-                FigureSpec(name, value, False, 0.0, upper, 0.0, 2 * typical, False, typical)
-            )
-    return tuple(specs)
+    # mu enters eq. (24)/(25) as 1/mu: the fit's internal coordinate is its reciprocal
+    return tuple(
+        FigureSpec(name, float(getattr(base, name)), name == "mu", priors[name]) for name in names
+    )
 
 
 def predict_many_bsp_cycles(device: DeviceFigures, request: PredictRequest) -> float:
@@ -268,9 +282,11 @@ def fit_many_bsp(
     fit: Sequence[str] | None = None,
     folds: int = 5,
     seed: int = 0,
+    priors: Mapping[str, Prior] | None = None,
 ) -> CalibrationResult:
-    """Fit ``fit`` (default: MANY_BSP_FIGURES) of ``base`` to measured kernel cycles; each
-    request's device must be ``base`` (its figures are the starting point). Same contract as
+    """The MAP fit of ``fit`` (default: MANY_BSP_FIGURES) of ``base`` to measured kernel
+    cycles; each request's device must be ``base``. ``priors`` by figure name (missing ones:
+    :func:`default_priors`). Same contract as
     :func:`perfmodel.calibration.gemm_ws.fit_gemm_ws` otherwise."""
     measurements = list(measurements)
     names, k, fold_warnings = validate.fit_arguments(
@@ -278,7 +294,7 @@ def fit_many_bsp(
     )
     runs = analyse_runs(base, measurements)
     measured = np.array([m.measured_cycles for m in measurements], dtype=np.float64)
-    specs = _specs(base.device, names, measured)
+    specs = _specs(base.device, names, {**default_priors(base.device, names), **(priors or {})})
     model = ManyBspResidualModel(runs, base.device, names)
 
     def report(x: FloatArray, rows: IntArray) -> FloatArray:
@@ -291,11 +307,38 @@ def fit_many_bsp(
         folds=k,
         seed=seed,
         method=METHOD,
+        unit="cycles",
         warnings=fold_warnings,
     )
 
 
 def apply_many_bsp(base: DeviceFigures, result: CalibrationResult) -> DeviceFigures:
-    """``base`` with every identifiable fitted figure of ``result`` in place."""
+    """``base`` with every fitted figure of ``result`` (its MAP value) in place."""
     values = identifiable_values(result, MANY_BSP_MODEL, MANY_BSP_FIGURES)
     return dataclasses.replace(base, device=_device_with(base.device, values))
+
+
+def predict_interval_cycles(
+    base: DeviceFigures,
+    result: PredictResult,
+    belief: FigureBelief,
+    *,
+    draws: int = 128,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The 10 % and 90 % quantiles of ``result``'s kernel_exec_cycle (a prediction on
+    ``base``) when the figures ``belief`` covers (mu, the launch overheads) are drawn from it:
+    only eq. (4)-(5), (13)-(25) are re-evaluated per draw, as in the fit. Widened to contain
+    the point prediction (docs/model-notes.md, "MAP calibration")."""
+    totals, launch = _totals(result)
+    kernel = AnalysedKernel(totals, launch, base.device.n_sm * occupancy_rho(launch, base.device))
+    point = result.estimate.kernel_exec_cycle
+    values = belief.draws(np.random.default_rng(seed), draws)
+    samples = [
+        kernel.cycles(
+            result.n_b, _device_with(base.device, {n: float(v[d]) for n, v in values.items()})
+        )
+        for d in range(draws)
+    ]
+    low, high = np.quantile(samples, [0.1, 0.9])
+    return min(float(low), point), max(float(high), point)

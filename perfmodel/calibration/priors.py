@@ -1,32 +1,6 @@
-"""Log-normal priors of calibratable figures: plain frozen data, no model logic.
+"""Log-normal priors of calibratable figures: :class:`perfmodel.prior.Prior`, here for the
+calibration package's readers (docs/model-notes.md, "Priors")."""
 
-A prior says what a figure is believed to be before any run of the user's GPU is seen: a
-median and the standard deviation of ln(value) (docs/model-notes.md, "Priors"). Profiles carry
-them as cited data (device_profiles, ``prior`` on a figure); the MAP fit of
-perfmodel/calibration/engine.py adds ``(ln value - ln median) / sigma_log`` as one extra
-residual per figure.
-"""
+from perfmodel.prior import Prior
 
-from __future__ import annotations
-
-import math
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True, slots=True)
-class Prior:
-    """ln(value) ~ Normal(ln(median), sigma_log^2); ``median`` in the figure's own unit."""
-
-    median: float
-    sigma_log: float
-    source: str
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.median) and self.median > 0):
-            raise ValueError(f"a prior's median must be positive and finite, got {self.median}")
-        if not (math.isfinite(self.sigma_log) and self.sigma_log > 0):
-            raise ValueError(f"a prior's sigma_log must be positive, got {self.sigma_log}")
-
-    def quantile(self, z: float) -> float:
-        """The value at ``z`` standard deviations of ln(value) from the median."""
-        return self.median * math.exp(z * self.sigma_log)
+__all__ = ["Prior"]

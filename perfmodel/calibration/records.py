@@ -57,10 +57,13 @@ class ManyBspMeasurement:
 
 @dataclass(frozen=True, slots=True)
 class FittedFigure:
-    """``value`` is the fitted figure when ``identifiable``, else ``base_value`` unchanged.
+    """One figure at the maximum a posteriori (MAP) fit.
 
-    ``standard_error`` is in the figure's unit (None when the data leave no degree of
-    freedom to estimate it, or the figure is not identifiable).
+    ``value`` is the MAP value (what the data determine is fitted; a direction they do not see
+    stays where the prior holds it). ``standard_error`` is the posterior sd in the figure's unit
+    (Laplace approximation); ``identifiable`` is true when the data determine the figure on its
+    own (they shrink its prior sd at least by half). The prior (median, sd of ln value, source)
+    and the 10-90 % posterior interval are in the figure's unit.
     """
 
     name: str
@@ -68,6 +71,12 @@ class FittedFigure:
     base_value: float
     standard_error: float | None
     identifiable: bool
+    prior_median: float | None = None
+    prior_sigma_log: float | None = None
+    prior_source: str | None = None
+    posterior_sd_log: float | None = None
+    interval_low: float | None = None
+    interval_high: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +91,16 @@ class ErrorSummary:
 class Residual:
     """Measurement ``index`` (its position in the input) against its prediction, in the
     model's unit (microseconds for GeMM-WS, cycles for Many-BSP);
-    ``error_pct = 100 (predicted - measured) / measured``."""
+    ``error_pct = 100 (predicted - measured) / measured``; ``predicted_low`` and
+    ``predicted_high`` bound the prediction's 10-90 % posterior interval (None where no
+    posterior was drawn, as for cross-validated predictions)."""
 
     index: int
     measured: float
     predicted: float
     error_pct: float
+    predicted_low: float | None = None
+    predicted_high: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +115,15 @@ class CalibrationResult:
     #: each measurement predicted by the fit of the folds that left it out (empty when
     #: cross-validation is off or could not run)
     cross_validation_residuals: tuple[Residual, ...] = ()
+    #: the combinations of figures the data determine, in words (docs/model-notes.md)
+    determined_combinations: tuple[str, ...] = ()
+    #: the relative noise of the runs the fit estimated (percent) and how many figures' worth
+    #: the runs determine (0 .. number of fitted figures)
+    noise_pct: float | None = None
+    effective_figures: float | None = None
+    #: the Laplace posterior of ln(figure values), figures in the order of ``fitted``
+    posterior_mean_log: tuple[float, ...] = ()
+    posterior_covariance_log: tuple[tuple[float, ...], ...] = ()
 
     def figure(self, name: str) -> FittedFigure:
         """The fitted figure called ``name``; KeyError lists the fitted names otherwise."""

@@ -31,18 +31,12 @@ def fit_names(fit: Sequence[str] | None, allowed: tuple[str, ...]) -> tuple[str,
     return names
 
 
-def measurement_count(n: int, figures: int) -> None:
-    """Fewer measurements than figures cannot be fitted; exactly as many leave no degree of
-    freedom, which the fit reports (every figure not identifiable) rather than refuses."""
+def measurement_count(n: int) -> None:
+    """A fit needs at least one run; with priors, one run is a fit (the figures it does not
+    determine stay where their priors hold them)."""
     if n == 0:
         raise CalibrationInputError(
-            "measurements", f"no measurements; fitting {figures} figures needs {figures + 1}"
-        )
-    if n < figures:
-        raise CalibrationInputError(
-            "measurements",
-            f"{n} measurements cannot determine {figures} figures: give at least "
-            f"{figures + 1} (one more than the figures fitted), or fit fewer figures",
+            "measurements", "no measurements: give at least one measured run"
         )
 
 
@@ -96,6 +90,6 @@ def fit_arguments(
     names (in order), then the folds to use and any warning about them."""
     names = fit_names(fit, allowed)
     seed(seed_value)
-    measurement_count(n, len(names))
+    measurement_count(n)
     k, warnings = folds(fold_count, n)
     return names, k, warnings

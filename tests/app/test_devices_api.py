@@ -15,14 +15,12 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from tests.device_profiles.test_todays_gpus import FITTED as FITTED_BY_MODEL
 
 NVCC_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "ptx" / "nvcc"
 PROBLEM = "application/problem+json"
 
 #: issue 7: what POST /calibrate fits for Many-BSP
 FITTED = {"mu", "block_launch_overhead_cycles", "warp_launch_overhead_cycles"}
-GEMM_WS_FITTED = FITTED_BY_MODEL["gemm-ws"]
 
 
 @pytest.fixture(scope="module")
@@ -33,57 +31,34 @@ def client() -> Iterator[TestClient]:
 
 
 @pytest.mark.parametrize("device", ["v100", "a100", "h100"])
-def test_detail_lists_the_estimates_to_calibrate(client: TestClient, device: str) -> None:
+def test_detail_lists_exactly_the_figures_to_calibrate(client: TestClient, device: str) -> None:
+    """Issue 16: today's GPUs serve both models out of the box on cited estimates; the
+    figures a calibration fits are listed as estimates, each with its prior, and the call."""
     r = client.get(f"/devices/{device}")
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["hardware"]["sm_count"]["source"]  # the profile, with sources, as before
     many_bsp = body["needs_calibration"]["many-bsp"]
-    # issue 16: served out of the box, the fitted figures carried as estimates with priors
     assert many_bsp["status"] == "uncalibrated-estimates"
     assert {f["figure"] for f in many_bsp["figures"]} == {f"many_bsp.{n}" for n in FITTED}
     assert all(f["calibratable"] and f["state"] == "estimate" for f in many_bsp["figures"])
     assert all(f["reason"] for f in many_bsp["figures"])
     assert many_bsp["missing"] == []
+    for name in FITTED:
+        prior = body["many_bsp"][name]["prior"]
+        assert prior["median"] == body["many_bsp"][name]["value"] and prior["source"]
     call = many_bsp["calibrate"]
     assert (call["method"], call["path"]) == ("POST", "/calibrate")
     assert call["body"]["model"] == "many-bsp" and call["body"]["base_device"] == device
     assert set(call["body"]["fit"]) == FITTED
     assert call["cli"] == f"kperf calibrate runs.jsonl --model many-bsp --device {device}"
-    # GeMM-WS: no public figure for these devices, all six are estimates to calibrate
+    # GeMM-WS: estimates derived from public figures, all six listed for calibration
     gemm_ws = body["needs_calibration"]["gemm-ws"]
     assert gemm_ws["status"] == "uncalibrated-estimates" and len(gemm_ws["figures"]) == 6
     assert gemm_ws["calibrate"]["cli"].endswith(f"--model gemm-ws --device {device}")
-    assert body["profile_provenance"] == {"kind": "estimated", "measurement_count": None}
 
 
-@pytest.mark.parametrize(
-    "device", ["v100", "a100", "h100", "p100", "gtx-1070", "gtx-760", "940mx", "rtx-a6000"]
-)
-def test_detail_gives_every_figure_its_status_and_prior(client: TestClient, device: str) -> None:
-    body = client.get(f"/devices/{device}").json()
-    for model, prefix, fitted in (
-        ("many-bsp", "many_bsp", FITTED),
-        ("gemm-ws", "gemm_ws", GEMM_WS_FITTED),
-    ):
-        figures = {f["figure"]: f for f in body["figures"][model]}
-        for name in fitted:
-            f = figures[f"{prefix}.{name}"]
-            assert f["prior"]["median"] > 0 and f["prior"]["sigma_log"] > 0
-            assert len(f["prior"]["source"]) > 10
-            # the file's own value and flag, as the profile section shows them
-            section = body[prefix][name]
-            assert f["value"] == section["value"]
-            assert f["status"] == ("estimated" if section.get("estimate") else "published")
-    # warp_size is no calibratable figure: no prior
-    assert figures_of(body, "many-bsp")["many_bsp.warp_size"]["prior"] is None
-
-
-def figures_of(body: dict[str, Any], model: str) -> dict[str, dict[str, Any]]:
-    return {f["figure"]: f for f in body["figures"][model]}
-
-
-def test_served_models_list_nothing_to_calibrate(client: TestClient) -> None:
+def test_published_figures_list_nothing_to_calibrate(client: TestClient) -> None:
     body = client.get("/devices/gtx-760").json()
     many_bsp = body["needs_calibration"]["many-bsp"]
     assert many_bsp == {
@@ -94,23 +69,20 @@ def test_served_models_list_nothing_to_calibrate(client: TestClient) -> None:
         "calibrate": None,
     }
     assert body["needs_calibration"]["gemm-ws"]["status"] == "uncalibrated-estimates"
-    a6000 = client.get("/devices/rtx-a6000").json()
-    assert a6000["needs_calibration"]["gemm-ws"] == {
+    assert client.get("/devices/rtx-a6000").json()["needs_calibration"]["gemm-ws"] == {
         "status": "served",
         "figures": [],
         "missing": [],
         "estimates": [],
         "calibrate": None,
     }
-    assert {f["status"] for f in a6000["figures"]["gemm-ws"]} == {"published"}
 
 
-def test_figures_no_calibration_fits_are_listed_apart(client: TestClient) -> None:
+def test_borrowed_figures_no_calibration_fits_are_listed_as_estimates(client: TestClient) -> None:
     many_bsp = client.get("/devices/p100").json()["needs_calibration"]["many-bsp"]
-    # the P100's instruction figures are GTX 1070 (Pascal) estimates no calibration fits
     assert many_bsp["status"] == "uncalibrated-estimates" and many_bsp["missing"] == []
-    estimates = {f["figure"] for f in many_bsp["estimates"]}
-    assert {"many_bsp.mem_lat_cycles", "many_bsp.issue_cycle"} <= estimates
+    borrowed = {f["figure"] for f in many_bsp["estimates"]}
+    assert {"many_bsp.mem_lat_cycles", "many_bsp.issue_cycle"} <= borrowed
     assert not any(f["calibratable"] for f in many_bsp["estimates"])
     assert {f["figure"] for f in many_bsp["figures"]} == {f"many_bsp.{n}" for n in FITTED}
 
@@ -125,16 +97,16 @@ def test_estimates_are_flagged(client: TestClient) -> None:
 def test_listing_gives_each_models_status(client: TestClient) -> None:
     devices = {d["id"]: d for d in client.get("/devices").json()["devices"]}
     assert {"v100", "a100", "h100"} <= set(devices)
-    for device in ("v100", "a100", "h100", "p100", "gtx-1070"):
+    for device in ("v100", "a100", "h100"):
         assert devices[device]["model_status"] == {
             "gemm-ws": "uncalibrated-estimates",
             "many-bsp": "uncalibrated-estimates",
         }
-    # issue 16: every shipped profile serves both models
-    for device in devices.values():
-        assert device["models"] == ["gemm-ws", "many-bsp"]
+        assert devices[device]["models"] == ["gemm-ws", "many-bsp"]
     assert devices["gtx-760"]["model_status"]["many-bsp"] == "served"
+    assert devices["p100"]["model_status"]["many-bsp"] == "uncalibrated-estimates"
     assert devices["rtx-a6000"]["model_status"]["gemm-ws"] == "served"
+    assert devices["rtx-a6000"]["models"] == ["gemm-ws", "many-bsp"]
 
 
 def _predict_body(ptx: str, kernel: str, **over: Any) -> dict[str, Any]:
@@ -152,17 +124,35 @@ def _predict_body(ptx: str, kernel: str, **over: Any) -> dict[str, Any]:
 WS_SCALE = (NVCC_DIR / "ws_scale.sm_90a.ptx").read_text()
 
 
-def test_422_names_the_figures_an_inline_profile_lacks(client: TestClient) -> None:
-    profile = client.get("/devices/h100").json()
-    del profile["many_bsp"]["mu"], profile["many_bsp"]["mem_lat_cycles"]
-    body = _predict_body(WS_SCALE, "ws_scale", device=None, device_params=profile)
+def _without(client: TestClient, device: str, *names: str) -> dict[str, Any]:
+    """GET /devices/{id} with Many-BSP figures removed, to post back as an inline profile."""
+    profile: dict[str, Any] = client.get(f"/devices/{device}").json()
+    for name in names:
+        profile["many_bsp"].pop(name)
+    return profile
+
+
+def test_422_names_the_figures_and_the_calibrate_call(client: TestClient) -> None:
+    body = _predict_body(WS_SCALE, "ws_scale", device=None)
+    body["device_params"] = _without(client, "h100", *FITTED)
     r = client.post("/predict-kernel", json=body)
     assert r.status_code == 422 and r.headers["content-type"].startswith(PROBLEM)
+    answer = r.json()
+    reasons = {e["reason"].split(" (")[0] for e in answer["errors"]}
+    assert reasons == {f"missing figure: many_bsp.{n}" for n in FITTED}
+    assert all(e["calibratable"] for e in answer["errors"])
+    assert "POST /calibrate" in answer["detail"]
+
+
+def test_422_separates_figures_that_must_be_cited(client: TestClient) -> None:
+    body = _predict_body(WS_SCALE, "ws_scale", device=None)
+    body["device_params"] = _without(client, "p100", "mem_lat_cycles", "mu")
+    r = client.post("/predict-kernel", json=body)
+    assert r.status_code == 422
     by_figure = {e["reason"].split(" (")[0]: e["calibratable"] for e in r.json()["errors"]}
-    assert by_figure == {
-        "missing figure: many_bsp.mu": True,
-        "missing figure: many_bsp.mem_lat_cycles": False,
-    }
+    assert by_figure["missing figure: many_bsp.mem_lat_cycles"] is False
+    assert by_figure["missing figure: many_bsp.mu"] is True
+    assert "cited" in r.json()["detail"]
 
 
 def _calibrated(client: TestClient, device: str) -> dict[str, Any]:

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from device_profiles import ProfileError, calibration_needs, get_profile, load_profile_file
+from device_profiles import ProfileError, get_profile, load_profile_file
 from device_profiles.loader import PROFILE_DIR, UnknownDevice
 from device_profiles.schema import Figure
+from device_profiles.status import calibration_needs
 
 PROFILE_FILES = sorted(PROFILE_DIR.glob("*.json"))
 
@@ -101,21 +102,25 @@ def _write(tmp_path: Path, name: str, body: object) -> Path:
     return path
 
 
-def _version_1(raw: dict[str, Any]) -> dict[str, Any]:
-    """The A6000 file as schema_version 1 had it: its §4.2 figures, no priors, no dtype
-    ratios, no (estimated) Many-BSP section."""
-    gemm = {k: {f: v for f, v in fig.items() if f != "prior"} for k, fig in raw["gemm_ws"].items()}
-    del gemm["dtype_ratios"]
-    return {
-        **{k: v for k, v in raw.items() if k != "many_bsp"},
-        "schema_version": 1,
-        "gemm_ws": gemm,
-    }
+def _without_version_3(raw: dict) -> dict:
+    """The file as schema_version 1 would hold it: no priors, no dtype ratios, no flags."""
+
+    def strip(node: object) -> object:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k not in ("prior", "estimate")}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    out = strip({k: v for k, v in raw.items() if k != "gemm_ws_dtypes"})
+    assert isinstance(out, dict)
+    out["schema_version"] = 1
+    return out
 
 
-def test_version_1_file_may_not_flag_estimates(tmp_path: Path) -> None:
-    raw = _version_1(json.loads((PROFILE_DIR / "rtx-a6000.json").read_text()))
-    assert load_profile_file(_write(tmp_path, "rtx-a6000", raw)).schema_version == 1
+def test_version_1_file_may_not_flag_estimates_and_priors_need_version_3(tmp_path: Path) -> None:
+    raw = _without_version_3(json.loads((PROFILE_DIR / "rtx-a6000.json").read_text()))
+    assert load_profile_file(_write(tmp_path, "rtx-a6000", raw)).estimated_figures() == []
     raw["gemm_ws"]["t_init_us"]["estimate"] = True
     with pytest.raises(ProfileError, match="schema_version 2"):
         load_profile_file(_write(tmp_path, "rtx-a6000", raw))
@@ -123,21 +128,13 @@ def test_version_1_file_may_not_flag_estimates(tmp_path: Path) -> None:
     profile = load_profile_file(_write(tmp_path, "rtx-a6000", raw))
     assert profile.estimated_figures() == ["gemm_ws.t_init_us"]
     assert calibration_needs(profile)["gemm-ws"] == ["gemm_ws.t_init_us"]
-
-
-@pytest.mark.parametrize("feature", ["prior", "dtype_ratios"])
-def test_priors_and_dtype_ratios_need_version_3(tmp_path: Path, feature: str) -> None:
-    shipped = json.loads((PROFILE_DIR / "rtx-a6000.json").read_text())
-    raw = _version_1(shipped)
-    raw["schema_version"] = 2
-    if feature == "prior":
-        raw["gemm_ws"]["t_init_us"]["prior"] = shipped["gemm_ws"]["t_init_us"]["prior"]
-    else:
-        raw["gemm_ws"]["dtype_ratios"] = shipped["gemm_ws"]["dtype_ratios"]
+    raw["gemm_ws"]["t_init_us"]["prior"] = {"median": 1.68, "sigma_log": 0.1, "source": "test"}
     with pytest.raises(ProfileError, match="schema_version 3"):
         load_profile_file(_write(tmp_path, "rtx-a6000", raw))
     raw["schema_version"] = 3
-    assert load_profile_file(_write(tmp_path, "rtx-a6000", raw)).schema_version == 3
+    assert load_profile_file(_write(tmp_path, "rtx-a6000", raw)).prior_figures() == [
+        "gemm_ws.t_init_us"
+    ]
 
 
 def test_unknown_schema_version_is_refused(tmp_path: Path) -> None:

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from device_profiles import calibration_needs, calibration_status, get_profile
+from device_profiles import calibration_status, get_profile
 from device_profiles.loader import PROFILE_DIR
 from device_profiles.schema import DeviceProfile, Figure
+from device_profiles.status import calibration_needs
 
 TODAY = ("v100", "a100", "h100")
 
@@ -55,28 +56,27 @@ def _raw(device: str) -> dict[str, Any]:
     return raw
 
 
-def _flagged(item: Any) -> bool:
-    """Absent from the file, or carried as an uncalibrated estimate."""
-    if not item:
-        return True
-    if isinstance(item, list):
-        return any(p.get("estimate") for p in item)
-    return bool(item.get("estimate"))
-
-
-def _uncalibrated(device: str, model: str) -> set[str]:
-    """Dotted names of the figures ``model`` needs that the file lacks or only estimates."""
+def _unmeasured(device: str, model: str) -> set[str]:
+    """Dotted names of the figures ``model`` needs that the file lacks or flags estimate."""
     raw = _raw(device)
     if model == "gemm-ws":
         section = raw.get("gemm_ws") or {}
-        return {f"gemm_ws.{n}" for n in FITTED["gemm-ws"] if _flagged(section.get(n))}
+        return {
+            f"gemm_ws.{n}"
+            for n in FITTED["gemm-ws"]
+            if n not in section or section[n].get("estimate")
+        }
     section = raw.get("many_bsp") or {}
-    flagged = {f"many_bsp.{n}" for n in MANY_BSP_NEEDS if _flagged(section.get(n))}
-    classes = section.get("instruction_classes", {})
-    flagged |= {
-        f"many_bsp.instruction_classes.{c}" for c in MANY_BSP_CLASSES if _flagged(classes.get(c))
+    out = {
+        f"many_bsp.{n}"
+        for n in MANY_BSP_NEEDS
+        if not section.get(n)
+        or (isinstance(section[n], dict) and section[n].get("estimate"))
+        or (isinstance(section[n], list) and any(p.get("estimate") for p in section[n]))
     }
-    return flagged
+    classes = section.get("instruction_classes", {})
+    out |= {f"many_bsp.instruction_classes.{c}" for c in MANY_BSP_CLASSES - set(classes)}
+    return out
 
 
 def _fitted(model: str) -> set[str]:
@@ -84,61 +84,59 @@ def _fitted(model: str) -> set[str]:
     return {f"{prefix}.{n}" for n in FITTED[model]}
 
 
-@pytest.mark.parametrize("device", TODAY)
+ALL = ("v100", "a100", "h100", "p100", "gtx-1070", "gtx-760", "940mx", "rtx-a6000")
+
+
+@pytest.mark.parametrize("device", ALL)
 @pytest.mark.parametrize("model", ["many-bsp", "gemm-ws"])
-def test_needs_calibration_is_exactly_the_calibratable_estimated_figures(
-    device: str, model: str
-) -> None:
-    # issue 16: every figure is present (the calibratable ones as estimates with a prior)
+def test_every_profile_serves_both_models_listing_its_estimates(device: str, model: str) -> None:
+    """Issue 16: every shipped profile serves both models out of the box; what a calibration
+    fits and the file only estimates is listed under needs_calibration, nothing is missing."""
     status = calibration_status(get_profile(device))[model]
-    assert status.served and status.missing == ()
-    assert {n.figure for n in status.needs_calibration} == _uncalibrated(device, model) & _fitted(
-        model
-    )
-    assert all(n.state == "estimate" for n in status.needs_calibration)
+    assert status.missing == ()
+    assert status.served
+    unmeasured = _unmeasured(device, model)
+    assert {n.figure for n in status.needs_calibration} == unmeasured & _fitted(model)
     assert calibration_needs(get_profile(device))[model] == [
         n.figure for n in status.needs_calibration
     ]
+    assert status.state == ("served" if not unmeasured else "uncalibrated-estimates")
 
 
-@pytest.mark.parametrize("device", TODAY)
-def test_many_bsp_estimates_launch_overheads_and_mu(device: str) -> None:
-    assert _uncalibrated(device, "many-bsp") & _fitted("many-bsp") == _fitted("many-bsp")
-    status = calibration_status(get_profile(device))["many-bsp"]
-    assert status.state == "uncalibrated-estimates"
-    assert set(status.fit) == FITTED["many-bsp"]
+@pytest.mark.parametrize("device", ALL)
+@pytest.mark.parametrize("model", ["many-bsp", "gemm-ws"])
+def test_every_calibratable_figure_has_a_cited_prior(device: str, model: str) -> None:
+    section = _raw(device)["gemm_ws" if model == "gemm-ws" else "many_bsp"]
+    for name in FITTED[model]:
+        prior = section[name]["prior"]
+        assert prior["median"] > 0 and 0 < prior["sigma_log"] <= 3, (device, name)
+        assert len(prior["source"]) > 20, (device, name)
+        if section[name].get("estimate"):  # an estimate's value is its prior's median
+            assert section[name]["value"] == pytest.approx(prior["median"], rel=1e-6)
 
 
 @pytest.mark.parametrize(
-    ("device", "state"),
+    ("device", "fitted"),
     [
-        # the paper's GTX 1070 examples (§8-§10) are not in this copy: mu and launch estimated
-        ("gtx-1070", "uncalibrated-estimates"),
-        # the synchronization study gives no issue rate, memory latency or LDST figures: GTX
-        # 1070 (Pascal) estimates stand in
-        ("p100", "uncalibrated-estimates"),
-        ("rtx-a6000", "uncalibrated-estimates"),
-        ("gtx-760", "served"),
-        ("940mx", "served"),
+        # the report's own devices: mu and the launch overheads are its fits (§2, §5)
+        ("gtx-760", {"mu": 3.36, "block_launch_overhead_cycles": 553}),
+        ("940mx", {"mu": 1.93, "block_launch_overhead_cycles": 382}),
     ],
 )
-def test_existing_profiles_say_what_they_estimate(device: str, state: str) -> None:
-    status = calibration_status(get_profile(device))["many-bsp"]
-    assert status.state == state
-    assert status.missing == ()
-    flagged = _uncalibrated(device, "many-bsp")
-    assert {n.figure for n in status.needs_calibration} == flagged & _fitted("many-bsp")
-    assert {n.figure for n in status.estimates} == flagged - _fitted("many-bsp")
-    for need in status.needs_calibration + status.estimates:
-        assert need.state == "estimate" and "estimate" in need.reason
+def test_the_reports_devices_keep_their_published_many_bsp_figures(
+    device: str, fitted: dict[str, float]
+) -> None:
+    section = _raw(device)["many_bsp"]
+    for name, value in fitted.items():
+        assert section[name]["value"] == value and not section[name].get("estimate")
+        assert section[name]["prior"]["median"] == value
 
 
 def fill(profile: DeviceProfile, **values: float) -> DeviceProfile:
     """The profile with Many-BSP figures set, as a calibration run would set them."""
     assert profile.many_bsp is not None
     figures = {
-        k: Figure.model_validate({"value": v, "source": "test: a plausible fitted value"})
-        for k, v in values.items()
+        k: Figure(value=v, source="test: a plausible fitted value") for k, v in values.items()
     }
     return profile.model_copy(update={"many_bsp": profile.many_bsp.model_copy(update=figures)})
 
@@ -149,17 +147,30 @@ FILLED = {"mu": 2.0, "block_launch_overhead_cycles": 450.0, "warp_launch_overhea
 
 
 @pytest.mark.parametrize("device", TODAY)
-def test_filling_the_listed_figures_clears_needs_calibration(device: str) -> None:
+def test_fitting_the_listed_figures_leaves_only_the_borrowed_ones(device: str) -> None:
     profile = get_profile(device)
-    assert calibration_status(profile)["many-bsp"].needs_calibration != ()
     filled = fill(profile, **FILLED)
-    assert "many-bsp" in filled.models_served()
     status = calibration_status(filled)["many-bsp"]
     assert status.served and status.needs_calibration == () and status.missing == ()
     # the A100/H100 bar.sync overheads stay flagged: no calibration fits them
     flagged = {n.figure for n in status.estimates}
     assert flagged == ({"many_bsp.bar_sync_overhead"} if device != "v100" else set())
     assert status.state == ("served" if device == "v100" else "uncalibrated-estimates")
+
+
+@pytest.mark.parametrize("device", ALL)
+def test_a_profile_without_the_calibratable_figures_says_so(device: str) -> None:
+    """The status machinery on a profile stripped of mu and the launch overheads: exactly
+    those are listed (absent, calibratable) and Many-BSP is not served."""
+    profile = get_profile(device)
+    assert profile.many_bsp is not None
+    stripped = profile.model_copy(
+        update={"many_bsp": profile.many_bsp.model_copy(update=dict.fromkeys(FITTED["many-bsp"]))}
+    )
+    status = calibration_status(stripped)["many-bsp"]
+    assert not status.served and status.state == "needs-calibration"
+    assert {n.figure for n in status.needs_calibration} == _fitted("many-bsp")
+    assert all(n.state == "absent" for n in status.needs_calibration)
 
 
 # ----------------------------------------------------------------- published figures

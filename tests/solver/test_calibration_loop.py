@@ -13,12 +13,13 @@ import pytest
 from perfmodel.calibration import CalibrationInputError
 from perfmodel.gemm_ws import GemmShape, Tiling, simulate
 from solver import SearchSpace, TilingProblem, optimize_tiling
-from solver.calibration_loop import calibration_loop, supported_figures
-from tests.calibration_cases import BASE, CLOSED_LOOP_TRUTH, draw_dimension
+from solver.calibration_loop import calibration_loop
+from solver.shortlist import ShortlistMode
+from tests.calibration_cases import BASE, CLOSED_LOOP_TRUTH, LATENCY_BOUND_TRUTH, draw_dimension
 
 
-def _true_time_ns(shape: GemmShape, tiling: Tiling) -> int:
-    return simulate(shape, tiling, CLOSED_LOOP_TRUTH).overall_time_ns
+def _true_time_ns(shape: GemmShape, tiling: Tiling, truth=CLOSED_LOOP_TRUTH) -> int:
+    return simulate(shape, tiling, truth).overall_time_ns
 
 
 def test_three_rounds_find_the_true_optimum_within_one_percent() -> None:
@@ -48,12 +49,6 @@ def test_three_rounds_find_the_true_optimum_within_one_percent() -> None:
     )
 
 
-def test_too_few_measurements_fit_the_first_figures_asked() -> None:
-    assert supported_figures(["a", "b", "c"], 3) == ("a", "b")
-    assert supported_figures(["a", "b", "c"], 9) == ("a", "b", "c")
-    assert supported_figures(["a", "b"], 1) == ("a",)
-
-
 def test_problems_of_different_devices_are_refused() -> None:
     other = TilingProblem(GemmShape(512, 512, 512), CLOSED_LOOP_TRUTH, SearchSpace())
     same = TilingProblem(GemmShape(512, 512, 512), BASE, SearchSpace())
@@ -63,3 +58,37 @@ def test_problems_of_different_devices_are_refused() -> None:
     with pytest.raises(CalibrationInputError) as info:
         calibration_loop([same], lambda s, t: 1.0, dtype="fp32")
     assert info.value.field == "dtype"
+
+
+@pytest.mark.parametrize("truth", [CLOSED_LOOP_TRUTH, LATENCY_BOUND_TRUTH], ids=["far", "latency"])
+def test_one_shape_learns_from_its_own_shortlists(truth) -> None:
+    """Issue 16: each shape's loop uses only its own runs (one tuning job), starting from wide
+    priors around the base figures; the explore shortlists pin what the point estimate's own
+    top 5 cannot (bench: 98/100 within 1 % after 3 rounds, bench/RESULTS.md). 10 shapes: at
+    least 9 within 1 % of the true optimum after 3 rounds."""
+    rng = np.random.default_rng(99)
+    noise = np.random.default_rng(5)
+
+    def measure(shape: GemmShape, tiling: Tiling) -> float:
+        return _true_time_ns(shape, tiling, truth) / 1000 * math.exp(noise.normal(0.0, 0.02))
+
+    within = 0
+    for _ in range(10):
+        shape = GemmShape(*(draw_dimension(rng) for _ in range(3)))
+        loop = calibration_loop([TilingProblem(shape, BASE, SearchSpace())], measure)
+        best = optimize_tiling(TilingProblem(shape, truth, SearchSpace()), top_k=1).best
+        pick = loop.picks_of(0)[-1]
+        within += _true_time_ns(shape, pick, truth) <= 1.01 * best.overall_time_ns
+    assert within >= 9
+
+
+def test_exploit_mode_measures_the_point_estimates_top_k() -> None:
+    shape = GemmShape(2048, 1024, 4096)
+    problem = TilingProblem(shape, BASE, SearchSpace())
+    loop = calibration_loop(
+        [problem], lambda s, t: _true_time_ns(s, t) / 1000, rounds=1, mode=ShortlistMode.EXPLOIT
+    )
+    top = optimize_tiling(problem, top_k=5).candidates
+    assert [(m.tile_m, m.tile_n, m.tile_k, m.buffer_depth) for m in loop.rounds[0].measured] == [
+        (c.tiling.tile_m, c.tiling.tile_n, c.tiling.tile_k, c.tiling.buffer_depth) for c in top
+    ]

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from perfmodel.calibration import (
-    GEMM_WS_FIGURES,
     CalibrationInputError,
     CalibrationResult,
     GemmWsMeasurement,
@@ -20,6 +19,7 @@ from perfmodel.calibration import (
     fit_gemm_ws,
     predict_gemm_ws_us,
 )
+from perfmodel.calibration.gemm_ws import predict_gemm_ws_interval_us
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, simulate
 from tests.calibration_cases import BASE, draw_machine, draw_runs, measure, simulated_time_us
 
@@ -68,10 +68,10 @@ def test_three_percent_noise_predicts_held_out_runs_within_five_percent(seed: in
     held_out = _held_out_errors_pct(result, truth, draw_runs(rng, 40))
     assert sum(held_out) / len(held_out) <= 5.0
     for f in result.fitted:
-        if f.identifiable:
-            assert f.standard_error is not None and f.standard_error > 0
-        else:  # not determined by these noisy data: the base value, not an invention
-            assert f.value == f.base_value and f.standard_error is None
+        assert f.standard_error is not None and f.standard_error > 0
+        assert f.prior_median is not None and f.prior_sigma_log is not None
+        if not f.identifiable:  # not determined by these noisy data: held by the prior
+            assert abs(math.log(f.value / f.prior_median)) <= 2 * f.prior_sigma_log
 
 
 def test_every_run_load_bound_leaves_the_compute_figures_unidentified() -> None:
@@ -88,9 +88,11 @@ def test_every_run_load_bound_leaves_the_compute_figures_unidentified() -> None:
     compute = {"compute_throughput_macs_per_us", "compute_startup_latency_us"}
     for f in result.fitted:
         if f.name in compute:
+            # no run sees them: they stay exactly where the prior holds them, as uncertain
             assert not f.identifiable
-            assert f.value == f.base_value == getattr(BASE, f.name)
-            assert f.standard_error is None
+            assert f.prior_median is not None and f.prior_sigma_log is not None
+            assert f.value == pytest.approx(f.prior_median, rel=1e-6)
+            assert f.posterior_sd_log == pytest.approx(f.prior_sigma_log, rel=1e-3)
         else:
             assert f.identifiable
             assert f.value == pytest.approx(getattr(truth, f.name), rel=0.005)
@@ -113,20 +115,37 @@ def test_single_wave_runs_cannot_separate_t_init_from_t_epilogue() -> None:
     by_name = {f.name: f for f in result.fitted}
     for name in ("t_init_us", "t_epilogue_us"):
         assert not by_name[name].identifiable
-        assert by_name[name].value == getattr(BASE, name)
+    # ... but their sum is what every run sees, and the fit keeps it (no reset to the base)
+    fitted_sum = by_name["t_init_us"].value + by_name["t_epilogue_us"].value
+    assert fitted_sum == pytest.approx(truth.t_init_us + truth.t_epilogue_us, rel=0.005)
+    assert any("1 t_init_us + 1 t_epilogue_us" in c for c in result.determined_combinations), (
+        result.determined_combinations
+    )
     assert any("t_init_us" in w and "t_epilogue_us" in w for w in result.warnings)
     for name in ("load_throughput_elements_per_us", "compute_throughput_macs_per_us"):
         assert by_name[name].identifiable
         assert by_name[name].value == pytest.approx(getattr(truth, name), rel=0.005)
 
 
-def test_as_many_measurements_as_figures_determine_nothing() -> None:
-    rng = np.random.default_rng(0)
+@pytest.mark.parametrize("runs", [1, 2, 3, 5])
+def test_a_few_runs_are_reproduced_and_the_rest_stays_at_the_priors(runs: int) -> None:
+    """Issue 16: any number of runs >= 1 is a fit. Noise-free runs are reproduced within the
+    noise the fit assumes (3 % where the runs are too few to tell it: they leave no residual
+    degree of freedom); what they do not determine stays within a prior sd of the median."""
+    rng = np.random.default_rng(40 + runs)
     truth = draw_machine(rng)
-    result = fit_gemm_ws(BASE, measure(truth, draw_runs(rng, 6), rng), folds=0)
-    assert [f.identifiable for f in result.fitted] == [False] * 6
-    assert [f.value for f in result.fitted] == [getattr(BASE, n) for n in GEMM_WS_FIGURES]
-    assert any("at least 7" in w for w in result.warnings)
+    result = fit_gemm_ws(BASE, measure(truth, draw_runs(rng, runs), rng), folds=0)
+    assert result.noise_pct is not None and result.noise_pct <= 3.05
+    assert result.training_error.max_abs_pct <= result.noise_pct
+    assert result.effective_figures is not None and result.effective_figures <= runs + 1e-6
+    for f in result.fitted:
+        assert f.prior_median is not None and f.prior_sigma_log is not None
+        if not f.identifiable:
+            assert abs(math.log(f.value / f.prior_median)) <= f.prior_sigma_log, f.name
+    for r in result.residuals:
+        assert r.predicted_low is not None and r.predicted_high is not None
+        assert r.predicted_low <= r.predicted * (1 + 1e-9)
+        assert r.predicted_high >= r.predicted * (1 - 1e-9)
 
 
 def test_subset_fit_keeps_the_other_figures_and_apply_replaces_only_fitted_ones() -> None:
@@ -214,11 +233,9 @@ def _data(n: int = 8, **change: object) -> list[GemmWsMeasurement]:
         ({"measurements": _data(k=2.5)}, "measurements[2].k", "whole number"),
         ({"measurements": _data(tile_n=True)}, "measurements[2].tile_n", "whole number"),
         ({"measurements": _data(dtype="fp64")}, "measurements[2].dtype", "fp16"),
-        # too few measurements for the figures asked: says how many are needed
-        ({"measurements": _data(5)}, "measurements", "at least 7"),
         ({"measurements": _data(2), "fit": ["t_init_us", "t_epilogue_us", "mu"]}, "fit", "mu"),
         ({"measurements": _data(2), "fit": ["t_init_us", "t_epilogue_us", "t_init_us"]}, "fit", ""),
-        ({"measurements": []}, "measurements", "needs 7"),
+        ({"measurements": []}, "measurements", "at least one"),
         # unknown figure names, listing the valid ones
         ({"fit": ["load_throughput"]}, "fit", "load_throughput_elements_per_us"),
         ({"fit": []}, "fit", "at least one"),
@@ -256,3 +273,46 @@ def test_apply_refuses_a_result_of_the_other_model() -> None:
     result = fit_gemm_ws(BASE, _data(), fit=["t_init_us"], folds=0)
     with pytest.raises(CalibrationInputError, match="gemm-ws"):
         apply_gemm_ws(BASE, dataclasses.replace(result, model="many-bsp"))
+
+
+def test_three_percent_noise_intervals_cover_the_truth_about_as_often_as_they_say() -> None:
+    """Issue 16: with 3 % noise the 10-90 % posterior intervals of held-out runs contain the
+    true (noise-free) time for 70-90 % of them (pooled over 10 devices and 400 runs), and the
+    held-out mean error stays within 4 %."""
+    covered, errors = [], []
+    for seed in range(10):
+        rng = np.random.default_rng(100 + seed)
+        truth = draw_machine(rng)
+        result = fit_gemm_ws(BASE, measure(truth, draw_runs(rng, 40), rng, noise=0.03), folds=0)
+        held_out = draw_runs(rng, 40)
+        runs = [
+            GemmWsMeasurement(s.m, s.n, s.k, "fp16", *dataclasses.astuple(t), 1.0)
+            for s, t in held_out
+        ]
+        predicted, low, high = predict_gemm_ws_interval_us(BASE, result, runs)
+        true = np.array([simulated_time_us(s, t, truth) for s, t in held_out])
+        covered += list((low <= true) & (true <= high))
+        errors += list(np.abs(predicted / true - 1) * 100)
+    assert 0.70 <= float(np.mean(covered)) <= 0.90
+    assert float(np.mean(errors)) <= 4.0
+
+
+def test_latency_bound_runs_determine_only_combinations_and_still_predict() -> None:
+    """Issue 16: every stage latency-bound, so the stage time is (within 1 %) the same for
+    every tile (2 load startups): the runs see combinations of latencies, hardly the
+    throughputs.
+    Training error < 0.1 %, new runs of the same kind within 0.5 %."""
+    rng = np.random.default_rng(5)
+    truth = dataclasses.replace(
+        draw_machine(rng),
+        load_throughput_elements_per_us=1e6,
+        compute_throughput_macs_per_us=1e9,
+        load_startup_latency_us=2.0,
+        compute_startup_latency_us=0.5,
+    )
+    result = fit_gemm_ws(BASE, measure(truth, draw_runs(rng, 30, depths=(2, 3, 4)), rng))
+    assert result.training_error.max_abs_pct < 0.1
+    by_name = {f.name: f for f in result.fitted}
+    for name in ("compute_throughput_macs_per_us", "compute_startup_latency_us"):
+        assert not by_name[name].identifiable  # MATH hides behind the loads' latency
+    assert max(_held_out_errors_pct(result, truth, draw_runs(rng, 20, depths=(2, 3)))) <= 0.5

@@ -9,12 +9,14 @@ figures.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
 import pytest
 
 from device_profiles import get_profile
+from perfmodel.belief import FigureBelief, Prior
 from perfmodel.calibration import (
     MANY_BSP_FIGURES,
     CalibrationInputError,
@@ -24,9 +26,13 @@ from perfmodel.calibration import (
     fit_many_bsp,
     predict_many_bsp_cycles,
 )
-from perfmodel.calibration.engine import ROBUST_SCALE
-from perfmodel.calibration.many_bsp import ManyBspResidualModel, analyse_runs
-from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile
+from perfmodel.calibration.engine import cauchy_sds
+from perfmodel.calibration.many_bsp import (
+    ManyBspResidualModel,
+    analyse_runs,
+    predict_interval_cycles,
+)
+from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile, predict_kernel
 from perfmodel.manybsp.kernel import estimate_kernel
 from perfmodel.manybsp.types import LaunchShape
 from tests.nvcc_entries import NVCC_DIR
@@ -59,10 +65,15 @@ def _with(figures: DeviceFigures, **values: float) -> DeviceFigures:
     return dataclasses.replace(figures, device=dataclasses.replace(figures.device, **values))
 
 
-def _robust_cost(predicted: list[float], measured: list[float]) -> float:
-    """The fit's objective: sum of the Cauchy loss of the relative errors."""
+def _map_cost(
+    predicted: list[float], measured: list[float], noise: float, mu: float, prior: Prior
+) -> float:
+    """The fit's objective, written out independently: the Cauchy loss of the relative errors
+    at the fit's noise scale, plus the log-normal prior's penalty on mu."""
     r = np.array(predicted) / np.array(measured) - 1
-    return float(np.sum(np.log1p((r / ROBUST_SCALE) ** 2)))
+    c2 = cauchy_sds(noise) ** 2
+    data = float(np.sum(c2 * np.log1p((r / noise) ** 2 / c2)))
+    return data + ((math.log(mu) - math.log(prior.median)) / prior.sigma_log) ** 2
 
 
 def test_the_papers_errors_are_eq_27_of_its_own_numbers() -> None:
@@ -95,10 +106,13 @@ def test_mu_fitted_to_the_three_kernels_is_the_brute_force_optimum(device: str) 
             ).kernel_exec_cycle
             for r in analysed
         ]
-        return _robust_cost(predicted, measured)
+        assert mu.prior_median is not None and mu.prior_sigma_log is not None
+        assert result.noise_pct is not None
+        prior = Prior(mu.prior_median, mu.prior_sigma_log, "")
+        return _map_cost(predicted, measured, result.noise_pct / 100, value, prior)
 
     grid = np.linspace(1.0, 6.0, 2001)
-    assert cost(mu.value) <= min(cost(v) for v in grid) + 1e-9
+    assert cost(mu.value) <= min(cost(v) for v in grid) + 1e-6
     # the residuals are the full predictor's, with the fitted mu
     for r, m in zip(result.residuals, data, strict=True):
         assert r.predicted == pytest.approx(
@@ -140,15 +154,21 @@ def test_leave_one_kernel_out_against_the_papers_own_error(device: str) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_three_figures_from_three_kernels_are_not_identifiable(device: str) -> None:
+def test_three_figures_from_three_kernels_determine_one_combination(device: str) -> None:
+    """Three runs for three figures: a MAP fit all the same (issue 16), reproducing the runs
+    within its noise; what the runs do not determine stays within a prior sd of the median."""
     data = _measurements(device)
     result = fit_many_bsp(data[0].request.device, data, folds=3)
     assert [f.name for f in result.fitted] == list(MANY_BSP_FIGURES)
-    assert not any(f.identifiable for f in result.fitted)
-    assert all(f.value == f.base_value and f.standard_error is None for f in result.fitted)
-    assert any("at least 4 measurements" in w for w in result.warnings)
-    assert result.cross_validation_error is None
-    assert any("cross-validation skipped" in w for w in result.warnings)
+    assert result.effective_figures is not None and result.effective_figures <= 3
+    assert 1 <= len(result.determined_combinations) < 3
+    assert result.noise_pct is not None
+    assert result.training_error.max_abs_pct <= 2 * result.noise_pct
+    for f in result.fitted:
+        assert f.prior_median is not None and f.prior_sigma_log is not None
+        if not f.identifiable:
+            assert abs(math.log(f.value / f.prior_median)) <= f.prior_sigma_log
+    assert result.cross_validation_error is not None  # leave-one-kernel-out runs
 
 
 # ---- synthetic: hidden figures, the paper kernels at several grid sizes ----------------------
@@ -240,10 +260,13 @@ def test_one_kernel_cannot_separate_mu_from_the_warp_launch_overhead() -> None:
     base, data = _synthetic(["hotspot-gtx-760"], [5, 11, 20, 43, 60, 90])
     result = fit_many_bsp(base, data, folds=0)
     by_name = {f.name: f for f in result.fitted}
-    assert (
-        not by_name["mu"].identifiable and not by_name["warp_launch_overhead_cycles"].identifiable
-    )
-    assert any("mu" in w and "warp_launch_overhead_cycles" in w for w in result.warnings)
+    assert not by_name["warp_launch_overhead_cycles"].identifiable
+    assert by_name["block_launch_overhead_cycles"].value == pytest.approx(900.0, rel=1e-3)
+    # the slope's combination of 1/mu and the warp overhead is what the runs pin
+    assert any(
+        "/ mu" in c and "warp_launch_overhead_cycles" in c for c in result.determined_combinations
+    ), result.determined_combinations
+    assert result.training_error.max_abs_pct <= 0.01
 
 
 def test_mu_does_not_reach_a_kernel_with_two_resident_blocks() -> None:
@@ -283,7 +306,7 @@ def _bad(index: int, **change: Any) -> list[ManyBspMeasurement]:
         (_bad(1, measured_cycles=float("inf")), ["mu"], "measurements[1].measured_cycles", ""),
         (_bad(2, ptx="not ptx"), ["mu"], "measurements[2].request.ptx", "line 1"),
         (_bad(0, grid=(0, 1, 1)), ["mu"], "measurements[0].request.grid.x", "at least 1"),
-        (_measurements("gtx-760")[:1], ["mu", "warp_launch_overhead_cycles"], "measurements", "3"),
+        ([], ["mu", "warp_launch_overhead_cycles"], "measurements", "at least one"),
         (_measurements("gtx-760"), ["mu", "clock_mhz"], "fit", "block_launch_overhead_cycles"),
     ],
 )
@@ -313,3 +336,31 @@ def test_apply_refuses_a_gemm_ws_result() -> None:
     with pytest.raises(CalibrationInputError):
         apply_many_bsp(base, dataclasses.replace(result, model="gemm-ws"))
     assert isinstance(data[0].request, PredictRequest)
+
+
+def test_prediction_interval_brackets_the_point_and_widens_with_the_prior() -> None:
+    """The 10-90 % interval of a paper kernel's cycles under drawn figures: it contains the
+    point prediction, a tighter prior gives a narrower interval, and a belief with no spread
+    collapses it onto the point (against the predictor itself)."""
+    case = next(c for c in CASES if c["id"] == "hotspot-gtx-760")
+    request = paper_request(case)
+    base = request.device
+    values = {n: float(getattr(base.device, n)) for n in MANY_BSP_FIGURES}
+
+    result = predict_kernel(request)
+    point = result.estimate.kernel_exec_cycle
+
+    def interval(sigma: float) -> tuple[None, float, float]:
+        priors = {n: Prior(values[n], sigma, "test") for n in MANY_BSP_FIGURES}
+        belief = FigureBelief.from_priors(priors, values)
+        return (None, *predict_interval_cycles(base, result, belief))
+
+    _, low, high = interval(0.5)
+    assert point == pytest.approx(predict_many_bsp_cycles(base, request))
+    assert low <= point <= high and high > low
+    _, narrow_low, narrow_high = interval(0.05)
+    assert narrow_high - narrow_low < high - low
+    _, flat_low, flat_high = interval(1e-9)
+    assert flat_low == pytest.approx(point, rel=1e-6) and flat_high == pytest.approx(
+        point, rel=1e-6
+    )

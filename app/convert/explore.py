@@ -1,0 +1,65 @@
+"""Worker side of POST /optimize-tiling's shortlist: Z3's proven optimum, then the explore (or
+exploit) shortlist under what is believed about the device's figures (issue 16).
+
+Worker-only: it draws with numpy (perfmodel.belief, solver.explore), which the service's own
+process never loads; app/jobs.py imports it inside the optimize job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from app.convert.beliefs import gemm_ws_belief
+from app.convert.optimize import Solved, gemm_ws_machine
+from app.schemas.optimize import OptimizeTilingRequest, ShortlistOut
+from device_profiles import DeviceProfile
+from device_profiles.priors import gemm_ws_dtype_ratios
+from perfmodel.gemm_ws import simulate
+from solver import TilingProblem, optimize_tiling
+from solver.explore import DRAWS, MAX_EXPLORE_CONFIGURATIONS, explore_problem
+from solver.shortlist import ShortlistMode
+
+
+def solve(
+    request: OptimizeTilingRequest,
+    profile: DeviceProfile | None,
+    problem: TilingProblem,
+    time_limit_s: float,
+) -> Solved:
+    """Z3's proven optimum, then the shortlist: in explore mode the configurations most often
+    fastest under the device's belief (rank 1 stays Z3's); both modes carry each candidate's
+    probability of being fastest and its interval when the space is small enough to draw."""
+    mode = ShortlistMode(request.shortlist)
+    started = time.perf_counter()
+    top_k = 1 if mode is ShortlistMode.EXPLORE else request.top_k
+    result = optimize_tiling(problem, top_k=top_k, time_limit_s=time_limit_s)
+    if result.status != "optimal":
+        return Solved(result, None)
+    # the belief is about the reference (fp16) figures; draws are scaled to the request's
+    # dtype as its machine was
+    ratios, reference = (1.0, 1.0), problem.machine
+    if profile is not None:
+        ratios, reference = gemm_ws_dtype_ratios(profile)[request.dtype], gemm_ws_machine(profile)
+    kind, belief = gemm_ws_belief(profile, reference)
+    picks = None
+    if time.perf_counter() - started < time_limit_s:
+        picks = explore_problem(problem, belief, request.top_k, mode, ratios=ratios)
+    if picks is None:
+        note = f"more than {MAX_EXPLORE_CONFIGURATIONS} feasible configurations, or no time left"
+        if mode is ShortlistMode.EXPLORE:
+            result = optimize_tiling(problem, top_k=request.top_k, time_limit_s=time_limit_s)
+        return Solved(result, ShortlistOut(mode=mode.value, belief="none", draws=0, note=note))
+    if picks.tilings[0] != result.best.tiling:
+        raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
+    candidates = tuple(
+        simulate(problem.shape, t, problem.machine, problem.wave_model) for t in picks.tilings
+    )
+    uncertainty = tuple(
+        zip(picks.probability_best, picks.interval_low_us, picks.interval_high_us, strict=True)
+    )
+    return Solved(
+        dataclasses.replace(result, best=candidates[0], candidates=candidates),
+        ShortlistOut(mode=mode.value, belief=kind, draws=DRAWS),
+        uncertainty,
+    )

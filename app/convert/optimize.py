@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.schemas.base import ProfileProvenanceOut
+from app.schemas.base import provenance_out
 from app.schemas.optimize import (
     CertificateCheckOut,
     Feedback,
@@ -234,14 +234,6 @@ def to_response(
         profile_provenance=provenance_out(origin) if origin is not None else None,
         # the device as the request named it: recalibrating through a name moves the name
         feedback=None if request.device is None else feedback(request.device),
-    )
-
-
-def provenance_out(origin: Provenance) -> ProfileProvenanceOut:
-    return ProfileProvenanceOut(
-        kind=origin.kind,
-        measurement_count=origin.measurement_count,
-        estimated_figures=list(origin.estimated_figures),
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from app.convert.optimize import provenance_out
+from app.schemas.base import provenance_out
 from app.schemas.predict import (
     FuCycles,
     InstructionOut,

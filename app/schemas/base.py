@@ -17,6 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from device_profiles.provenance import Provenance
+
 
 class RequestModel(BaseModel):
     """Base of request bodies: unknown fields refused (``extra="forbid"``), strict types."""
@@ -37,4 +39,13 @@ class ProfileProvenanceOut(BaseModel):
     )
     estimated_figures: list[str] = Field(
         default_factory=list, description="dotted names of the model's estimated figures"
+    )
+
+
+def provenance_out(origin: Provenance) -> ProfileProvenanceOut:
+    """The response form of :func:`device_profiles.provenance.provenance`."""
+    return ProfileProvenanceOut(
+        kind=origin.kind,
+        measurement_count=origin.measurement_count,
+        estimated_figures=list(origin.estimated_figures),
     )

@@ -7,15 +7,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from app.schemas.base import ProfileProvenanceOut, provenance_out
 from device_profiles import DeviceProfile, FigureNeed, ModelStatus, calibration_status
-from device_profiles.schema import CALIBRATABLE_FIGURES, CalibrationProvenance
+from device_profiles.provenance import figure_statuses, provenance
+from device_profiles.schema import CALIBRATABLE_FIGURES, CalibrationProvenance, FigurePrior
 
 #: the state of one model on one profile (device_profiles.status.ModelStatus.state)
 ModelStateName = Literal["served", "uncalibrated-estimates", "needs-calibration", "missing-figures"]
 
 #: keys GET /devices/{id} adds to the profile; an inline ``device_params`` drops them, so the
 #: detail can be posted back as is
-READ_ONLY_PROFILE_KEYS: tuple[str, ...] = ("needs_calibration",)
+READ_ONLY_PROFILE_KEYS: tuple[str, ...] = ("needs_calibration", "profile_provenance", "figures")
 
 
 class DeviceSummary(BaseModel):
@@ -98,12 +100,31 @@ class ModelCalibration(BaseModel):
     )
 
 
+class FigureOut(BaseModel):
+    figure: str = Field(description="dotted path in the profile, e.g. gemm_ws.t_init_us")
+    value: float = Field(description="the value the model uses, in the unit its name gives")
+    status: Literal["published", "estimated", "calibrated"] = Field(
+        description="stated by a cited source, an uncalibrated estimate, or fitted to runs"
+    )
+    prior: FigurePrior | None = Field(
+        description="log-normal prior (median in the figure's unit, sigma_log of ln value, "
+        "source) of a calibratable figure; null for the others"
+    )
+
+
 class DeviceDetail(DeviceProfile):
     """A device profile (every figure with its source) and what each model still needs."""
 
     needs_calibration: dict[str, ModelCalibration] = Field(
         description="per model (gemm-ws, many-bsp): the figures that need calibration, those "
         "that must be cited first, and the call that fills the former"
+    )
+    profile_provenance: dict[str, ProfileProvenanceOut] = Field(
+        description="per model (gemm-ws, many-bsp): what its answers' profile_provenance says"
+    )
+    figures: dict[str, list[FigureOut]] = Field(
+        description="per model (gemm-ws, many-bsp): each scalar figure it uses, its value, "
+        "status (published, estimated, calibrated) and prior"
     )
 
 
@@ -144,7 +165,22 @@ def detail_profile(profile: DeviceProfile) -> DeviceDetail:
         model: model_calibration(profile.id, status)
         for model, status in calibration_status(profile).items()
     }
-    return DeviceDetail.model_validate({**profile.model_dump(), "needs_calibration": listing})
+    figures = {
+        model: [
+            FigureOut(figure=f.figure, value=f.value, status=f.status, prior=f.prior)
+            for f in figure_statuses(profile, model)
+        ]
+        for model in listing
+    }
+    origins = {model: provenance_out(provenance(profile, model)) for model in listing}
+    return DeviceDetail.model_validate(
+        {
+            **profile.model_dump(),
+            "needs_calibration": listing,
+            "profile_provenance": origins,
+            "figures": figures,
+        }
+    )
 
 
 def summarize_profile(profile: DeviceProfile, aliases: list[str] | None = None) -> DeviceSummary:

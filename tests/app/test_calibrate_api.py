@@ -103,6 +103,12 @@ def test_calibrated_profile_holds_the_fit_and_cites_it(client: TestClient) -> No
     for name in ("load_throughput_elements_per_us", "compute_throughput_macs_per_us"):
         assert fitted[name]["identifiable"]
         assert fitted[name]["value"] == pytest.approx(getattr(TRUE_GEMM, name), rel=0.1)
+    # GET /devices/{id}: the fitted figures are calibrated, the model's provenance too
+    origin = profile["profile_provenance"]["gemm-ws"]
+    assert (origin["kind"], origin["measurement_count"]) == ("calibrated", len(RUNS))
+    for f in profile["figures"]["gemm-ws"]:
+        name = f["figure"].removeprefix("gemm_ws.")
+        assert f["status"] == ("calibrated" if fitted[name]["identifiable"] else "estimated")
     provenance = profile["calibration"]
     assert provenance["base_device"] == "rtx-a6000" and provenance["root_device"] == "rtx-a6000"
     assert provenance["measurement_count"] == len(RUNS)

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from tests.device_profiles.test_todays_gpus import FITTED as FITTED_BY_MODEL
 
 NVCC_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "ptx" / "nvcc"
 PROBLEM = "application/problem+json"
@@ -107,6 +108,55 @@ def test_listing_gives_each_models_status(client: TestClient) -> None:
     assert devices["p100"]["model_status"]["many-bsp"] == "uncalibrated-estimates"
     assert devices["rtx-a6000"]["model_status"]["gemm-ws"] == "served"
     assert devices["rtx-a6000"]["models"] == ["gemm-ws", "many-bsp"]
+
+
+ALL_PROFILES = ["a100", "h100", "v100", "p100", "gtx-1070", "gtx-760", "940mx", "rtx-a6000"]
+GEMM_WS_FITTED = set(FITTED_BY_MODEL["gemm-ws"])
+
+
+@pytest.mark.parametrize("device", ALL_PROFILES)
+def test_detail_gives_every_figure_its_value_status_and_prior(
+    client: TestClient, device: str
+) -> None:
+    body = client.get(f"/devices/{device}").json()
+    for model, prefix, fitted in (
+        ("many-bsp", "many_bsp", FITTED),
+        ("gemm-ws", "gemm_ws", GEMM_WS_FITTED),
+    ):
+        listed = {f["figure"]: f for f in body["figures"][model]}
+        for name in fitted:  # issue 16: every calibratable figure has a cited prior
+            f = listed[f"{prefix}.{name}"]
+            assert f["prior"]["median"] > 0 and f["prior"]["sigma_log"] > 0
+            assert len(f["prior"]["source"]) > 10
+        for path, f in listed.items():  # the file's own value and flag, as the profile shows
+            section = body[prefix][path.removeprefix(f"{prefix}.")]
+            assert f["value"] == section["value"]
+            assert f["status"] == ("estimated" if section.get("estimate") else "published")
+    assert {f["figure"]: f for f in body["figures"]["many-bsp"]}["many_bsp.warp_size"][
+        "prior"
+    ] is None  # not calibratable: no prior
+
+
+@pytest.mark.parametrize(
+    ("device", "gemm_ws", "many_bsp"),
+    [
+        # §4.2 measured the A6000's GeMM-WS figures; the report fitted the GTX 760's Many-BSP
+        ("rtx-a6000", "published", "estimated"),
+        ("gtx-760", "estimated", "published"),
+        ("h100", "estimated", "estimated"),
+    ],
+)
+def test_detail_says_each_models_provenance_as_its_answers_do(
+    client: TestClient, device: str, gemm_ws: str, many_bsp: str
+) -> None:
+    origins = client.get(f"/devices/{device}").json()["profile_provenance"]
+    assert {m: o["kind"] for m, o in origins.items()} == {
+        "gemm-ws": gemm_ws,
+        "many-bsp": many_bsp,
+    }
+    answer = client.post("/optimize-tiling", json={"m": 256, "n": 256, "k": 256, "device": device})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["profile_provenance"] == origins["gemm-ws"]
 
 
 def _predict_body(ptx: str, kernel: str, **over: Any) -> dict[str, Any]:

@@ -65,7 +65,8 @@ end
 local sizes = {}
 local function size_of(k)
   if sizes[k] == nil then
-    if redis.call('EXISTS', k) == 1 then sizes[k] = redis.call('STRLEN', k) else sizes[k] = false end
+    sizes[k] = false
+    if redis.call('EXISTS', k) == 1 then sizes[k] = redis.call('STRLEN', k) end
   end
   return sizes[k]
 end

@@ -21,6 +21,7 @@ from typing import Annotated, Any, SupportsIndex
 from fastapi import Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
+from app.auth import TokenTable
 from app.cache import ResultCache, cache_key
 from app.logging import request_started_var
 from app.metrics import Metrics
@@ -73,6 +74,8 @@ class Service:
     profiles: dict[str, DeviceProfile] = field(default_factory=dict)
     #: shared with other replicas when KPERF_STORE_URL names one; in-process by default
     store: Store = field(default_factory=MemoryStore)
+    #: bearer tokens (app/auth.py); None: authentication off
+    tokens: TokenTable | None = None
     #: identical concurrent misses solve once (app/singleflight.py); built from the cache
     flights: SingleFlight = field(init=False)
 

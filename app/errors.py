@@ -25,7 +25,7 @@ from app.pool import (
     WorkerMemoryExceeded,
     WorkerTimeout,
 )
-from app.profile_store import NameTaken, StoredProfileUnavailable
+from app.profile_store import NameTaken, StoredProfileUnavailable, UnknownRun
 from app.schemas.devices import calibrate_hint
 from app.service import RequestFieldError
 from app.store import CapExceeded, StoreUnavailable
@@ -181,6 +181,11 @@ async def _stored_profile_handler(request: Request, exc: Exception) -> JSONRespo
     )
 
 
+async def _unknown_run_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, UnknownRun)
+    return field_error(404, "Not found", exc.field, exc.reason)
+
+
 async def _unauthorized_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, Unauthorized)
     return field_error(
@@ -274,6 +279,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestFieldError: _field_handler,
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
     NameTaken: _name_taken_handler,
+    UnknownRun: _unknown_run_handler,
     Unauthorized: _unauthorized_handler,
     Forbidden: _forbidden_handler,
     CapExceeded: _cap_handler,

@@ -145,8 +145,9 @@ class Settings(BaseSettings):
         "admin): only for a loopback port",
     )
     auth_reads: bool = Field(
-        default=False, description="with tokens_file: reads (predict, optimize, devices) need a "
-        "token too; /healthz, /readyz and /metrics never do"
+        default=False,
+        description="with tokens_file: reads (predict, optimize, devices) need a "
+        "token too; /healthz, /readyz and /metrics never do",
     )
     max_profiles_per_tenant: int = Field(
         default=1000, ge=1, description="most calibrated profiles one tenant may keep stored"

@@ -285,9 +285,30 @@ class CalibrateResponse(CalibrationFit):
 class MeasurementsAdded(BaseModel):
     device: str = Field(description="profile id the runs were recorded under")
     model: CalibrationModel
-    added: int = Field(description="runs appended by this request")
-    total: int = Field(description="runs of this model now recorded for the device")
+    added: int = Field(description="runs newly stored by this request")
+    duplicates: int = Field(
+        default=0, description="runs of this request already in the record (stored once)"
+    )
+    total: int = Field(
+        description="runs now in the device's record (every model), counted by the store in "
+        "the same transaction that wrote them"
+    )
+    batch: str | None = Field(
+        default=None,
+        description="id of this batch: DELETE /devices/{id}/measurements/batches/{batch}",
+    )
     recalibrate_url: str = Field(description="POST here to refit from every recorded run")
+
+
+class RunsDeleted(BaseModel):
+    device: str = Field(description="profile id whose record changed")
+    deleted: int = Field(description="runs removed by this request")
+    total: int = Field(description="runs left in the record")
+
+
+class ProfileDeleted(BaseModel):
+    device: str = Field(description="the calibrated profile id removed, with its record")
+    names: list[str] = Field(description="names that pointed at it, removed with it")
 
 
 class MeasurementRecord(BaseModel):

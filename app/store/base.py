@@ -220,7 +220,10 @@ class MemoryStore(Store):
             for d in deletes:
                 self._data.pop((d.namespace, d.key), None)
             for key, total in totals.items():
-                self._data[(COUNTERS, key)] = (str(total).encode(), None)
+                if total:
+                    self._data[(COUNTERS, key)] = (str(total).encode(), None)
+                else:  # a counter of nothing leaves no key behind
+                    self._data.pop((COUNTERS, key), None)
             return Outcome(totals, frozenset((p.namespace, p.key) for p in writing))
 
     def _count(self, key: str, now: float) -> int:

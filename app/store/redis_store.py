@@ -111,7 +111,10 @@ for i, c in ipairs(counters) do
 end
 for _, w in ipairs(writes) do redis.call('SET', w[1], w[2]) end
 for _, k in ipairs(dels) do redis.call('DEL', k) end
-for i = 1, nc do redis.call('SET', KEYS[i], tostring(totals[i])) end
+for i = 1, nc do
+  if totals[i] > 0 then redis.call('SET', KEYS[i], tostring(totals[i]))
+  else redis.call('DEL', KEYS[i]) end
+end
 return {1, totals, written}
 """
 

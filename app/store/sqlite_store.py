@@ -286,11 +286,13 @@ class SqliteStore(Store):
                     "INSERT OR REPLACE INTO store_entries (namespace, key, value, expires_unix_s) "
                     "VALUES (?, ?, ?, NULL)",
                     [(p.namespace, p.key, p.value) for p in writing]
-                    + [(COUNTERS, k, str(t).encode()) for k, t in totals.items()],
+                    + [(COUNTERS, k, str(t).encode()) for k, t in totals.items() if t],
                 )
+                # a counter of nothing leaves no row behind
                 conn.executemany(
                     "DELETE FROM store_entries WHERE namespace = ? AND key = ?",
-                    [(d.namespace, d.key) for d in deletes],
+                    [(d.namespace, d.key) for d in deletes]
+                    + [(COUNTERS, k) for k, t in totals.items() if not t],
                 )
                 return Outcome(totals, frozenset((p.namespace, p.key) for p in writing))
 

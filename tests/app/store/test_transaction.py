@@ -81,3 +81,10 @@ def test_concurrent_writers_never_pass_the_cap(store: Store) -> None:
     refused = [o for o in outcomes if isinstance(o, CapExceeded)]
     assert len(refused) == 6 and all(r.total == 100 for r in refused)
     assert len(store.keys("runs:dev")) == 100 == store.counter("runs:dev")
+
+
+def test_a_counter_of_nothing_leaves_no_key(store: Store) -> None:
+    store.transact([Put("runs:dev", "r", b"1")], counters=[RUNS])
+    assert store.keys("counters") == ["runs:dev"]
+    store.transact(deletes=[Delete("runs:dev", "r")], counters=[RUNS])
+    assert store.keys("counters") == [] and store.counter("runs:dev") == 0

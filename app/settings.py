@@ -19,6 +19,8 @@ from app.store.registry import scheme_of
 #: this, and the configured maximum is enforced per request (app/service.py)
 TIME_LIMIT_CEILING_S = 3600.0
 
+#: the largest max_calibration_measurements; request schemas accept lists up to this
+MAX_CALIBRATION_MEASUREMENTS_CEILING = 1_000_000
 #: below this a worker cannot even import Z3 (Python + libz3 map ~300 MB of address space)
 MIN_WORKER_MEMORY_LIMIT_BYTES = 256 * 1024 * 1024
 
@@ -86,7 +88,7 @@ class Settings(BaseSettings):
     max_calibration_measurements: int = Field(
         default=5000,
         ge=1,
-        le=1_000_000,
+        le=MAX_CALIBRATION_MEASUREMENTS_CEILING,
         description="most measured runs one calibration fits, and one device's record holds",
     )
     cache_memory_items: int = Field(

@@ -26,6 +26,7 @@ __all__ = ["redis_server"]
 
 TOKENS = {"alice": "write", "bob": "write", "rita": "read", "root": "admin"}
 CAP_RUNS = 100
+CAP_PROFILES = 2
 PROBLEM = {"m": 4096, "n": 4096, "k": 4096, "device": "a-gpu"}
 
 
@@ -74,6 +75,7 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
             "KPERF_STORE_URL": url,
             "KPERF_TOKENS_FILE": str(tokens),
             "KPERF_MAX_CALIBRATION_MEASUREMENTS": str(CAP_RUNS),
+            "KPERF_MAX_PROFILES_PER_TENANT": str(CAP_PROFILES),
             "KPERF_WORKERS": "2",
         }
     )
@@ -190,3 +192,40 @@ def test_concurrent_posts_never_pass_the_cap(server: tuple[str, Any]) -> None:
         refit = http.post("/devices/rtx-a6000/recalibrate")
         assert refit.status_code == 200, refit.text
         assert refit.json()["measurement_count"] == 100
+
+
+def test_oversized_text_and_refused_calibrations_leave_nothing(server: tuple[str, Any]) -> None:
+    base, keys = server
+    with httpx.Client(base_url=base, timeout=120, headers=_token("bob")) as http:
+        profile = http.get("/devices/rtx-a6000").json()
+        profile.pop("needs_calibration")
+        inline = {"model": "many-bsp", "measurements": [{"ptx": "x"}]}
+        empty = keys()
+        for field, size in (("name", 201), ("description", 4001)):
+            huge = {**inline, "base_device_params": {**profile, field: "n" * size}}
+            body = _problem(http.post("/calibrate", json=huge), 422, "base_device_params")
+            reason = next(e["reason"] for e in body["errors"] if e["field"] == "base_device_params")
+            assert f"{field}: " in reason and str(size - 1) in reason, reason
+        _problem(http.post("/calibrate", json={**inline, "name": "n" * 65}), 422, "name")
+        assert keys() == empty
+        made = []
+        for seed in range(CAP_PROFILES + 1):
+            runs = _distinct_runs(100 + seed, 36)
+            before = keys()
+            answer = http.post(
+                "/calibrate",
+                json={"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": runs},
+            )
+            made.append(answer)
+        assert [a.status_code for a in made] == [200] * CAP_PROFILES + [409], made[-1].text
+        body = _problem(made[-1], 409, "device")
+        assert (body["errors"][0]["cap"], body["errors"][0]["total"]) == (CAP_PROFILES, 2)
+        assert keys() == before  # the refused one left no key or row
+        gone = http.delete(f"/devices/{made[0].json()['device']}")
+        assert gone.status_code == 200, gone.text
+        again = http.post(
+            "/calibrate",
+            json={"model": "gemm-ws", "base_device": "rtx-a6000",
+                  "measurements": _distinct_runs(100 + CAP_PROFILES, 36)},
+        )  # fmt: skip
+        assert again.status_code == 200, again.text

@@ -48,7 +48,9 @@ from app.schemas.calibrate import (
     RecalibrateRequest,
     RunsDeleted,
 )
+from app.schemas.devices import DeviceHistory, device_history
 from app.service import MODEL_VERSION, RequestFieldError, Service, json_bytes_response
+from app.store import StoreUnavailable
 from device_profiles import DeviceProfile
 from perfmodel.errors import CalibrationInputError
 
@@ -236,6 +238,18 @@ async def measurement_record(
         gemm_ws=record.get("gemm-ws", []),
         many_bsp=record.get("many-bsp", []),
     )
+
+
+def device_record(service: Service, principal: Principal, profile: DeviceProfile) -> DeviceHistory:
+    """GET /devices/{id}'s history (blocking: run it off the loop); a shipped profile still
+    answers while the store is unavailable, without its counts."""
+    profiles = service.profile_store
+    try:
+        owner = profiles.owner(profile.id)
+        runs = profiles.run_count(record_of(profile.id, principal.tenant, profiles.shipped))
+    except StoreUnavailable:
+        owner, runs = None, None
+    return device_history(profile, owner, runs)
 
 
 async def delete_runs(

@@ -17,6 +17,7 @@ from app.calibration import (
     calibration_response,
     delete_profile,
     delete_runs,
+    device_record,
     measurement_record,
     recalibrate,
 )
@@ -77,10 +78,13 @@ async def list_devices(service: ServiceDep) -> DeviceList:
 
 
 @router.get("/{device_id}", response_model=DeviceDetail)
-async def device_detail(device_id: str, service: ServiceDep) -> DeviceDetail:
+async def device_detail(device_id: str, service: ServiceDep, principal: ReaderDep) -> DeviceDetail:
     """One device profile (shipped id, calibrated id or name): every figure with its cited
-    source, and per model the figures that need calibration with the call that fills them."""
-    return detail_profile(await service.resolve_profile(device_id))
+    source, per model the figures that need calibration with the call that fills them, and
+    its history (owner, runs recorded, the fit's errors)."""
+    profile = await service.resolve_profile(device_id)
+    history = await asyncio.to_thread(device_record, service, principal, profile)
+    return detail_profile(profile, history)
 
 
 @router.get("/{device_id}/measurements", response_model=MeasurementRecord)

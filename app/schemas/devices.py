@@ -8,14 +8,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from device_profiles import DeviceProfile, FigureNeed, ModelStatus, calibration_status
-from device_profiles.schema import CALIBRATABLE_FIGURES, CalibrationProvenance
+from device_profiles.schema import (
+    CALIBRATABLE_FIGURES,
+    CalibrationErrorSummary,
+    CalibrationProvenance,
+)
 
 #: the state of one model on one profile (device_profiles.status.ModelStatus.state)
 ModelStateName = Literal["served", "uncalibrated-estimates", "needs-calibration", "missing-figures"]
 
 #: keys GET /devices/{id} adds to the profile; an inline ``device_params`` drops them, so the
 #: detail can be posted back as is
-READ_ONLY_PROFILE_KEYS: tuple[str, ...] = ("needs_calibration",)
+READ_ONLY_PROFILE_KEYS: tuple[str, ...] = ("needs_calibration", "history")
 
 
 class DeviceSummary(BaseModel):
@@ -98,12 +102,67 @@ class ModelCalibration(BaseModel):
     )
 
 
+class FigureVsPriorOut(BaseModel):
+    """One fitted figure against its prior (filled once calibration results carry priors)."""
+
+    figure: str = Field(description="profile field name (its unit is in the name)")
+    prior: float = Field(description="the prior's median, in the figure's unit")
+    fitted: float = Field(description="the fitted value, in the figure's unit")
+    determined: bool = Field(description="whether the runs moved it from its prior")
+
+
+class DeviceHistory(BaseModel):
+    """What a device's record holds and what its fit made of it (issue 16, item 7)."""
+
+    owner: str | None = Field(description="tenant that created it; null for a shipped profile")
+    recorded_runs: int | None = Field(
+        description="runs in the device's record (for a shipped profile: the caller's own "
+        "draft record of it), from the store's counter; null while the store is unavailable"
+    )
+    fitted: list[str] = Field(
+        default_factory=list, description="figures the fit determined (calibrated only)"
+    )
+    fit_measurement_count: int | None = Field(
+        default=None, description="runs the profile's fit used (calibrated only)"
+    )
+    training_error: CalibrationErrorSummary | None = Field(
+        default=None, description="the fit's error on its own runs, % of measured"
+    )
+    cross_validation_error: CalibrationErrorSummary | None = Field(
+        default=None, description="k-fold error on held-out runs, % of measured"
+    )
+    figures_vs_priors: list[FigureVsPriorOut] | None = Field(
+        default=None,
+        description="each fitted figure against its prior and whether the runs determined it; "
+        "null until the stored calibration carries per-figure priors",
+    )
+
+
 class DeviceDetail(DeviceProfile):
     """A device profile (every figure with its source) and what each model still needs."""
 
     needs_calibration: dict[str, ModelCalibration] = Field(
         description="per model (gemm-ws, many-bsp): the figures that need calibration, those "
         "that must be cited first, and the call that fills the former"
+    )
+    history: DeviceHistory | None = Field(
+        default=None, description="its record and fit: run count, fit errors, owner"
+    )
+
+
+def device_history(
+    profile: DeviceProfile, owner: str | None, recorded_runs: int | None
+) -> DeviceHistory:
+    calibration = profile.calibration
+    if calibration is None:
+        return DeviceHistory(owner=owner, recorded_runs=recorded_runs)
+    return DeviceHistory(
+        owner=owner,
+        recorded_runs=recorded_runs,
+        fitted=list(calibration.fitted),
+        fit_measurement_count=calibration.measurement_count,
+        training_error=calibration.training_error,
+        cross_validation_error=calibration.cross_validation_error,
     )
 
 
@@ -139,12 +198,14 @@ def model_calibration(device_id: str, status: ModelStatus) -> ModelCalibration:
     )
 
 
-def detail_profile(profile: DeviceProfile) -> DeviceDetail:
+def detail_profile(profile: DeviceProfile, history: DeviceHistory | None = None) -> DeviceDetail:
     listing = {
         model: model_calibration(profile.id, status)
         for model, status in calibration_status(profile).items()
     }
-    return DeviceDetail.model_validate({**profile.model_dump(), "needs_calibration": listing})
+    return DeviceDetail.model_validate(
+        {**profile.model_dump(), "needs_calibration": listing, "history": history}
+    )
 
 
 def summarize_profile(profile: DeviceProfile, aliases: list[str] | None = None) -> DeviceSummary:

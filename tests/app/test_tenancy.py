@@ -110,6 +110,11 @@ def test_tenants_own_their_devices(server: tuple[str, Any]) -> None:
         answer = http.post("/optimize-tiling", json=PROBLEM).json()  # reads need no token
         record = http.get(f"/devices/{device}/measurements").json()
         assert keys() > before
+        history = http.get(f"/devices/{device}").json()["history"]
+        assert (history["owner"], history["recorded_runs"]) == ("alice", len(runs))
+        assert history["fit_measurement_count"] == len(runs) and history["fitted"]
+        assert history["training_error"] == made.json()["training_error"]
+        assert history["figures_vs_priors"] is None  # until calibration carries priors
 
         # bob can neither post to, refit, rename nor delete alice's device
         post = {"model": "gemm-ws", "measurements": [{**runs[0], "measured_time_us": 0.01}]}

@@ -269,8 +269,8 @@ class ProfileStore:
         """model -> every run recorded for ``record_id``, oldest first."""
         namespace = runs_namespace(record_id)
         runs: list[tuple[int, str, Any]] = []
-        for key in self.store.keys(namespace):
-            raw = self.store.get(namespace, key)
+        keys = self.store.keys(namespace)
+        for raw in self.store.get_many(namespace, keys):
             if raw is not None:
                 entry = json.loads(raw)
                 runs.append((entry["seq"], entry["model"], entry["run"]))

@@ -65,6 +65,11 @@ class Store(abc.ABC):
         then held once, not twice. For callers that only send or hash it."""
         return self.get(namespace, key)
 
+    def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
+        """:meth:`get` of each key, in order; a network backend answers them in few round
+        trips (a device's record is thousands of runs, one key each)."""
+        return [self.get(namespace, key) for key in keys]
+
     @abc.abstractmethod
     def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
         """Store ``value`` (replacing any), expiring after ``ttl_s`` seconds when given."""

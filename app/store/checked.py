@@ -121,6 +121,16 @@ class CheckedStore(Store):
             self._drop(namespace, key, exc)
             return None
 
+    def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
+        values: list[bytes | None] = []
+        for key, value in zip(keys, self.inner.get_many(namespace, keys), strict=True):
+            try:
+                values.append(None if value is None else unseal(namespace, key, value))
+            except CorruptValue as exc:
+                self._drop(namespace, key, exc)
+                values.append(None)
+        return values
+
     def _drop(self, namespace: str, key: str, exc: CorruptValue) -> None:
         log.warning(
             "stored value dropped: it does not open",

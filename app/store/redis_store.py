@@ -15,6 +15,7 @@ error becomes :class:`StoreUnavailable`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -35,6 +36,8 @@ SCAN_COUNT = 1000
 #: 36 MB answer cost 137 MiB of peak RSS). In pieces, the value is written once, into one
 #: buffer, inside a WATCH so that a value replaced meanwhile is never returned half-and-half.
 PIECE_BYTES = 1 << 20
+#: keys per MGET of ``get_many`` (a record's runs are small: one reply stays well below a MiB)
+MGET_KEYS = 500
 
 
 #: compare-and-delete / compare-and-renew: Redis runs a script atomically
@@ -169,6 +172,15 @@ class RedisStore(Store):
     def get(self, namespace: str, key: str) -> bytes | None:
         value: Any = self._run("get", lambda: self._client.get(self._prefix(namespace) + key))
         return None if value is None else bytes(value)
+
+    def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
+        prefix = self._prefix(namespace)
+        values: list[bytes | None] = []
+        for start in range(0, len(keys), MGET_KEYS):
+            names = [prefix + key for key in keys[start : start + MGET_KEYS]]
+            found: Any = self._run("mget", functools.partial(self._client.mget, names))
+            values += [None if v is None else bytes(v) for v in found]
+        return values
 
     def get_buffer(self, namespace: str, key: str) -> bytes | bytearray | None:
         name = self._prefix(namespace) + key

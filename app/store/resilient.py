@@ -121,6 +121,9 @@ class ResilientStore(Store):
     def get_buffer(self, namespace: str, key: str) -> bytes | bytearray | memoryview | None:
         return self._call("get", lambda: self.backend.get_buffer(namespace, key))
 
+    def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
+        return self._call("get", lambda: self.backend.get_many(namespace, keys))
+
     def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
         self._call("put", lambda: self.backend.put(namespace, key, value, ttl_s=ttl_s))
 

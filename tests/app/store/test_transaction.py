@@ -88,3 +88,11 @@ def test_a_counter_of_nothing_leaves_no_key(store: Store) -> None:
     assert store.keys("counters") == ["runs:dev"]
     store.transact(deletes=[Delete("runs:dev", "r")], counters=[RUNS])
     assert store.keys("counters") == [] and store.counter("runs:dev") == 0
+
+
+def test_get_many_answers_in_order_with_misses(store: Store) -> None:
+    keys = [f"k{i:04d}" for i in range(1203)]  # more than one Redis MGET
+    store.transact([Put("runs:dev", k, k.encode()) for k in keys[::2]])
+    assert store.get_many("runs:dev", keys) == [
+        k.encode() if i % 2 == 0 else None for i, k in enumerate(keys)
+    ]

@@ -33,7 +33,7 @@ from app.auth import Forbidden, Principal, check_owner
 from app.convert import calibrate as convert
 from app.jobs import calibrate_via_pool, calibration_svg_via_pool, check_runs_via_pool
 from app.negotiation import svg_response
-from app.profile_store import record_of
+from app.profile_store import record_of, run_digest
 from app.schemas.calibrate import (
     DEFAULT_FOLDS,
     FIGURES,
@@ -222,6 +222,7 @@ async def add_measurements(
         duplicates=len(documents) - appended.added,
         total=appended.total,
         batch=appended.batch,
+        digests=[run_digest(request.model, d) for d in documents],
         recalibrate_url=f"/devices/{profile.id}/recalibrate",
     )
 
@@ -233,10 +234,13 @@ async def measurement_record(
     profile = await service.resolve_profile(device_ref)
     record_id = record_of(profile.id, principal.tenant, service.profile_store.shipped)
     record = await asyncio.to_thread(service.profile_store.record, record_id)
+    gemm_ws, many_bsp = record.get("gemm-ws", []), record.get("many-bsp", [])
     return MeasurementRecord(
         device=profile.id,
-        gemm_ws=record.get("gemm-ws", []),
-        many_bsp=record.get("many-bsp", []),
+        gemm_ws=gemm_ws,
+        many_bsp=many_bsp,
+        gemm_ws_digests=[run_digest("gemm-ws", run) for run in gemm_ws],
+        many_bsp_digests=[run_digest("many-bsp", run) for run in many_bsp],
     )
 
 

@@ -278,7 +278,7 @@ class CalibrationProvenance(_Strict):
         description="k-fold error on held-out runs; null when cross-validation was off",
     )
     method: str = Field(
-        max_length=MAX_NAME_CHARS, description="fitting method reported by the calibration core"
+        max_length=MAX_TEXT_CHARS, description="fitting method reported by the calibration core"
     )
 
 

@@ -311,6 +311,11 @@ class MeasurementsAdded(BaseModel):
         default=None,
         description="id of this batch: DELETE /devices/{id}/measurements/batches/{batch}",
     )
+    digests: list[str] = Field(
+        default_factory=list,
+        description="content digest of each posted run, in request order "
+        "(DELETE /devices/{id}/measurements/runs/{digest})",
+    )
     recalibrate_url: str = Field(description="POST here to refit from every recorded run")
 
 
@@ -329,3 +334,11 @@ class MeasurementRecord(BaseModel):
     device: str = Field(description="profile id")
     gemm_ws: list[GemmWsMeasurementIn] = Field(description="recorded GeMM-WS runs, oldest first")
     many_bsp: list[ManyBspMeasurementIn] = Field(description="recorded Many-BSP runs, oldest first")
+    gemm_ws_digests: list[str] = Field(
+        default_factory=list,
+        description="content digest of each GeMM-WS run, in the same order "
+        "(DELETE /devices/{id}/measurements/runs/{digest})",
+    )
+    many_bsp_digests: list[str] = Field(
+        default_factory=list, description="content digest of each Many-BSP run, in order"
+    )

@@ -9,7 +9,7 @@ from pydantic import BaseModel, BeforeValidator, Field, Strict, ValidationError
 from app.schemas.base import RequestModel
 from app.schemas.devices import drop_read_only_keys
 from device_profiles import DeviceProfile
-from device_profiles.schema import MAX_ID_CHARS, MAX_NAME_CHARS
+from device_profiles.schema import MAX_ID_CHARS, MAX_TEXT_CHARS
 
 
 def _inline_profile(value: object) -> object:
@@ -61,7 +61,9 @@ class KernelLaunch(RequestModel):
 
     ptx: str = Field(min_length=1, description="PTX module text")
     kernel: str | None = Field(
-        None, max_length=MAX_NAME_CHARS, description="entry name; required when several .entry"
+        None,
+        max_length=MAX_TEXT_CHARS,
+        description="entry name (mangled C++ names run long); required when several .entry",
     )
     launch: LaunchConfig
     resources: Resources = Field(

@@ -169,8 +169,15 @@ def test_identical_runs_are_stored_once(server: tuple[str, Any]) -> None:
         again = http.post("/devices/rtx-a6000/measurements", json=post).json()
         assert (first["added"], first["total"]) == (10, 10)
         assert (again["added"], again["duplicates"], again["total"]) == (0, 10, 10)
+        record = http.get("/devices/rtx-a6000/measurements").json()
+        assert record["gemm_ws_digests"] == first["digests"] == again["digests"]
+        one = http.delete(f"/devices/rtx-a6000/measurements/runs/{first['digests'][3]}").json()
+        assert (one["deleted"], one["total"]) == (1, 9)
+        record = http.get("/devices/rtx-a6000/measurements").json()
+        assert record["gemm_ws"] == post["measurements"][:3] + post["measurements"][4:]
         left = http.delete(f"/devices/rtx-a6000/measurements/batches/{first['batch']}").json()
-        assert (left["deleted"], left["total"]) == (10, 0)
+        assert (left["deleted"], left["total"]) == (9, 0)
+        assert http.get("/devices/rtx-a6000/measurements").json()["gemm_ws"] == []
 
 
 def test_concurrent_posts_never_pass_the_cap(server: tuple[str, Any]) -> None:

@@ -132,7 +132,8 @@ def check_owner(principal: Principal, owner: str | None, device_id: str) -> None
     """Forbidden unless ``principal`` owns ``device_id`` (``owner``) or is an admin."""
     if principal.role == "admin" or owner == principal.tenant:
         return
-    whose = "a shipped profile" if owner is None else f"tenant {owner}'s"
+    # no owner: a shipped profile, or one calibrated before tenants existed (admins only)
+    whose = "nobody's (shipped, or made before tenants)" if owner is None else f"tenant {owner}'s"
     raise Forbidden(
         "device", f"{device_id} is {whose}; tenant {principal.tenant} may not change it"
     )

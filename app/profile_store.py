@@ -5,9 +5,16 @@ Layout (values are UTF-8 JSON, or the bare id for an alias):
 * ``profiles`` / ``<id>``: a calibrated :class:`DeviceProfile`; written once, never changed
   (its id is a digest of what made it, see ``app/convert/calibrate.py``);
 * ``aliases`` / ``<name>``: the id the name points to;
-* ``measurements:<id>`` / ``<model>.<time ns, 20 digits>.<random hex>``: one appended batch,
-  ``{"model": ..., "measurements": [...]}``; the record of a device is its batches in key
-  order (oldest first). Shipped profile ids have records too.
+* ``owners`` / ``<id>``: the tenant that created a calibrated profile (issue 20);
+* ``runs:<record>`` / ``<model>.<16 hex content digest>``: one measured run,
+  ``{"model", "seq", "batch", "run"}``; the record is its runs by ``seq`` (oldest first), and
+  a run posted twice is stored once. ``<record>`` is a calibrated id, or ``<tenant>@<shipped
+  id>``: a tenant's own draft record of a shipped profile (nobody writes the shipped one);
+* ``batches:<record>`` / ``<batch id>``: the run keys one post wrote (``fit``: the runs a
+  profile was fitted to), for DELETE by batch;
+* counters (``Store.counter``): ``runs:<record>``, ``profiles:<tenant>``, ``bytes:<tenant>``,
+  kept and capped by the store in the same transaction as the writes they count
+  (``app/store/transaction.py``): a post's cost does not grow with the record.
 
 Shipped profiles (``device_profiles/*.json``) are never written: a calibration always makes a
 new profile. Lookups go shipped ids, then calibrated ids, then aliases; names may not take a

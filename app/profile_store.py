@@ -164,8 +164,9 @@ class ProfileStore:
         return sorted(self.shipped) + [i for i in stored if i not in self.shipped]
 
     def all_calibrated(self) -> list[DeviceProfile]:
-        found = (self.calibrated(i) for i in self.store.keys(PROFILES))
-        return [p for p in found if p is not None]
+        # one batched read (Redis: MGET), not a round trip per profile
+        found = self.store.get_many(PROFILES, self.store.keys(PROFILES))
+        return [DeviceProfile.model_validate_json(raw) for raw in found if raw is not None]
 
     def listing(self) -> ProfileListing:
         """Shipped profiles, then calibrated ones with their names; while the store fails,
@@ -187,8 +188,9 @@ class ProfileStore:
 
     def aliases(self) -> dict[str, str]:
         """name -> id of every alias."""
-        found = {name: self.alias_target(name) for name in self.store.keys(ALIASES)}
-        return {name: target for name, target in found.items() if target is not None}
+        names = self.store.keys(ALIASES)
+        found = zip(names, self.store.get_many(ALIASES, names), strict=True)
+        return {name: raw.decode() for name, raw in found if raw is not None}
 
     def save(
         self, profile: DeviceProfile, model: str, measurements: Sequence[Any], tenant: str

@@ -67,7 +67,8 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         client = redis.Redis.from_url(url)
 
         def keys() -> set[str]:
-            found = {k.decode() for k in client.keys("*")}
+            listed: list[bytes] = client.keys("*")  # type: ignore[assignment]
+            found = {k.decode() for k in listed}
             return {k for k in found if ":results:" not in k and ":locks:" not in k}
 
     proc, base = start_server(
@@ -164,7 +165,8 @@ def test_identical_runs_are_stored_once(server: tuple[str, Any]) -> None:
     base, _ = server
     alice = _token("alice")
     with httpx.Client(base_url=base, timeout=60, headers=alice) as http:
-        post = {"model": "gemm-ws", "measurements": _distinct_runs(5, 10)}
+        runs = _distinct_runs(5, 10)
+        post = {"model": "gemm-ws", "measurements": runs}
         first = http.post("/devices/rtx-a6000/measurements", json=post).json()
         again = http.post("/devices/rtx-a6000/measurements", json=post).json()
         assert (first["added"], first["total"]) == (10, 10)
@@ -174,7 +176,7 @@ def test_identical_runs_are_stored_once(server: tuple[str, Any]) -> None:
         one = http.delete(f"/devices/rtx-a6000/measurements/runs/{first['digests'][3]}").json()
         assert (one["deleted"], one["total"]) == (1, 9)
         record = http.get("/devices/rtx-a6000/measurements").json()
-        assert record["gemm_ws"] == post["measurements"][:3] + post["measurements"][4:]
+        assert record["gemm_ws"] == runs[:3] + runs[4:]
         left = http.delete(f"/devices/rtx-a6000/measurements/batches/{first['batch']}").json()
         assert (left["deleted"], left["total"]) == (9, 0)
         assert http.get("/devices/rtx-a6000/measurements").json()["gemm_ws"] == []

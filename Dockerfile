@@ -59,4 +59,7 @@ STOPSIGNAL SIGTERM
 # healthy = ready to answer (profiles loaded, Z3 usable, worker pool alive), on KPERF_PORT
 HEALTHCHECK --interval=5s --timeout=4s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, sys, urllib.request as u; u.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('KPERF_PORT', '8000'), timeout=3); sys.exit(0)"]
+# Authentication (README, "Run it for a team"): mount the hashed tokens file as a secret, e.g.
+# -v $PWD/tokens:/run/secrets/kperf_tokens:ro -e KPERF_TOKENS_FILE=/run/secrets/kperf_tokens;
+# the image listens on 0.0.0.0, so without it anyone who reaches the port may write
 CMD ["kperf", "serve"]

@@ -9,8 +9,14 @@ record (``app/profile_store.py``). Shipped profile files are never written.
 
 Recalibration refits from the device's whole record. A device calibrated for the model starts
 again from the profile it was calibrated from (so the same runs reach the same id whichever
-way they were posted); any other device starts from itself. Runs may be posted to a shipped
-profile id too: they are recorded under it, and recalibrating it makes a calibrated child.
+way they were posted); any other device starts from itself.
+
+Ownership (issue 20): a calibrated profile and its record belong to the tenant that created it;
+only that tenant or an admin may post runs to it, recalibrate it (which moves its name) or
+delete it. Shipped profiles are nobody's and read-only: runs posted "for" a shipped id go to
+the caller's own draft record of it (``<tenant>@<id>``, ``profile_store.record_of``), and
+recalibrating the shipped id from that draft makes a calibrated device of the caller's. Caps
+(runs per device, profiles and bytes per tenant) are enforced by the store's own transaction.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from typing import Any
 from fastapi import Response
 from pydantic import BaseModel
 
+from app.auth import Forbidden, Principal, check_owner
 from app.convert import calibrate as convert
 from app.jobs import calibrate_via_pool, calibration_svg_via_pool, check_runs_via_pool
 from app.negotiation import svg_response
+from app.profile_store import record_of, run_digest
 from app.schemas.calibrate import (
     DEFAULT_FOLDS,
     FIGURES,
@@ -38,8 +46,11 @@ from app.schemas.calibrate import (
     MeasurementsAdded,
     MeasurementsRequest,
     RecalibrateRequest,
+    RunsDeleted,
 )
+from app.schemas.devices import DeviceHistory, device_history
 from app.service import MODEL_VERSION, RequestFieldError, Service, json_bytes_response
+from app.store import StoreUnavailable
 from device_profiles import DeviceProfile
 from perfmodel.errors import CalibrationInputError
 
@@ -78,6 +89,7 @@ async def calibrate(
     name: str | None,
     time_limit_s: float,
     base_field: str,
+    tenant: str,
     moving_alias_from: str | None = None,
 ) -> CalibrateResponse:
     """Fit, store and name a calibrated profile of ``base`` (see the module docstring);
@@ -119,7 +131,7 @@ async def calibrate(
         digest=digest,
         created_at=datetime.now(UTC),
     )
-    created = await asyncio.to_thread(profiles.save, profile, model, documents)
+    created = await asyncio.to_thread(profiles.save, profile, model, documents, tenant)
     if name is not None:
         await asyncio.to_thread(profiles.set_alias, name, device_id, moving_from=moving_alias_from)
     return CalibrateResponse(
@@ -135,7 +147,9 @@ async def calibrate(
     )
 
 
-async def calibrate_request(service: Service, request: CalibrateRequest) -> CalibrateResponse:
+async def calibrate_request(
+    service: Service, principal: Principal, request: CalibrateRequest
+) -> CalibrateResponse:
     """POST /calibrate."""
     if (request.base_device is None) == (request.base_device_params is None):
         raise RequestFieldError(
@@ -165,46 +179,111 @@ async def calibrate_request(service: Service, request: CalibrateRequest) -> Cali
             request.time_limit_s if "time_limit_s" in set_fields else None
         ),
         base_field="base_device" if request.base_device is not None else "base_device_params",
+        tenant=principal.tenant,
     )
 
 
+async def _writable_record(
+    service: Service, principal: Principal, profile: DeviceProfile
+) -> tuple[str, str]:
+    """(record id, tenant billed for it) of ``profile`` as ``principal`` may write it:
+    Forbidden for another tenant's calibrated device (admins excepted)."""
+    profiles = service.profile_store
+    if profile.id in profiles.shipped:
+        return record_of(profile.id, principal.tenant, profiles.shipped), principal.tenant
+    owner = await asyncio.to_thread(profiles.owner, profile.id)
+    check_owner(principal, owner, profile.id)
+    return profile.id, owner or principal.tenant
+
+
 async def add_measurements(
-    service: Service, device_ref: str, request: MeasurementsRequest
+    service: Service, principal: Principal, device_ref: str, request: MeasurementsRequest
 ) -> MeasurementsAdded:
-    """POST /devices/{id}/measurements: validate against the device, then append."""
+    """POST /devices/{id}/measurements: validate against the device, then append (the store
+    caps the record in the same step that writes it)."""
     profile = await service.resolve_profile(device_ref)
+    record_id, tenant = await _writable_record(service, principal, profile)
     profiles = service.profile_store
     ready, _ = convert.fit_ready(
         profile, request.model, FIGURES[request.model], profiles.shipped, "device"
     )
     convert.check_ptx_sizes(request.model, request.measurements, service.settings.max_ptx_bytes)
+    _check_count(service, len(request.measurements), "measurements")
     documents = [m.model_dump(mode="json") for m in request.measurements]
-    record = await asyncio.to_thread(profiles.record, profile.id)
-    total = len(record.get(request.model, [])) + len(documents)
-    _check_count(service, total, "measurements")
     try:
         await check_runs_via_pool(service, request.model, ready, documents)
     except CalibrationInputError as exc:
         raise CalibrationInputError(convert.request_field(exc.field), exc.reason) from None
-    await asyncio.to_thread(profiles.append, profile.id, request.model, documents)
+    appended = await asyncio.to_thread(profiles.append, record_id, tenant, request.model, documents)
     return MeasurementsAdded(
         device=profile.id,
         model=request.model,
-        added=len(documents),
-        total=total,
+        added=appended.added,
+        duplicates=len(documents) - appended.added,
+        total=appended.total,
+        batch=appended.batch,
+        digests=[run_digest(request.model, d) for d in documents],
         recalibrate_url=f"/devices/{profile.id}/recalibrate",
     )
 
 
-async def measurement_record(service: Service, device_ref: str) -> MeasurementRecord:
-    """GET /devices/{id}/measurements."""
+async def measurement_record(
+    service: Service, principal: Principal, device_ref: str
+) -> MeasurementRecord:
+    """GET /devices/{id}/measurements (for a shipped id: the caller's own draft record)."""
     profile = await service.resolve_profile(device_ref)
-    record = await asyncio.to_thread(service.profile_store.record, profile.id)
+    record_id = record_of(profile.id, principal.tenant, service.profile_store.shipped)
+    record = await asyncio.to_thread(service.profile_store.record, record_id)
+    gemm_ws, many_bsp = record.get("gemm-ws", []), record.get("many-bsp", [])
     return MeasurementRecord(
         device=profile.id,
-        gemm_ws=record.get("gemm-ws", []),
-        many_bsp=record.get("many-bsp", []),
+        gemm_ws=gemm_ws,
+        many_bsp=many_bsp,
+        gemm_ws_digests=[run_digest("gemm-ws", run) for run in gemm_ws],
+        many_bsp_digests=[run_digest("many-bsp", run) for run in many_bsp],
     )
+
+
+def device_record(service: Service, principal: Principal, profile: DeviceProfile) -> DeviceHistory:
+    """GET /devices/{id}'s history (blocking: run it off the loop); a shipped profile still
+    answers while the store is unavailable, without its counts."""
+    profiles = service.profile_store
+    try:
+        owner = profiles.owner(profile.id)
+        runs = profiles.run_count(record_of(profile.id, principal.tenant, profiles.shipped))
+    except StoreUnavailable:
+        owner, runs = None, None
+    return device_history(profile, owner, runs)
+
+
+async def delete_runs(
+    service: Service,
+    principal: Principal,
+    device_ref: str,
+    *,
+    batch: str | None = None,
+    digest: str | None = None,
+) -> RunsDeleted:
+    """DELETE /devices/{id}/measurements/batches/{batch} and .../runs/{digest}."""
+    profile = await service.resolve_profile(device_ref)
+    record_id, tenant = await _writable_record(service, principal, profile)
+    deleted, total = await asyncio.to_thread(
+        service.profile_store.delete_runs, record_id, tenant, batch=batch, digest=digest
+    )
+    return RunsDeleted(device=profile.id, deleted=deleted, total=total)
+
+
+async def delete_profile(service: Service, principal: Principal, device_ref: str) -> list[str]:
+    """DELETE /devices/{id}: a calibrated profile, its record and its names. Cached answers
+    need no purge: their keys hold the profile's content digest (``service.versions_for``),
+    which no lookup reaches once the id is gone, and identical content made again would
+    answer the same."""
+    profile = await service.resolve_profile(device_ref)
+    profiles = service.profile_store
+    if profile.id in profiles.shipped:
+        raise Forbidden("device", f"{profile.id} is a shipped profile: read-only, never deleted")
+    record_id, tenant = await _writable_record(service, principal, profile)
+    return await asyncio.to_thread(profiles.delete_profile, record_id, tenant)
 
 
 def _recalibration_model(
@@ -226,12 +305,14 @@ def _recalibration_model(
 
 
 async def recalibrate(
-    service: Service, device_ref: str, request: RecalibrateRequest
+    service: Service, principal: Principal, device_ref: str, request: RecalibrateRequest
 ) -> CalibrateResponse:
-    """POST /devices/{id}/recalibrate: refit from every recorded run, a new profile id."""
+    """POST /devices/{id}/recalibrate: refit from every recorded run, a new profile id (of the
+    device's owner; for a shipped id, of the caller, from the caller's draft record)."""
     profile = await service.resolve_profile(device_ref)
     profiles = service.profile_store
-    record = await asyncio.to_thread(profiles.record, profile.id)
+    record_id, tenant = await _writable_record(service, principal, profile)
+    record = await asyncio.to_thread(profiles.record, record_id)
     model = _recalibration_model(profile, record, request.model)
     runs = record.get(model, [])
     if not runs:
@@ -240,6 +321,8 @@ async def recalibrate(
             f"{profile.id} has no {model} runs: POST /devices/{profile.id}/measurements first",
         )
     measurement_type = _MEASUREMENT_TYPES[model]
+    # the newest runs within the limit: a record left above a since-lowered cap still refits
+    runs = runs[-service.settings.max_calibration_measurements :]
     measurements = [measurement_type.model_validate(run) for run in runs]
     calibration = profile.calibration
     base, base_id, root = profile, profile.id, profile.id
@@ -268,6 +351,7 @@ async def recalibrate(
             request.time_limit_s if "time_limit_s" in set_fields else None
         ),
         base_field="device",
+        tenant=tenant,
         moving_alias_from=profile.id,
     )
 

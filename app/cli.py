@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import signal
 import sys
@@ -44,7 +45,8 @@ def _client(args: argparse.Namespace) -> KperfClient:
     if args.url is None:
         # in-process: one worker is plenty for a single command and starts faster
         settings = Settings(workers=1, log_level="WARNING")
-    return KperfClient(args.url, settings=settings)
+    # the bearer token of a server run for a team (README, "Run it for a team")
+    return KperfClient(args.url, settings=settings, token=os.environ.get("KPERF_TOKEN") or None)
 
 
 # ---------------------------------------------------------------------------- serve

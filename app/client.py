@@ -109,8 +109,11 @@ class KperfClient:
         settings: Settings | None = None,
         timeout_s: float = 180.0,
         request_id: str | None = None,
+        token: str | None = None,
     ) -> None:
         self.base_url = base_url
+        #: bearer token sent with every request (a server with KPERF_TOKENS_FILE wants one)
+        self.token = token
         self.settings = settings
         self.timeout_s = timeout_s
         self.request_id = request_id
@@ -121,6 +124,8 @@ class KperfClient:
 
     async def __aenter__(self) -> Self:
         headers = {"X-Request-ID": self.request_id} if self.request_id else {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         if self.base_url is None:
             from app.main import create_app  # only the in-process mode needs the server
 

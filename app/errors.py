@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.auth import Forbidden, Unauthorized
 from app.convert.predict import PTXTooLarge
 from app.negotiation import PicturesUnavailable
 from app.pool import (
@@ -24,10 +25,10 @@ from app.pool import (
     WorkerMemoryExceeded,
     WorkerTimeout,
 )
-from app.profile_store import NameTaken, StoredProfileUnavailable
+from app.profile_store import NameTaken, StoredProfileUnavailable, UnknownRun
 from app.schemas.devices import calibrate_hint
 from app.service import RequestFieldError
-from app.store import StoreUnavailable
+from app.store import CapExceeded, StoreUnavailable
 from device_profiles import ModelNotServed, UnknownDevice, is_calibratable
 from perfmodel.errors import ModelInputError, PTXSyntaxError
 from solver.errors import (
@@ -185,6 +186,47 @@ async def _stored_profile_handler(request: Request, exc: Exception) -> JSONRespo
     )
 
 
+async def _unknown_run_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, UnknownRun)
+    return field_error(404, "Not found", exc.field, exc.reason)
+
+
+async def _unauthorized_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Unauthorized)
+    return field_error(
+        401, "Unauthorized", "authorization", str(exc), headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+async def _forbidden_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Forbidden)
+    return field_error(403, "Forbidden", exc.field, exc.reason)
+
+
+async def _cap_handler(request: Request, exc: Exception) -> JSONResponse:
+    """A store cap refused the whole write (nothing stored): 409 with the true total."""
+    assert isinstance(exc, CapExceeded)
+    field, what = _CAPPED.get(exc.counter.split(":", 1)[0], ("body", "stored"))
+    reason = (
+        f"{exc.adding} more would make {exc.total + exc.adding} {what}, above this server's "
+        f"cap of {exc.cap}; {exc.total} are stored now (DELETE some to make room)"
+    )
+    return problem_response(
+        409,
+        "Cap exceeded",
+        f"{field}: {reason}",
+        [{"field": field, "reason": reason, "cap": exc.cap, "total": exc.total}],
+    )
+
+
+#: counter kind (app/profile_store.py) -> (field named, what it counts)
+_CAPPED = {
+    "runs": ("measurements", "measured runs for this device"),
+    "profiles": ("device", "calibrated profiles for this tenant"),
+    "bytes": ("body", "stored bytes for this tenant"),
+}
+
+
 async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PTXSyntaxError)
     return problem_response(
@@ -244,6 +286,10 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestFieldError: _field_handler,
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
     NameTaken: _name_taken_handler,
+    UnknownRun: _unknown_run_handler,
+    Unauthorized: _unauthorized_handler,
+    Forbidden: _forbidden_handler,
+    CapExceeded: _cap_handler,
     # more specific than StoreUnavailable: names the device field the store could not answer
     StoredProfileUnavailable: _stored_profile_handler,
     # service limits (app/pool.py, app/service.py)

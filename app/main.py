@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from app import errors, middleware, openapi
 from app import logging as kperf_logging
+from app.auth import TokenTable
 from app.cache import MemoryLRU, ResultCache
 from app.metrics import Metrics
 from app.pool import WorkerPool
@@ -25,6 +26,9 @@ from app.store import Store, StoreUnavailable, make_store
 from device_profiles import default_profiles
 
 log = logging.getLogger("kperf.app")
+
+#: where authentication may stay off (the default): only this machine reaches the port
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 #: imported by each worker before it reports ready, so no request pays for the import
 #: (the exact scorer brings numpy: ~100 ms a cold worker would spend inside a solve's budget)
@@ -51,6 +55,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         service.profiles = default_profiles()
         await _probe_store(service.store)  # open the file / reach Redis now, or log and go on
         await service.pool.start()
+        if service.tokens is None and settings.host not in LOOPBACK_HOSTS:
+            log.warning(
+                "authentication is off (KPERF_TOKENS_FILE unset): anyone who reaches the port "
+                "may calibrate, post runs and delete; see README 'Run it for a team'"
+            )
         log.info(
             "service started",
             extra={
@@ -102,8 +111,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     store_ttl_s = settings.cache_store_ttl_s or None  # 0: never expires
     cache = ResultCache.in_front_of(memory, store, store_ttl_s=store_ttl_s)
+    tokens = (
+        TokenTable.load(settings.tokens_file, reads_required=settings.auth_reads)
+        if settings.tokens_file is not None
+        else None
+    )
     app.state.service = Service(
-        settings=settings, metrics=metrics, pool=pool, cache=cache, store=store
+        settings=settings, metrics=metrics, pool=pool, cache=cache, store=store, tokens=tokens
     )
     app.state.settings = settings
     errors.install(app)

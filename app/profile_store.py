@@ -5,9 +5,16 @@ Layout (values are UTF-8 JSON, or the bare id for an alias):
 * ``profiles`` / ``<id>``: a calibrated :class:`DeviceProfile`; written once, never changed
   (its id is a digest of what made it, see ``app/convert/calibrate.py``);
 * ``aliases`` / ``<name>``: the id the name points to;
-* ``measurements:<id>`` / ``<model>.<time ns, 20 digits>.<random hex>``: one appended batch,
-  ``{"model": ..., "measurements": [...]}``; the record of a device is its batches in key
-  order (oldest first). Shipped profile ids have records too.
+* ``owners`` / ``<id>``: the tenant that created a calibrated profile (issue 20);
+* ``runs:<record>`` / ``<model>.<16 hex content digest>``: one measured run,
+  ``{"model", "seq", "batch", "run"}``; the record is its runs by ``seq`` (oldest first), and
+  a run posted twice is stored once. ``<record>`` is a calibrated id, or ``<tenant>@<shipped
+  id>``: a tenant's own draft record of a shipped profile (nobody writes the shipped one);
+* ``batches:<record>`` / ``<batch id>``: the run keys one post wrote (``fit``: the runs a
+  profile was fitted to), for DELETE by batch;
+* counters (``Store.counter``): ``runs:<record>``, ``profiles:<tenant>``, ``bytes:<tenant>``,
+  kept and capped by the store in the same transaction as the writes they count
+  (``app/store/transaction.py``): a post's cost does not grow with the record.
 
 Shipped profiles (``device_profiles/*.json``) are never written: a calibration always makes a
 new profile. Lookups go shipped ids, then calibrated ids, then aliases; names may not take a
@@ -22,6 +29,7 @@ or a name, and nothing can tell until the store answers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -30,17 +38,53 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.store import Store, StoreUnavailable
+from app.store import Counter, Delete, Put, Store, StoreUnavailable
 from device_profiles import DeviceProfile, UnknownDevice
 
 PROFILES = "profiles"
 ALIASES = "aliases"
+#: device id -> the tenant that created it
+OWNERS = "owners"
+#: hex digits of a run's content digest in its key (64 bits: collisions within one device's
+#: record of at most a million runs are below one in ten million)
+RUN_DIGEST_HEX = 16
 #: what a calibrated id ends with: ``<root>-cal-<12 hex>``
 CALIBRATED_SUFFIX = re.compile(r"-cal-[0-9a-f]{12}$")
 
 
-def measurements_namespace(device_id: str) -> str:
-    return f"measurements:{device_id}"
+def runs_namespace(record_id: str) -> str:
+    return f"runs:{record_id}"
+
+
+def batches_namespace(record_id: str) -> str:
+    return f"batches:{record_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The caps the store enforces in its own transaction (None: none)."""
+
+    runs_per_device: int | None = None
+    profiles_per_tenant: int | None = None
+    bytes_per_tenant: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    batch: str
+    #: runs newly stored (a run already in the record is not stored again)
+    added: int
+    #: runs in the record afterwards, as the store's transaction counted them
+    total: int
+
+
+class UnknownRun(LookupError):
+    """No batch or run of that id in the record (404 naming ``field``)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
 
 
 class NameTaken(ValueError):
@@ -79,9 +123,12 @@ class ProfileListing:
 class ProfileStore:
     """Shipped profiles (read-only) and calibrated ones (in ``store``), one namespace of ids."""
 
-    def __init__(self, store: Store, shipped: Mapping[str, DeviceProfile]) -> None:
+    def __init__(
+        self, store: Store, shipped: Mapping[str, DeviceProfile], limits: Limits = Limits()
+    ) -> None:
         self.store = store
         self.shipped = shipped
+        self.limits = limits
 
     # ---------------------------------------------------------------- profiles and aliases
 
@@ -117,8 +164,9 @@ class ProfileStore:
         return sorted(self.shipped) + [i for i in stored if i not in self.shipped]
 
     def all_calibrated(self) -> list[DeviceProfile]:
-        found = (self.calibrated(i) for i in self.store.keys(PROFILES))
-        return [p for p in found if p is not None]
+        # one batched read (Redis: MGET), not a round trip per profile
+        found = self.store.get_many(PROFILES, self.store.keys(PROFILES))
+        return [DeviceProfile.model_validate_json(raw) for raw in found if raw is not None]
 
     def listing(self) -> ProfileListing:
         """Shipped profiles, then calibrated ones with their names; while the store fails,
@@ -140,22 +188,34 @@ class ProfileStore:
 
     def aliases(self) -> dict[str, str]:
         """name -> id of every alias."""
-        found = {name: self.alias_target(name) for name in self.store.keys(ALIASES)}
-        return {name: target for name, target in found.items() if target is not None}
+        names = self.store.keys(ALIASES)
+        found = zip(names, self.store.get_many(ALIASES, names), strict=True)
+        return {name: raw.decode() for name, raw in found if raw is not None}
 
-    def save(self, profile: DeviceProfile, model: str, measurements: Sequence[Any]) -> bool:
-        """Store a new calibrated profile with the runs it was fitted to as its record; False
+    def save(
+        self, profile: DeviceProfile, model: str, measurements: Sequence[Any], tenant: str
+    ) -> bool:
+        """Store a new calibrated profile of ``tenant``'s with the runs it was fitted to as its
+        record, all in one step of the store (a failure or a cap leaves nothing behind); False
         (and nothing written) when the id exists: same id, same content."""
         if profile.id in self.shipped:
             raise ValueError(f"{profile.id!r} is a shipped profile id")
-        # the record first, under a fixed key: two identical calibrations write it once, and
-        # a profile is never visible without its record
-        self.store.put_if_absent(
-            measurements_namespace(profile.id),
-            f"{model}.{0:020d}.fit",
-            _batch(model, measurements),
+        puts = _run_puts(profile.id, model, measurements, 0, "fit")
+        keys = [p.key for p in puts]
+        puts += [
+            Put(batches_namespace(profile.id), "fit", json.dumps(keys).encode(), if_absent=True),
+            Put(OWNERS, profile.id, tenant.encode(), if_absent=True),
+            Put(PROFILES, profile.id, profile.model_dump_json().encode(), if_absent=True),
+        ]
+        outcome = self.store.transact(
+            puts,
+            counters=[
+                self._runs_counter(profile.id),
+                self._profiles_counter(tenant),
+                self._bytes_counter(tenant, profile.id),
+            ],
         )
-        return self.store.put_if_absent(PROFILES, profile.id, profile.model_dump_json().encode())
+        return (PROFILES, profile.id) in outcome.written
 
     def check_alias(self, name: str, target: str, moving_from: str | None = None) -> None:
         """NameTaken unless ``name`` may point at ``target``: it is no profile id (nor shaped
@@ -184,25 +244,145 @@ class ProfileStore:
         self.check_alias(name, target, moving_from)
         self.store.put(ALIASES, name, target.encode())
 
+    # ---------------------------------------------------------------- ownership
+
+    def owner(self, device_id: str) -> str | None:
+        """The tenant that created a calibrated profile; None for a shipped one (nobody's)."""
+        if device_id in self.shipped:
+            return None
+        raw = self.store.get(OWNERS, device_id)
+        return None if raw is None else raw.decode()
+
     # ---------------------------------------------------------------- measurements
 
-    def append(self, device_id: str, model: str, measurements: Sequence[Any]) -> None:
-        """Append one batch of validated runs (JSON-ready dicts) to a device's record."""
-        key = f"{model}.{time.time_ns():020d}.{secrets.token_hex(4)}"
-        self.store.put(measurements_namespace(device_id), key, _batch(model, measurements))
+    def append(
+        self, record_id: str, tenant: str, model: str, measurements: Sequence[Any]
+    ) -> Appended:
+        """Add one batch of validated runs (JSON-ready dicts) to a record, each run once
+        (by its content digest), within the caps; CapExceeded and nothing stored otherwise."""
+        batch = f"{time.time_ns():020d}-{secrets.token_hex(4)}"
+        puts = _run_puts(record_id, model, measurements, time.time_ns(), batch)
+        keys = [p.key for p in puts]
+        puts.append(Put(batches_namespace(record_id), batch, json.dumps(keys).encode()))
+        outcome = self.store.transact(
+            puts, counters=[self._runs_counter(record_id), self._bytes_counter(tenant, record_id)]
+        )
+        added = sum(1 for p in puts[:-1] if (p.namespace, p.key) in outcome.written)
+        return Appended(batch, added, outcome.totals[runs_counter_key(record_id)])
 
-    def record(self, device_id: str) -> dict[str, list[Any]]:
-        """model -> every run recorded for ``device_id``, oldest batch first."""
-        namespace = measurements_namespace(device_id)
+    def run_count(self, record_id: str) -> int:
+        """Runs in a record, from its counter (constant cost, whatever the history)."""
+        return self.store.counter(runs_counter_key(record_id))
+
+    def record(self, record_id: str) -> dict[str, list[Any]]:
+        """model -> every run recorded for ``record_id``, oldest first."""
+        namespace = runs_namespace(record_id)
+        runs: list[tuple[int, str, Any]] = []
+        keys = self.store.keys(namespace)
+        for raw in self.store.get_many(namespace, keys):
+            if raw is not None:
+                entry = json.loads(raw)
+                runs.append((entry["seq"], entry["model"], entry["run"]))
         out: dict[str, list[Any]] = {}
-        for key in self.store.keys(namespace):
-            raw = self.store.get(namespace, key)
-            if raw is None:
-                continue
-            batch = json.loads(raw)
-            out.setdefault(batch["model"], []).extend(batch["measurements"])
+        for _, model, run in sorted(runs, key=lambda r: r[0]):
+            out.setdefault(model, []).append(run)
         return out
 
+    def delete_runs(
+        self, record_id: str, tenant: str, *, batch: str | None = None, digest: str | None = None
+    ) -> tuple[int, int]:
+        """Delete one batch's runs, or the run of one digest; (deleted, runs left)."""
+        namespace = runs_namespace(record_id)
+        deletes: list[Delete] = []
+        if batch is not None:
+            raw = self.store.get(batches_namespace(record_id), batch)
+            if raw is None:
+                raise UnknownRun("batch", f"{record_id} has no batch {batch!r}")
+            deletes = [Delete(namespace, key) for key in json.loads(raw)]
+            deletes.append(Delete(batches_namespace(record_id), batch))
+        elif digest is not None:
+            keys = [k for k in self.store.keys(namespace) if k.endswith("." + digest)]
+            if not keys:
+                raise UnknownRun("digest", f"{record_id} has no run of digest {digest!r}")
+            deletes = [Delete(namespace, key) for key in keys]
+        runs = self._runs_counter(record_id)
+        before = self.run_count(record_id)
+        outcome = self.store.transact(
+            deletes=deletes, counters=[runs, self._bytes_counter(tenant, record_id)]
+        )
+        left = outcome.totals[runs.key]
+        return max(0, before - left), left
 
-def _batch(model: str, measurements: Sequence[Any]) -> bytes:
-    return json.dumps({"model": model, "measurements": list(measurements)}).encode()
+    def delete_profile(self, device_id: str, tenant: str) -> list[str]:
+        """Delete a calibrated profile, its record and every name pointing at it, in one step
+        of the store; the names it had."""
+        names = [n for n, target in self.aliases().items() if target == device_id]
+        runs = runs_namespace(device_id)
+        batches = batches_namespace(device_id)
+        deletes = [
+            Delete(PROFILES, device_id),
+            Delete(OWNERS, device_id),
+            *(Delete(ALIASES, n) for n in names),
+            *(Delete(runs, k) for k in self.store.keys(runs)),
+            *(Delete(batches, k) for k in self.store.keys(batches)),
+        ]
+        self.store.transact(
+            deletes=deletes,
+            counters=[
+                self._runs_counter(device_id),
+                self._profiles_counter(tenant),
+                self._bytes_counter(tenant, device_id),
+            ],
+        )
+        return names
+
+    # ---------------------------------------------------------------- caps
+
+    def _runs_counter(self, record_id: str) -> Counter:
+        return Counter(
+            runs_counter_key(record_id),
+            "count",
+            (runs_namespace(record_id),),
+            cap=self.limits.runs_per_device,
+        )
+
+    def _profiles_counter(self, tenant: str) -> Counter:
+        return Counter(
+            f"profiles:{tenant}", "count", (PROFILES,), cap=self.limits.profiles_per_tenant
+        )
+
+    def _bytes_counter(self, tenant: str, record_id: str) -> Counter:
+        namespaces = (PROFILES, runs_namespace(record_id), batches_namespace(record_id))
+        return Counter(f"bytes:{tenant}", "bytes", namespaces, cap=self.limits.bytes_per_tenant)
+
+
+def runs_counter_key(record_id: str) -> str:
+    return f"runs:{record_id}"
+
+
+def record_of(device_id: str, tenant: str, shipped: Mapping[str, DeviceProfile]) -> str:
+    """Whose runs a device's record is: a calibrated device's own; for a shipped profile (which
+    nobody may write) the calling tenant's draft of it, ``<tenant>@<id>``, which recalibrating
+    turns into a calibrated device of that tenant's."""
+    return f"{tenant}@{device_id}" if device_id in shipped else device_id
+
+
+def run_digest(model: str, run: Any) -> str:
+    """The content digest of one run: identical runs posted twice are stored once."""
+    text = json.dumps({"model": model, "run": run}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:RUN_DIGEST_HEX]
+
+
+def _run_puts(
+    record_id: str, model: str, measurements: Sequence[Any], first_seq: int, batch: str
+) -> list[Put]:
+    namespace = runs_namespace(record_id)
+    return [
+        Put(
+            namespace,
+            f"{model}.{run_digest(model, run)}",
+            json.dumps({"model": model, "seq": first_seq + i, "batch": batch, "run": run}).encode(),
+            if_absent=True,
+        )
+        for i, run in enumerate(measurements)
+    ]

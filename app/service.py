@@ -21,6 +21,7 @@ from typing import Annotated, Any, SupportsIndex
 from fastapi import Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
+from app.auth import TokenTable
 from app.cache import ResultCache, cache_key
 from app.logging import request_started_var
 from app.metrics import Metrics
@@ -32,7 +33,7 @@ from app.pool import (
     WorkerPool,
     WorkerTimeout,
 )
-from app.profile_store import ProfileStore
+from app.profile_store import Limits, ProfileStore
 from app.settings import Settings
 from app.singleflight import SingleFlight
 from app.store import MemoryStore, Store
@@ -73,6 +74,8 @@ class Service:
     profiles: dict[str, DeviceProfile] = field(default_factory=dict)
     #: shared with other replicas when KPERF_STORE_URL names one; in-process by default
     store: Store = field(default_factory=MemoryStore)
+    #: bearer tokens (app/auth.py); None: authentication off
+    tokens: TokenTable | None = None
     #: identical concurrent misses solve once (app/singleflight.py); built from the cache
     flights: SingleFlight = field(init=False)
 
@@ -100,7 +103,12 @@ class Service:
     @property
     def profile_store(self) -> ProfileStore:
         """Shipped and calibrated profiles, aliases and measured runs (app/profile_store.py)."""
-        return ProfileStore(self.store, self.profiles or default_profiles())
+        limits = Limits(
+            runs_per_device=self.settings.max_calibration_measurements,
+            profiles_per_tenant=self.settings.max_profiles_per_tenant,
+            bytes_per_tenant=self.settings.max_bytes_per_tenant,
+        )
+        return ProfileStore(self.store, self.profiles or default_profiles(), limits)
 
     async def resolve_profile(self, device_id: str, field: str = "device") -> DeviceProfile:
         """The profile a shipped id, calibrated id or alias names; UnknownDevice (naming

@@ -19,6 +19,8 @@ from app.store.registry import scheme_of
 #: this, and the configured maximum is enforced per request (app/service.py)
 TIME_LIMIT_CEILING_S = 3600.0
 
+#: the largest max_calibration_measurements; request schemas accept lists up to this
+MAX_CALIBRATION_MEASUREMENTS_CEILING = 1_000_000
 #: below this a worker cannot even import Z3 (Python + libz3 map ~300 MB of address space)
 MIN_WORKER_MEMORY_LIMIT_BYTES = 256 * 1024 * 1024
 
@@ -86,7 +88,7 @@ class Settings(BaseSettings):
     max_calibration_measurements: int = Field(
         default=5000,
         ge=1,
-        le=1_000_000,
+        le=MAX_CALIBRATION_MEASUREMENTS_CEILING,
         description="most measured runs one calibration fits, and one device's record holds",
     )
     cache_memory_items: int = Field(
@@ -138,12 +140,31 @@ class Settings(BaseSettings):
         description="/predict-kernel answers larger than this leave their lists out unless "
         "the request asks for detail=full",
     )
+    tokens_file: Path | None = Field(
+        default=None,
+        description="bearer tokens, hashed: one '<sha256 hex> <tenant> <role>' a line (roles "
+        "read, write, admin); unset turns authentication off (every caller is tenant 'local', "
+        "admin): only for a loopback port",
+    )
+    auth_reads: bool = Field(
+        default=False,
+        description="with tokens_file: reads (predict, optimize, devices) need a "
+        "token too; /healthz, /readyz and /metrics never do",
+    )
+    max_profiles_per_tenant: int = Field(
+        default=1000, ge=1, description="most calibrated profiles one tenant may keep stored"
+    )
+    max_bytes_per_tenant: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="most bytes of profiles and measured runs one tenant may keep stored",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", description="threshold of the kperf and uvicorn loggers"
     )
     log_json: bool = Field(default=True, description="one JSON object per log line")
 
-    @field_validator("cache_path", mode="before")
+    @field_validator("cache_path", "tokens_file", mode="before")
     @classmethod
     def _empty_path_is_none(cls, value: object) -> object:
         # KPERF_CACHE_PATH= (empty) in a compose file means "no persistent cache"

@@ -37,6 +37,15 @@ _ESTIMATE_DESCRIPTION = (
 )
 
 
+#: size bounds of every text and list a profile holds: a profile sent inline
+#: (``base_device_params``) is stored, and unbounded text filled a shared store (issue 20)
+MAX_ID_CHARS = 128
+MAX_NAME_CHARS = 200
+MAX_SOURCE_CHARS = 1000
+MAX_TEXT_CHARS = 4000
+MAX_LIST_ITEMS = 256
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -47,16 +56,22 @@ class FigurePrior(_Strict):
 
     median: float = Field(gt=0, description="prior median, in the figure's unit")
     sigma_log: float = Field(gt=0, le=5, description="sd of ln(value): 0.1 is about +-10 %")
-    source: str = Field(min_length=3, description="measurement or derivation it comes from")
-    note: str | None = None
+    source: str = Field(
+        min_length=3, max_length=MAX_SOURCE_CHARS, description="measurement or derivation"
+    )
+    note: str | None = Field(None, max_length=MAX_TEXT_CHARS)
 
 
 class Figure(_Strict):
     """One cited number."""
 
     value: float
-    source: str = Field(min_length=3, description="citation: paper + section/table, or document")
-    note: str | None = None
+    source: str = Field(
+        min_length=3,
+        max_length=MAX_SOURCE_CHARS,
+        description="citation: paper + section/table, or document",
+    )
+    note: str | None = Field(None, max_length=MAX_TEXT_CHARS)
     estimate: bool = Field(False, description=_ESTIMATE_DESCRIPTION)
     prior: FigurePrior | None = Field(
         None,
@@ -120,8 +135,8 @@ class InstructionClassFigures(_Strict):
     units_per_ws: float = Field(gt=0, description="n_fu^i, units per warp scheduler")
     throughput_per_ws: float = Field(gt=0, description="T_i, results per cycle per scheduler")
     latency_cycles: float = Field(ge=0, description="comp latency, or comm latency (cycles)")
-    source: str = Field(min_length=3)
-    note: str | None = None
+    source: str = Field(min_length=3, max_length=MAX_SOURCE_CHARS)
+    note: str | None = Field(None, max_length=MAX_TEXT_CHARS)
     estimate: bool = Field(False, description=_ESTIMATE_DESCRIPTION)
 
 
@@ -130,8 +145,8 @@ class BarrierOverheadPoint(_Strict):
 
     threads_per_block: int = Field(gt=0)
     overhead_cycles: float = Field(ge=0)
-    source: str = Field(min_length=3)
-    note: str | None = None
+    source: str = Field(min_length=3, max_length=MAX_SOURCE_CHARS)
+    note: str | None = Field(None, max_length=MAX_TEXT_CHARS)
     estimate: bool = Field(False, description=_ESTIMATE_DESCRIPTION)
 
 
@@ -207,8 +222,12 @@ class ManyBspSection(_Strict):
         description="whether the instruction after an eq. (8) stall shows its latency "
         "(default true); read off the device's BLOCK tables",
     )
-    bar_sync_overhead: list[BarrierOverheadPoint] = Field(default_factory=list)
-    instruction_classes: dict[str, InstructionClassFigures] = Field(default_factory=dict)
+    bar_sync_overhead: list[BarrierOverheadPoint] = Field(
+        default_factory=list, max_length=MAX_LIST_ITEMS
+    )
+    instruction_classes: dict[str, InstructionClassFigures] = Field(
+        default_factory=dict, max_length=MAX_LIST_ITEMS
+    )
 
     def missing_figures(self) -> list[str]:
         missing = [f"many_bsp.{n}" for n in REQUIRED_MANY_BSP_FIGURES if getattr(self, n) is None]
@@ -226,21 +245,21 @@ class SyncLatencyPoint(_Strict):
     threads_per_block: int = Field(gt=0)
     latency_cycles: float = Field(ge=0)
     throughput_block_syncs_per_us: float | None = Field(None, ge=0)
-    source: str = Field(min_length=3)
+    source: str = Field(min_length=3, max_length=MAX_SOURCE_CHARS)
 
 
 class GridSyncPoint(_Strict):
     blocks_per_sm: int = Field(gt=0)
     threads_per_block: int = Field(gt=0)
     latency_us: float = Field(ge=0)
-    source: str = Field(min_length=3)
+    source: str = Field(min_length=3, max_length=MAX_SOURCE_CHARS)
 
 
 class SynchronizationSection(_Strict):
     """Measured synchronization costs (gpu-synchronization-study.txt Table 5, Fig. 8)."""
 
-    block_sync: list[SyncLatencyPoint] = Field(default_factory=list)
-    grid_sync: list[GridSyncPoint] = Field(default_factory=list)
+    block_sync: list[SyncLatencyPoint] = Field(default_factory=list, max_length=MAX_LIST_ITEMS)
+    grid_sync: list[GridSyncPoint] = Field(default_factory=list, max_length=MAX_LIST_ITEMS)
 
 
 class CalibrationErrorSummary(_Strict):
@@ -254,9 +273,15 @@ class CalibrationPosterior(_Strict):
     """The Laplace posterior of a calibration: ln(figures) ~ Normal(mean, covariance), which
     the service draws from for shortlists and intervals (docs/model-notes.md, MAP calibration)."""
 
-    figures: list[str] = Field(description="dotted-free names of the fitted figures, in order")
-    mean_log: list[float] = Field(description="posterior mean of ln(value), per figure")
-    covariance_log: list[list[float]] = Field(description="posterior covariance of ln(value)")
+    figures: list[str] = Field(
+        max_length=MAX_LIST_ITEMS, description="names of the fitted figures, in order"
+    )
+    mean_log: list[float] = Field(
+        max_length=MAX_LIST_ITEMS, description="posterior mean of ln(value), per figure"
+    )
+    covariance_log: list[list[float]] = Field(
+        max_length=MAX_LIST_ITEMS, description="posterior covariance of ln(value)"
+    )
 
     @model_validator(mode="after")
     def _square(self) -> CalibrationPosterior:
@@ -273,27 +298,38 @@ class CalibrationPosterior(_Strict):
 class CalibrationProvenance(_Strict):
     """Where a calibrated profile comes from (POST /calibrate); absent from shipped profiles."""
 
-    base_device: str = Field(description="id of the profile whose figures the fit started from")
-    base_digest: str = Field(description="content digest of that base profile")
+    base_device: str = Field(
+        max_length=MAX_ID_CHARS, description="id of the profile whose figures the fit started from"
+    )
+    base_digest: str = Field(
+        max_length=MAX_ID_CHARS, description="content digest of that base profile"
+    )
     root_device: str = Field(
-        description="the shipped profile (or 'inline') a chain of calibrations started from"
+        max_length=MAX_ID_CHARS,
+        description="the shipped profile (or 'inline') a chain of calibrations started from",
     )
     model: Literal["gemm-ws", "many-bsp"]
-    fitted: list[str] = Field(description="names of the fitted figures")
+    fitted: list[str] = Field(max_length=MAX_LIST_ITEMS, description="names of the fitted figures")
     measurement_count: int = Field(ge=1, description="measured runs the fit used")
-    measurements_digest: str = Field(description="sha256 of the canonical measurements, hex")
+    measurements_digest: str = Field(
+        max_length=MAX_ID_CHARS, description="sha256 of the canonical measurements, hex"
+    )
     created_at: datetime = Field(description="when the profile was first fitted (UTC)")
     training_error: CalibrationErrorSummary
     cross_validation_error: CalibrationErrorSummary | None = Field(
         default=None,
         description="k-fold error on held-out runs; null when cross-validation was off",
     )
-    method: str = Field(description="fitting method reported by the calibration core")
+    method: str = Field(
+        max_length=MAX_TEXT_CHARS, description="fitting method reported by the calibration core"
+    )
     posterior: CalibrationPosterior | None = Field(
         default=None, description="the fit's posterior (absent from older calibrated profiles)"
     )
     determined: list[str] = Field(
-        default_factory=list, description="the fitted figures the runs determined on their own"
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS,
+        description="the fitted figures the runs determined on their own",
     )
     noise_pct: float | None = Field(
         default=None, description="relative noise of the runs the fit estimated, %"
@@ -305,16 +341,16 @@ class GemmWsDtypeRatios(_Strict):
 
     load: float = Field(gt=0, description="load throughput ratio (elements per us)")
     compute: float = Field(gt=0, description="MATH throughput ratio (MACs per us)")
-    source: str = Field(min_length=3)
+    source: str = Field(min_length=3, max_length=MAX_TEXT_CHARS)
 
 
 class DeviceProfile(_Strict):
     schema_version: Literal[1, 2, 3]
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
-    name: str
-    architecture: str | None = None
-    compute_capability: str | None = None
-    description: str | None = None
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=MAX_ID_CHARS)
+    name: str = Field(max_length=MAX_NAME_CHARS)
+    architecture: str | None = Field(None, max_length=MAX_NAME_CHARS)
+    compute_capability: str | None = Field(None, max_length=MAX_NAME_CHARS)
+    description: str | None = Field(None, max_length=MAX_TEXT_CHARS)
     hardware: HardwareLimits
     gemm_ws: GemmWsSection | None = None
     gemm_ws_dtypes: dict[str, GemmWsDtypeRatios] | None = Field(

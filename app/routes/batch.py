@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import TypeAdapter
 
 from app.convert.optimize import to_problem
 from app.errors import HANDLERS
 from app.jobs import optimize_model_via_pool, request_profile
+from app.routes.access import read_access
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.batch import (
     BatchItem,
@@ -21,7 +22,12 @@ from app.schemas.batch import (
 from app.schemas.optimize import OptimizeTilingRequest
 from app.service import RequestFieldError, Service, ServiceDep, json_bytes_response
 
-router = APIRouter(prefix="/optimize-tiling", tags=["optimize"], route_class=OffLoopJSONRoute)
+router = APIRouter(
+    prefix="/optimize-tiling",
+    tags=["optimize"],
+    route_class=OffLoopJSONRoute,
+    dependencies=[Depends(read_access)],
+)
 _BATCH_JSON = TypeAdapter(OptimizeTilingBatchResponse)
 
 

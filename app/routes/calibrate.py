@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request, Response
 
 from app.calibration import calibrate_request, calibration_response
 from app.negotiation import NOT_ACCEPTABLE_RESPONSE, SVG_RESPONSE, picture_requested
+from app.routes.access import WriterDep
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.calibrate import CalibrateRequest, CalibrateResponse
 from app.service import ServiceDep
@@ -22,13 +23,18 @@ CALIBRATE_RESPONSES: dict[int | str, dict[str, Any]] = {
         "(measured against predicted per run, and the residuals); `Location` names the profile",
     },
     406: NOT_ACCEPTABLE_RESPONSE,
-    409: {"description": "name already names another profile"},
+    401: {"description": "no token, or an unknown one, while the server requires tokens"},
+    403: {"description": "the token may only read"},
+    409: {
+        "description": "name already names another profile, or a cap (profiles or bytes per "
+        "tenant, runs per device) would be passed: nothing stored"
+    },
 }
 
 
 @router.post("/calibrate", response_model=CalibrateResponse, responses=CALIBRATE_RESPONSES)
 async def calibrate(
-    request: CalibrateRequest, service: ServiceDep, http_request: Request
+    request: CalibrateRequest, service: ServiceDep, http_request: Request, principal: WriterDep
 ) -> Response:
     """Fit a base profile's figures to measured runs; the result is a stored device profile.
 
@@ -36,5 +42,5 @@ async def calibrate(
     """
     picture = picture_requested(http_request.headers.get("accept"))  # a 406 before any fit
     # checks, then the fit in a worker, then the store: app/calibration.py
-    answer = await calibrate_request(service, request)
+    answer = await calibrate_request(service, principal, request)
     return await calibration_response(service, answer, picture)

@@ -8,16 +8,22 @@ calibration loop (app/calibration.py).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-from fastapi import APIRouter, Body, Request, Response
+from fastapi import APIRouter, Body, Depends, Path, Request, Response
 
 from app.calibration import (
     add_measurements,
     calibration_response,
+    delete_profile,
+    delete_runs,
+    device_record,
     measurement_record,
     recalibrate,
 )
 from app.negotiation import picture_requested
+from app.profile_store import RUN_DIGEST_HEX
+from app.routes.access import ReaderDep, WriterDep, read_access
 from app.routes.calibrate import CALIBRATE_RESPONSES
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.calibrate import (
@@ -25,7 +31,9 @@ from app.schemas.calibrate import (
     MeasurementRecord,
     MeasurementsAdded,
     MeasurementsRequest,
+    ProfileDeleted,
     RecalibrateRequest,
+    RunsDeleted,
 )
 from app.schemas.devices import (
     DeviceDetail,
@@ -36,7 +44,22 @@ from app.schemas.devices import (
 )
 from app.service import ServiceDep
 
-router = APIRouter(prefix="/devices", tags=["devices"], route_class=OffLoopJSONRoute)
+router = APIRouter(
+    prefix="/devices",
+    tags=["devices"],
+    route_class=OffLoopJSONRoute,
+    dependencies=[Depends(read_access)],
+)
+
+#: the answers of the writing routes besides their own
+WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "no token, or an unknown one, while the server requires tokens"},
+    403: {"description": "the token's tenant does not own the device (or may only read)"},
+    409: {
+        "description": "a cap (runs per device, profiles or bytes per tenant) would be "
+        "passed: nothing stored; the problem names the cap and the true total"
+    },
+}
 
 
 @router.get("", response_model=DeviceList)
@@ -55,37 +78,94 @@ async def list_devices(service: ServiceDep) -> DeviceList:
 
 
 @router.get("/{device_id}", response_model=DeviceDetail)
-async def device_detail(device_id: str, service: ServiceDep) -> DeviceDetail:
+async def device_detail(device_id: str, service: ServiceDep, principal: ReaderDep) -> DeviceDetail:
     """One device profile (shipped id, calibrated id or name): every figure with its cited
-    source, and per model the figures that need calibration with the call that fills them."""
-    return detail_profile(await service.resolve_profile(device_id))
+    source, per model the figures that need calibration with the call that fills them, and
+    its history (owner, runs recorded, the fit's errors)."""
+    profile = await service.resolve_profile(device_id)
+    history = await asyncio.to_thread(device_record, service, principal, profile)
+    return detail_profile(profile, history)
 
 
 @router.get("/{device_id}/measurements", response_model=MeasurementRecord)
-async def list_measurements(device_id: str, service: ServiceDep) -> MeasurementRecord:
-    """The measured runs recorded for a device, oldest first."""
-    return await measurement_record(service, device_id)
-
-
-@router.post("/{device_id}/measurements", response_model=MeasurementsAdded)
-async def post_measurements(
-    device_id: str, request: MeasurementsRequest, service: ServiceDep
-) -> MeasurementsAdded:
-    """Append measured runs to a device's record (validated against the device first)."""
-    return await add_measurements(service, device_id, request)
+async def list_measurements(
+    device_id: str, service: ServiceDep, principal: ReaderDep
+) -> MeasurementRecord:
+    """The measured runs recorded for a device, oldest first (for a shipped id: the caller's
+    own draft record of it)."""
+    return await measurement_record(service, principal, device_id)
 
 
 @router.post(
-    "/{device_id}/recalibrate", response_model=CalibrateResponse, responses=CALIBRATE_RESPONSES
+    "/{device_id}/measurements", response_model=MeasurementsAdded, responses=WRITE_RESPONSES
+)
+async def post_measurements(
+    device_id: str, request: MeasurementsRequest, service: ServiceDep, principal: WriterDep
+) -> MeasurementsAdded:
+    """Add measured runs to a device's record (validated against the device first; a run
+    already recorded is stored once). A shipped id's runs go to the caller's own draft record,
+    which recalibrating turns into a calibrated device of the caller's."""
+    return await add_measurements(service, principal, device_id, request)
+
+
+@router.delete(
+    "/{device_id}/measurements/batches/{batch}",
+    response_model=RunsDeleted,
+    responses=WRITE_RESPONSES,
+)
+async def delete_batch(
+    device_id: str,
+    service: ServiceDep,
+    principal: WriterDep,
+    batch: str = Path(max_length=64, pattern=r"^[0-9a-z-]+$", description="`batch` of a post"),
+) -> RunsDeleted:
+    """Remove one posted batch's runs from the device's record."""
+    return await delete_runs(service, principal, device_id, batch=batch)
+
+
+@router.delete(
+    "/{device_id}/measurements/runs/{digest}",
+    response_model=RunsDeleted,
+    responses=WRITE_RESPONSES,
+)
+async def delete_run(
+    device_id: str,
+    service: ServiceDep,
+    principal: WriterDep,
+    digest: str = Path(
+        pattern=rf"^[0-9a-f]{{{RUN_DIGEST_HEX}}}$",
+        description="a run's content digest (its key in the record ends with it)",
+    ),
+) -> RunsDeleted:
+    """Remove the run of one content digest from the device's record."""
+    return await delete_runs(service, principal, device_id, digest=digest)
+
+
+@router.delete("/{device_id}", response_model=ProfileDeleted, responses=WRITE_RESPONSES)
+async def delete_device(
+    device_id: str, service: ServiceDep, principal: WriterDep
+) -> ProfileDeleted:
+    """Remove a calibrated profile of the caller's tenant, its record and its names (shipped
+    profiles are read-only: 403)."""
+    profile = await service.resolve_profile(device_id)
+    names = await delete_profile(service, principal, profile.id)
+    return ProfileDeleted(device=profile.id, names=names)
+
+
+@router.post(
+    "/{device_id}/recalibrate",
+    response_model=CalibrateResponse,
+    responses={**CALIBRATE_RESPONSES, **WRITE_RESPONSES},
 )
 async def post_recalibrate(
     device_id: str,
     service: ServiceDep,
     http_request: Request,
+    principal: WriterDep,
     request: RecalibrateRequest | None = Body(None),
 ) -> Response:
     """Refit from every run recorded for the device; answers with a new profile id (or, with
     `Accept: image/svg+xml`, the fit drawn)."""
     picture = picture_requested(http_request.headers.get("accept"))
-    answer = await recalibrate(service, device_id, request or RecalibrateRequest())
+    answer = await recalibrate(service, principal, device_id, request or RecalibrateRequest())
     return await calibration_response(service, answer, picture)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from fastapi import APIRouter, Response
@@ -11,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from app.service import Service, ServiceDep
-from app.store import StoreUnavailable
+from app.store import Store, StoreUnavailable
 
 router = APIRouter(tags=["health"])
 
@@ -72,13 +74,46 @@ def _z3_usable() -> bool:
         return False
 
 
+#: /readyz's own threads: its checks never queue behind store calls in the default pool (a
+#: frozen Redis held them there for 1.7-2.4 s, issue 20), and at most this many run at once
+_READY_EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kperf-readyz")
+#: how long /readyz waits for the store's round trip before answering with its last state
+READY_STORE_WAIT_S = 0.02
+#: a Z3 check that passed is trusted this long: a probe every few seconds need not solve
+#: (and wait for a thread) each time to learn what cannot change in a running process
+Z3_CHECK_VALID_S = 10.0
+_z3_ok_until = 0.0
+#: the one store round trip in flight for /readyz, if any: a slow store is pinged once, not
+#: once per probe
+_ping: asyncio.Future[None] | None = None
+
+
+def _ping_store(store: Store) -> None:
+    try:
+        store.ping()
+    except StoreUnavailable:
+        pass  # counted and logged by the store; its health() reports it
+
+
+async def _z3_readiness() -> bool:
+    global _z3_ok_until
+    if time.monotonic() < _z3_ok_until:
+        return True
+    usable = await asyncio.get_running_loop().run_in_executor(_READY_EXECUTOR, _z3_usable)
+    if usable:
+        _z3_ok_until = time.monotonic() + Z3_CHECK_VALID_S
+    return usable
+
+
 async def _store_readiness(service: Service) -> StoreReadiness:
     """One round trip to the store (through its circuit breaker: a store known to be down is
-    not called again before its back-off ends), then its state."""
-    try:
-        await asyncio.to_thread(service.store.ping)
-    except StoreUnavailable:
-        pass  # counted and logged by the store; reported below
+    not called again before its back-off ends), waited for at most READY_STORE_WAIT_S; then
+    the store's state as last observed."""
+    global _ping
+    loop = asyncio.get_running_loop()
+    if _ping is None or _ping.done() or _ping.get_loop() is not loop:
+        _ping = loop.run_in_executor(_READY_EXECUTOR, _ping_store, service.store)
+    await asyncio.wait({_ping}, timeout=READY_STORE_WAIT_S)
     health = service.store.health()
     return StoreReadiness(
         backend=health.backend,
@@ -103,7 +138,7 @@ async def readyz(service: ServiceDep) -> JSONResponse:
     pool = service.pool
     checks = ReadinessChecks(
         profiles_loaded=bool(service.profiles),
-        z3_usable=await asyncio.to_thread(_z3_usable),
+        z3_usable=await _z3_readiness(),
         pool_alive=pool.running and pool.alive_workers > 0,
     )
     ready = checks.profiles_loaded and checks.z3_usable and checks.pool_alive

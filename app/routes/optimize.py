@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from app.convert.optimize import to_problem
 from app.jobs import optimize_svg_via_pool, optimize_via_pool, request_profile
@@ -15,11 +15,14 @@ from app.negotiation import (
     svg_response,
     vary_on_accept,
 )
+from app.routes.access import read_access
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.optimize import MAX_TOP_K, OptimizeTilingRequest, OptimizeTilingResponse
 from app.service import ServiceDep
 
-router = APIRouter(tags=["optimize"], route_class=OffLoopJSONRoute)
+router = APIRouter(
+    tags=["optimize"], route_class=OffLoopJSONRoute, dependencies=[Depends(read_access)]
+)
 
 CandidateRank = Annotated[
     int,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from app.convert.predict import to_core
 from app.jobs import predict_svg_via_pool, predict_via_pool, request_profile
@@ -13,11 +13,14 @@ from app.negotiation import (
     svg_response,
     vary_on_accept,
 )
+from app.routes.access import read_access
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.predict import PredictKernelRequest, PredictKernelResponse
 from app.service import ServiceDep
 
-router = APIRouter(tags=["predict"], route_class=OffLoopJSONRoute)
+router = APIRouter(
+    tags=["predict"], route_class=OffLoopJSONRoute, dependencies=[Depends(read_access)]
+)
 
 
 @router.post(

@@ -22,9 +22,15 @@ from pydantic import (
 from app.schemas.base import RequestModel
 from app.schemas.optimize import DEFAULT_TIME_LIMIT_S, GemmWsDeviceParams, GemmWsRun
 from app.schemas.predict import InlineProfile, KernelLaunch
-from app.settings import TIME_LIMIT_CEILING_S
+from app.settings import MAX_CALIBRATION_MEASUREMENTS_CEILING, TIME_LIMIT_CEILING_S
 from device_profiles import DeviceProfile
-from device_profiles.schema import CALIBRATABLE_FIGURES, CalibrationErrorSummary
+from device_profiles.schema import (
+    CALIBRATABLE_FIGURES,
+    MAX_ID_CHARS,
+    MAX_LIST_ITEMS,
+    MAX_NAME_CHARS,
+    CalibrationErrorSummary,
+)
 
 CalibrationModel = Literal["gemm-ws", "many-bsp"]
 #: figures each model can fit, by the name of their profile field (units in the names): the
@@ -128,12 +134,18 @@ def _check_folds(folds: int) -> int:
 
 ModelMeasurements = Annotated[
     list[GemmWsMeasurementIn] | list[ManyBspMeasurementIn],
-    Field(min_length=1, description="measured runs of the model (its measurement schema)"),
-]
-Fit = Annotated[
-    list[str] | None,
     Field(
         min_length=1,
+        max_length=MAX_CALIBRATION_MEASUREMENTS_CEILING,
+        description="measured runs of the model (its measurement schema); at most the "
+        "server's max_calibration_measurements",
+    ),
+]
+Fit = Annotated[
+    list[Annotated[str, Field(max_length=MAX_NAME_CHARS)]] | None,
+    Field(
+        min_length=1,
+        max_length=MAX_LIST_ITEMS,
         description="figures to fit, by profile field name; default: every figure of the model "
         f"(gemm-ws: {', '.join(FIGURES['gemm-ws'])}; many-bsp: {', '.join(FIGURES['many-bsp'])})",
     ),
@@ -190,7 +202,9 @@ class CalibrateRequest(_ModelChecks):
 
     model: CalibrationModel = Field(description="the performance model whose figures to fit")
     base_device: str | None = Field(
-        default=None, description="profile id or alias to start from (GET /devices)"
+        default=None,
+        max_length=MAX_ID_CHARS,
+        description="profile id or alias to start from (GET /devices)",
     )
     base_device_params: GemmWsDeviceParams | DeviceProfile | None = Field(
         default=None,
@@ -330,12 +344,46 @@ class CalibrateResponse(CalibrationFit):
 class MeasurementsAdded(BaseModel):
     device: str = Field(description="profile id the runs were recorded under")
     model: CalibrationModel
-    added: int = Field(description="runs appended by this request")
-    total: int = Field(description="runs of this model now recorded for the device")
+    added: int = Field(description="runs newly stored by this request")
+    duplicates: int = Field(
+        default=0, description="runs of this request already in the record (stored once)"
+    )
+    total: int = Field(
+        description="runs now in the device's record (every model), counted by the store in "
+        "the same transaction that wrote them"
+    )
+    batch: str | None = Field(
+        default=None,
+        description="id of this batch: DELETE /devices/{id}/measurements/batches/{batch}",
+    )
+    digests: list[str] = Field(
+        default_factory=list,
+        description="content digest of each posted run, in request order "
+        "(DELETE /devices/{id}/measurements/runs/{digest})",
+    )
     recalibrate_url: str = Field(description="POST here to refit from every recorded run")
+
+
+class RunsDeleted(BaseModel):
+    device: str = Field(description="profile id whose record changed")
+    deleted: int = Field(description="runs removed by this request")
+    total: int = Field(description="runs left in the record")
+
+
+class ProfileDeleted(BaseModel):
+    device: str = Field(description="the calibrated profile id removed, with its record")
+    names: list[str] = Field(description="names that pointed at it, removed with it")
 
 
 class MeasurementRecord(BaseModel):
     device: str = Field(description="profile id")
     gemm_ws: list[GemmWsMeasurementIn] = Field(description="recorded GeMM-WS runs, oldest first")
     many_bsp: list[ManyBspMeasurementIn] = Field(description="recorded Many-BSP runs, oldest first")
+    gemm_ws_digests: list[str] = Field(
+        default_factory=list,
+        description="content digest of each GeMM-WS run, in the same order "
+        "(DELETE /devices/{id}/measurements/runs/{digest})",
+    )
+    many_bsp_digests: list[str] = Field(
+        default_factory=list, description="content digest of each Many-BSP run, in order"
+    )

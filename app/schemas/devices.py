@@ -10,14 +10,24 @@ from pydantic import BaseModel, Field
 from app.schemas.base import ProfileProvenanceOut, provenance_out
 from device_profiles import DeviceProfile, FigureNeed, ModelStatus, calibration_status
 from device_profiles.provenance import figure_statuses, provenance
-from device_profiles.schema import CALIBRATABLE_FIGURES, CalibrationProvenance, FigurePrior
+from device_profiles.schema import (
+    CALIBRATABLE_FIGURES,
+    CalibrationErrorSummary,
+    CalibrationProvenance,
+    FigurePrior,
+)
 
 #: the state of one model on one profile (device_profiles.status.ModelStatus.state)
 ModelStateName = Literal["served", "uncalibrated-estimates", "needs-calibration", "missing-figures"]
 
 #: keys GET /devices/{id} adds to the profile; an inline ``device_params`` drops them, so the
 #: detail can be posted back as is
-READ_ONLY_PROFILE_KEYS: tuple[str, ...] = ("needs_calibration", "profile_provenance", "figures")
+READ_ONLY_PROFILE_KEYS: tuple[str, ...] = (
+    "needs_calibration",
+    "profile_provenance",
+    "figures",
+    "history",
+)
 
 
 class DeviceSummary(BaseModel):
@@ -112,6 +122,44 @@ class FigureOut(BaseModel):
     )
 
 
+class FigureVsPriorOut(BaseModel):
+    """One fitted figure against its prior."""
+
+    figure: str = Field(description="profile field name (its unit is in the name)")
+    prior: float | None = Field(description="the prior's median, in the figure's unit")
+    fitted: float = Field(description="the fitted (MAP) value, in the figure's unit")
+    determined: bool = Field(
+        description="whether the runs determined it; false: the prior holds it (an estimate)"
+    )
+
+
+class DeviceHistory(BaseModel):
+    """What a device's record holds and what its fit made of it (issue 16, item 7)."""
+
+    owner: str | None = Field(description="tenant that created it; null for a shipped profile")
+    recorded_runs: int | None = Field(
+        description="runs in the device's record (for a shipped profile: the caller's own "
+        "draft record of it), from the store's counter; null while the store is unavailable"
+    )
+    fitted: list[str] = Field(
+        default_factory=list, description="figures the fit fitted (calibrated only)"
+    )
+    fit_measurement_count: int | None = Field(
+        default=None, description="runs the profile's fit used (calibrated only)"
+    )
+    training_error: CalibrationErrorSummary | None = Field(
+        default=None, description="the fit's error on its own runs, % of measured"
+    )
+    cross_validation_error: CalibrationErrorSummary | None = Field(
+        default=None, description="k-fold error on held-out runs, % of measured"
+    )
+    figures_vs_priors: list[FigureVsPriorOut] | None = Field(
+        default=None,
+        description="each fitted figure against its prior and whether the runs determined it "
+        "(calibrated only)",
+    )
+
+
 class DeviceDetail(DeviceProfile):
     """A device profile (every figure with its source) and what each model still needs."""
 
@@ -125,6 +173,43 @@ class DeviceDetail(DeviceProfile):
     figures: dict[str, list[FigureOut]] = Field(
         description="per model (gemm-ws, many-bsp): each scalar figure it uses, its value, "
         "status (published, estimated, calibrated) and prior"
+    )
+    history: DeviceHistory | None = Field(
+        default=None, description="its record and fit: run count, fit errors, owner"
+    )
+
+
+_SECTIONS = {"gemm-ws": "gemm_ws", "many-bsp": "many_bsp"}
+
+
+def device_history(
+    profile: DeviceProfile, owner: str | None, recorded_runs: int | None
+) -> DeviceHistory:
+    calibration = profile.calibration
+    if calibration is None:
+        return DeviceHistory(owner=owner, recorded_runs=recorded_runs)
+    section = getattr(profile, _SECTIONS[calibration.model])
+    versus = []
+    for name in calibration.fitted:
+        figure = getattr(section, name, None) if section is not None else None
+        if figure is None:
+            continue
+        versus.append(
+            FigureVsPriorOut(
+                figure=name,
+                prior=figure.prior.median if figure.prior is not None else None,
+                fitted=figure.value,
+                determined=name in calibration.determined,
+            )
+        )
+    return DeviceHistory(
+        owner=owner,
+        recorded_runs=recorded_runs,
+        fitted=list(calibration.fitted),
+        fit_measurement_count=calibration.measurement_count,
+        training_error=calibration.training_error,
+        cross_validation_error=calibration.cross_validation_error,
+        figures_vs_priors=versus,
     )
 
 
@@ -160,7 +245,7 @@ def model_calibration(device_id: str, status: ModelStatus) -> ModelCalibration:
     )
 
 
-def detail_profile(profile: DeviceProfile) -> DeviceDetail:
+def detail_profile(profile: DeviceProfile, history: DeviceHistory | None = None) -> DeviceDetail:
     listing = {
         model: model_calibration(profile.id, status)
         for model, status in calibration_status(profile).items()
@@ -179,6 +264,7 @@ def detail_profile(profile: DeviceProfile) -> DeviceDetail:
             "needs_calibration": listing,
             "profile_provenance": origins,
             "figures": figures,
+            "history": history,
         }
     )
 

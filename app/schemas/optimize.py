@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from app.schemas.base import ProfileProvenanceOut, RequestModel
 from app.settings import TIME_LIMIT_CEILING_S
+from device_profiles.schema import MAX_ID_CHARS
 from solver.search_space import (
     DEFAULT_BUFFER_DEPTHS,
     DEFAULT_TILE_VALUES,
@@ -42,7 +43,10 @@ class ValueRange(RequestModel):
         return self
 
 
-TileValues = list[int] | ValueRange
+#: a list of candidate tile sizes: at most this many (the search space's own cap,
+#: max_search_space_candidates, bounds their product)
+MAX_TILE_VALUES = 4096
+TileValues = Annotated[list[int], Field(max_length=MAX_TILE_VALUES)] | ValueRange
 
 
 class SearchSpaceSpec(RequestModel):
@@ -93,7 +97,9 @@ class OptimizeTilingRequest(RequestModel):
     k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")
     dtype: Dtype = Field(default="fp16", description="element type of A and B")
     device: str | None = Field(
-        default=None, description="device profile id, calibrated id or name (GET /devices)"
+        default=None,
+        max_length=MAX_ID_CHARS,
+        description="device profile id, calibrated id or name (GET /devices)",
     )
     device_params: GemmWsDeviceParams | None = Field(
         default=None, description="inline machine figures instead of a profile"

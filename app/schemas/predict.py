@@ -9,6 +9,7 @@ from pydantic import BaseModel, BeforeValidator, Field, Strict, ValidationError
 from app.schemas.base import ProfileProvenanceOut, RequestModel
 from app.schemas.devices import drop_read_only_keys
 from device_profiles import DeviceProfile
+from device_profiles.schema import MAX_ID_CHARS, MAX_TEXT_CHARS
 
 
 def _inline_profile(value: object) -> object:
@@ -59,7 +60,11 @@ class KernelLaunch(RequestModel):
     Many-BSP measurement (POST /calibrate) is one of these plus the measured cycles."""
 
     ptx: str = Field(min_length=1, description="PTX module text")
-    kernel: str | None = Field(None, description="entry name; required when several .entry")
+    kernel: str | None = Field(
+        None,
+        max_length=MAX_TEXT_CHARS,
+        description="entry name (mangled C++ names run long); required when several .entry",
+    )
     launch: LaunchConfig
     resources: Resources = Field(
         default_factory=lambda: Resources(registers_per_thread=None, shared_bytes_per_block=None)
@@ -81,7 +86,9 @@ class KernelLaunch(RequestModel):
 
 class PredictKernelRequest(KernelLaunch):
     device: str | None = Field(
-        None, description="device profile id, calibrated id or name (GET /devices)"
+        None,
+        max_length=MAX_ID_CHARS,
+        description="device profile id, calibrated id or name (GET /devices)",
     )
     device_params: Annotated[DeviceProfile | None, BeforeValidator(_inline_profile)] = Field(
         None,

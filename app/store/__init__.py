@@ -8,9 +8,15 @@ from app.store.base import MemoryStore, Store, StoreHealth, StoreUnavailable
 from app.store.checked import CheckedStore, CorruptValue, seal, unseal
 from app.store.registry import BACKENDS, make_backend, make_store
 from app.store.resilient import ResilientStore
+from app.store.transaction import CapExceeded, Counter, Delete, Outcome, Put
 
 __all__ = [
     "BACKENDS",
+    "CapExceeded",
+    "Counter",
+    "Delete",
+    "Outcome",
+    "Put",
     "CheckedStore",
     "CorruptValue",
     "MemoryStore",

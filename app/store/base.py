@@ -13,6 +13,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.store.transaction import COUNTERS, Counter, Delete, Outcome, Put, plan
+
 
 class StoreUnavailable(RuntimeError):
     """The backend cannot be reached or refused the operation; callers degrade, never 5xx
@@ -63,6 +65,11 @@ class Store(abc.ABC):
         then held once, not twice. For callers that only send or hash it."""
         return self.get(namespace, key)
 
+    def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
+        """:meth:`get` of each key, in order; a network backend answers them in few round
+        trips (a device's record is thousands of runs, one key each)."""
+        return [self.get(namespace, key) for key in keys]
+
     @abc.abstractmethod
     def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
         """Store ``value`` (replacing any), expiring after ``ttl_s`` seconds when given."""
@@ -103,6 +110,21 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def keys(self, namespace: str) -> list[str]:
         """Every live key of ``namespace``, sorted."""
+
+    def transact(
+        self,
+        puts: Sequence[Put] = (),
+        deletes: Sequence[Delete] = (),
+        counters: Sequence[Counter] = (),
+    ) -> Outcome:
+        """Apply ``puts`` then ``deletes`` and update ``counters``, all or nothing, in one
+        atomic step of the backend (see ``app/store/transaction.py``); CapExceeded, and
+        nothing written, when a counter would pass its cap."""
+        raise NotImplementedError(f"the {self.name} store has no transactions")
+
+    def counter(self, key: str) -> int:
+        """A counter kept by :meth:`transact` (0 when it never counted anything)."""
+        raise NotImplementedError(f"the {self.name} store has no counters")
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""
@@ -182,3 +204,37 @@ class MemoryStore(Store):
         with self._lock:
             slots = [s for s in self._data if s[0] == namespace]
             return sorted(s[1] for s in slots if self._live(s, now) is not None)
+
+    def transact(
+        self,
+        puts: Sequence[Put] = (),
+        deletes: Sequence[Delete] = (),
+        counters: Sequence[Counter] = (),
+    ) -> Outcome:
+        now = time.monotonic()
+        with self._lock:
+            slots = {(p.namespace, p.key) for p in puts} | {(d.namespace, d.key) for d in deletes}
+            existing = {}
+            for slot in slots:
+                value = self._live(slot, now)
+                existing[slot] = None if value is None else len(value)
+            current = {c.key: self._count(c.key, now) for c in counters}
+            totals, writing = plan(counters, current, puts, existing, deletes)
+            for put in writing:
+                self._data[(put.namespace, put.key)] = (bytes(put.value), None)
+            for d in deletes:
+                self._data.pop((d.namespace, d.key), None)
+            for key, total in totals.items():
+                if total:
+                    self._data[(COUNTERS, key)] = (str(total).encode(), None)
+                else:  # a counter of nothing leaves no key behind
+                    self._data.pop((COUNTERS, key), None)
+            return Outcome(totals, frozenset((p.namespace, p.key) for p in writing))
+
+    def _count(self, key: str, now: float) -> int:
+        raw = self._live((COUNTERS, key), now)
+        return 0 if raw is None else int(raw)
+
+    def counter(self, key: str) -> int:
+        with self._lock:
+            return self._count(key, time.monotonic())

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from app.store.base import Store, StoreHealth, StoreUnavailable
+from app.store.transaction import Counter, Delete, Outcome, Put
 
 log = logging.getLogger("kperf.store")
 
@@ -120,6 +121,16 @@ class CheckedStore(Store):
             self._drop(namespace, key, exc)
             return None
 
+    def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
+        values: list[bytes | None] = []
+        for key, value in zip(keys, self.inner.get_many(namespace, keys), strict=True):
+            try:
+                values.append(None if value is None else unseal(namespace, key, value))
+            except CorruptValue as exc:
+                self._drop(namespace, key, exc)
+                values.append(None)
+        return values
+
     def _drop(self, namespace: str, key: str, exc: CorruptValue) -> None:
         log.warning(
             "stored value dropped: it does not open",
@@ -149,6 +160,21 @@ class CheckedStore(Store):
 
     def expire_if_equals(self, namespace: str, key: str, value: bytes, *, ttl_s: float) -> bool:
         return self.inner.expire_if_equals(namespace, key, seal(namespace, key, value), ttl_s=ttl_s)
+
+    def transact(
+        self,
+        puts: Sequence[Put] = (),
+        deletes: Sequence[Delete] = (),
+        counters: Sequence[Counter] = (),
+    ) -> Outcome:
+        # counters are the backend's own integers, never sealed; values are, like any put's
+        sealed = [
+            Put(p.namespace, p.key, seal(p.namespace, p.key, p.value), p.if_absent) for p in puts
+        ]
+        return self.inner.transact(sealed, deletes, counters)
+
+    def counter(self, key: str) -> int:
+        return self.inner.counter(key)
 
     def keys(self, namespace: str) -> list[str]:
         return self.inner.keys(namespace)

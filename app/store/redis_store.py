@@ -15,6 +15,7 @@ error becomes :class:`StoreUnavailable`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from app.store.base import Store, StoreUnavailable, check_ttl_s, redact
+from app.store.transaction import COUNTERS, CapExceeded, Counter, Delete, Outcome, Put
 
 R = TypeVar("R")
 
@@ -34,6 +36,8 @@ SCAN_COUNT = 1000
 #: 36 MB answer cost 137 MiB of peak RSS). In pieces, the value is written once, into one
 #: buffer, inside a WATCH so that a value replaced meanwhile is never returned half-and-half.
 PIECE_BYTES = 1 << 20
+#: keys per MGET of ``get_many`` (a record's runs are small: one reply stays well below a MiB)
+MGET_KEYS = 500
 
 
 #: compare-and-delete / compare-and-renew: Redis runs a script atomically
@@ -44,6 +48,77 @@ return 0
 _EXPIRE_IF_EQUALS = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
+"""
+
+#: ``transaction.plan`` in Lua: Redis runs a script alone, so the counters it reads are the
+#: ones it writes. KEYS: counters, then puts, then deletes. ARGV: the three counts, then per
+#: counter (measure, cap or "", namespaces joined by newlines), per put (namespace, if_absent
+#: "1"/"0", value), per delete (namespace). Answers {0, counter index, total, adding, cap}
+#: when a cap refuses (nothing written), else {1, {totals}, {indices of the puts written}}.
+_TRANSACT = """
+local nc, np, nd = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local a = 4
+local counters = {}
+for i = 1, nc do
+  local ns = {}
+  for n in string.gmatch(ARGV[a + 2], '[^\\n]+') do ns[n] = true end
+  counters[i] = {measure = ARGV[a], cap = ARGV[a + 1], ns = ns, add = 0}
+  a = a + 3
+end
+local sizes = {}
+local function size_of(k)
+  if sizes[k] == nil then
+    sizes[k] = false
+    if redis.call('EXISTS', k) == 1 then sizes[k] = redis.call('STRLEN', k) end
+  end
+  return sizes[k]
+end
+local function bump(ns, size, sign)
+  for _, c in ipairs(counters) do
+    if c.ns[ns] then
+      if c.measure == 'count' then c.add = c.add + sign else c.add = c.add + sign * size end
+    end
+  end
+end
+local writes, written = {}, {}
+for i = 1, np do
+  local k, ns, ifabs, v = KEYS[nc + i], ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  a = a + 3
+  local old = size_of(k)
+  if not (old and ifabs == '1') then
+    writes[#writes + 1] = {k, v}
+    written[#written + 1] = i
+    sizes[k] = string.len(v)
+    bump(ns, string.len(v), 1)
+    if old then bump(ns, old, -1) end
+  end
+end
+local dels = {}
+for i = 1, nd do
+  local k, ns = KEYS[nc + np + i], ARGV[a]
+  a = a + 1
+  local old = size_of(k)
+  if old then
+    sizes[k] = false
+    dels[#dels + 1] = k
+    bump(ns, old, -1)
+  end
+end
+local totals = {}
+for i, c in ipairs(counters) do
+  local total = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if c.cap ~= '' and c.add > 0 and total + c.add > tonumber(c.cap) then
+    return {0, i, total, c.add, tonumber(c.cap)}
+  end
+  totals[i] = math.max(0, total + c.add)
+end
+for _, w in ipairs(writes) do redis.call('SET', w[1], w[2]) end
+for _, k in ipairs(dels) do redis.call('DEL', k) end
+for i = 1, nc do
+  if totals[i] > 0 then redis.call('SET', KEYS[i], tostring(totals[i]))
+  else redis.call('DEL', KEYS[i]) end
+end
+return {1, totals, written}
 """
 
 
@@ -80,6 +155,7 @@ class RedisStore(Store):
         # sent by SHA (EVALSHA), loaded again by redis-py when a restarted Redis lost it
         self._delete_if_equals = self._client.register_script(_DELETE_IF_EQUALS)
         self._expire_if_equals = self._client.register_script(_EXPIRE_IF_EQUALS)
+        self._transact = self._client.register_script(_TRANSACT)
 
     def _prefix(self, namespace: str) -> str:
         return f"{KEY_PREFIX}:{len(namespace)}:{namespace}:"
@@ -96,6 +172,15 @@ class RedisStore(Store):
     def get(self, namespace: str, key: str) -> bytes | None:
         value: Any = self._run("get", lambda: self._client.get(self._prefix(namespace) + key))
         return None if value is None else bytes(value)
+
+    def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
+        prefix = self._prefix(namespace)
+        values: list[bytes | None] = []
+        for start in range(0, len(keys), MGET_KEYS):
+            names = [prefix + key for key in keys[start : start + MGET_KEYS]]
+            found: Any = self._run("mget", functools.partial(self._client.mget, names))
+            values += [None if v is None else bytes(v) for v in found]
+        return values
 
     def get_buffer(self, namespace: str, key: str) -> bytes | bytearray | None:
         name = self._prefix(namespace) + key
@@ -188,6 +273,33 @@ class RedisStore(Store):
         slot, px = self._prefix(namespace) + key, max(1, round(ttl_s * 1000))
         renewed = self._run("expire if equals", lambda: self._expire_if_equals([slot], [value, px]))
         return bool(renewed)
+
+    def transact(
+        self,
+        puts: Sequence[Put] = (),
+        deletes: Sequence[Delete] = (),
+        counters: Sequence[Counter] = (),
+    ) -> Outcome:
+        keys = [self._prefix(COUNTERS) + c.key for c in counters]
+        keys += [self._prefix(p.namespace) + p.key for p in puts]
+        keys += [self._prefix(d.namespace) + d.key for d in deletes]
+        args: list[bytes | str | int] = [len(counters), len(puts), len(deletes)]
+        for c in counters:
+            args += [c.measure, "" if c.cap is None else c.cap, "\n".join(c.namespaces)]
+        for p in puts:
+            args += [p.namespace, "1" if p.if_absent else "0", p.value]
+        args += [d.namespace for d in deletes]
+        answer: Any = self._run("transact", lambda: self._transact(keys, args))
+        if int(answer[0]) == 0:
+            _, index, total, adding, cap = (int(x) for x in answer)
+            raise CapExceeded(counters[index - 1].key, total, adding, cap)
+        totals = {c.key: int(t) for c, t in zip(counters, answer[1], strict=True)}
+        written = frozenset((puts[i - 1].namespace, puts[i - 1].key) for i in answer[2])
+        return Outcome(totals, written)
+
+    def counter(self, key: str) -> int:
+        raw: Any = self._run("get", lambda: self._client.get(self._prefix(COUNTERS) + key))
+        return 0 if raw is None else int(raw)
 
     def keys(self, namespace: str) -> list[str]:
         prefix = self._prefix(namespace)

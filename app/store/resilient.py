@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from app.store.base import Store, StoreHealth, StoreUnavailable
+from app.store.transaction import Counter, Delete, Outcome, Put
 
 log = logging.getLogger("kperf.store")
 
@@ -120,6 +121,9 @@ class ResilientStore(Store):
     def get_buffer(self, namespace: str, key: str) -> bytes | bytearray | memoryview | None:
         return self._call("get", lambda: self.backend.get_buffer(namespace, key))
 
+    def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
+        return self._call("get", lambda: self.backend.get_many(namespace, keys))
+
     def put(self, namespace: str, key: str, value: bytes, *, ttl_s: float | None = None) -> None:
         self._call("put", lambda: self.backend.put(namespace, key, value, ttl_s=ttl_s))
 
@@ -153,6 +157,17 @@ class ResilientStore(Store):
             "expire_if_equals",
             lambda: self.backend.expire_if_equals(namespace, key, value, ttl_s=ttl_s),
         )
+
+    def transact(
+        self,
+        puts: Sequence[Put] = (),
+        deletes: Sequence[Delete] = (),
+        counters: Sequence[Counter] = (),
+    ) -> Outcome:
+        return self._call("transact", lambda: self.backend.transact(puts, deletes, counters))
+
+    def counter(self, key: str) -> int:
+        return self._call("get", lambda: self.backend.counter(key))
 
     def keys(self, namespace: str) -> list[str]:
         return self._call("keys", lambda: self.backend.keys(namespace))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from app.store.base import Store, StoreUnavailable, check_ttl_s
+from app.store.transaction import COUNTERS, Counter, Delete, Outcome, Put, plan
 
 R = TypeVar("R")
 
@@ -73,6 +74,14 @@ def _move_value_last(conn: sqlite3.Connection) -> None:
         )
         conn.execute("DROP TABLE store_entries")
         conn.execute("ALTER TABLE store_entries_migrating RENAME TO store_entries")
+
+
+def _count(conn: sqlite3.Connection, key: str, now: float) -> int:
+    row = conn.execute(
+        f"SELECT value FROM store_entries WHERE namespace = ? AND key = ? AND {_LIVE}",
+        (COUNTERS, key, now),
+    ).fetchone()
+    return 0 if row is None else int(bytes(row[0]))
 
 
 def _expiry(ttl_s: float | None) -> float | None:
@@ -248,6 +257,49 @@ class SqliteStore(Store):
                 == 1
             )
         )
+
+    def transact(
+        self,
+        puts: Sequence[Put] = (),
+        deletes: Sequence[Delete] = (),
+        counters: Sequence[Counter] = (),
+    ) -> Outcome:
+        def step(conn: sqlite3.Connection) -> Outcome:
+            # the write lock first: no other writer (of any process) reads the counters
+            # between this check and these writes
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                now = time.time()
+                slots = {(p.namespace, p.key) for p in puts} | {
+                    (d.namespace, d.key) for d in deletes
+                }
+                existing: dict[tuple[str, str], int | None] = {}
+                for namespace, key in slots:
+                    row = conn.execute(
+                        "SELECT length(value) FROM store_entries "
+                        f"WHERE namespace = ? AND key = ? AND {_LIVE}",
+                        (namespace, key, now),
+                    ).fetchone()
+                    existing[(namespace, key)] = None if row is None else int(row[0])
+                current = {c.key: _count(conn, c.key, now) for c in counters}
+                totals, writing = plan(counters, current, puts, existing, deletes)
+                conn.executemany(
+                    "INSERT OR REPLACE INTO store_entries (namespace, key, value, expires_unix_s) "
+                    "VALUES (?, ?, ?, NULL)",
+                    [(p.namespace, p.key, p.value) for p in writing]
+                    + [(COUNTERS, k, str(t).encode()) for k, t in totals.items() if t],
+                )
+                # a counter of nothing leaves no row behind
+                conn.executemany(
+                    "DELETE FROM store_entries WHERE namespace = ? AND key = ?",
+                    [(d.namespace, d.key) for d in deletes]
+                    + [(COUNTERS, k) for k, t in totals.items() if not t],
+                )
+                return Outcome(totals, frozenset((p.namespace, p.key) for p in writing))
+
+        return self._run(step)
+
+    def counter(self, key: str) -> int:
+        return self._run(lambda conn: _count(conn, key, time.time()))
 
     def keys(self, namespace: str) -> list[str]:
         rows = self._run(

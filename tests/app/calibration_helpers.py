@@ -8,7 +8,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from app.schemas.devices import READ_ONLY_PROFILE_KEYS
+from app.schemas.devices import drop_read_only_keys
 from device_profiles import DeviceProfile
 from perfmodel.calibration import predict_many_bsp_cycles
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, simulate
@@ -135,5 +135,5 @@ def true_many_bsp_figures(profile: dict[str, Any]) -> DeviceFigures:
     section = dict(profile["many_bsp"])
     for name, value in TRUE_MANY_BSP.items():
         section[name] = {"value": value, "source": "hidden truth of the test"}
-    document = {k: v for k, v in profile.items() if k not in READ_ONLY_PROFILE_KEYS}
+    document = drop_read_only_keys(profile)  # what GET /devices/{id} adds
     return device_from_profile(DeviceProfile.model_validate({**document, "many_bsp": section}))

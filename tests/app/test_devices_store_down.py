@@ -232,7 +232,7 @@ def _profile_store() -> tuple[ProfileStore, SwitchedStore, str]:
     )
     profiles = ProfileStore(ResilientStore(backend, backoff_initial_s=1e-6, backoff_max_s=1e-6),
                             shipped)  # fmt: skip
-    assert profiles.save(copy, "gemm-ws", [])
+    assert profiles.save(copy, "gemm-ws", [], "local")
     profiles.set_alias("my-v100", copy.id)
     return profiles, backend, copy.id
 

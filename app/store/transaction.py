@@ -1,0 +1,113 @@
+"""Several writes and the counters that bound them, applied all or nothing by the backend.
+
+A cap checked before an awaited write is no cap: eight concurrent posts all pass the check,
+then all write (issue 20). Here the check and the writes are one step of the backend itself
+(SQLite: one ``BEGIN IMMEDIATE`` transaction; Redis: one Lua script; memory: one lock), so
+at most the cap is ever stored, and the totals answered are the ones the step saw.
+
+A :class:`Counter` measures the live values of some namespaces, by number of keys or by bytes;
+the step adds what its puts newly write (a put ``if_absent`` onto an existing key writes
+nothing and counts nothing) and subtracts what its deletes remove. Counters are plain integers
+the backend keeps beside the values (never sealed: ``Store.counter`` reads them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+#: namespace the backends keep counters in
+COUNTERS = "counters"
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    namespace: str
+    key: str
+    value: bytes
+    #: write only when no value exists (identical content posted twice is stored once)
+    if_absent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    namespace: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    key: str
+    #: what is counted: the keys, or the value bytes, of the live entries of ``namespaces``
+    measure: Literal["count", "bytes"]
+    namespaces: tuple[str, ...]
+    #: the step is refused when it would raise the counter above this (None: no cap)
+    cap: int | None = None
+
+
+class CapExceeded(Exception):
+    """A step that would take ``counter`` from ``total`` to ``total + adding`` > ``cap``;
+    nothing of it was written."""
+
+    def __init__(self, counter: str, total: int, adding: int, cap: int) -> None:
+        super().__init__(f"{counter}: {total} + {adding} > cap {cap}")
+        self.counter = counter
+        self.total = total
+        self.adding = adding
+        self.cap = cap
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    #: counter key -> its value after the step
+    totals: Mapping[str, int]
+    #: (namespace, key) of every put that wrote
+    written: frozenset[tuple[str, str]]
+
+
+def delta(counter: Counter, namespace: str, size: int) -> int:
+    """What one value of ``size`` bytes in ``namespace`` adds to ``counter``."""
+    if namespace not in counter.namespaces:
+        return 0
+    return 1 if counter.measure == "count" else size
+
+
+def plan(
+    counters: Sequence[Counter],
+    current: Mapping[str, int],
+    puts: Sequence[Put],
+    existing: Mapping[tuple[str, str], int | None],
+    deletes: Sequence[Delete],
+) -> tuple[dict[str, int], list[Put]]:
+    """The counters after the step and the puts that write, given the counters' values and the
+    sizes of the existing values (None: absent) of every key the step touches; CapExceeded
+    when a counter would pass its cap while growing. Shared by the backends that run Python
+    inside their atomic step (memory, SQLite); the Redis script is its Lua twin."""
+    sizes = dict(existing)
+    adds = {c.key: 0 for c in counters}
+    writing: list[Put] = []
+    for put in puts:
+        old = sizes.get((put.namespace, put.key))
+        if old is not None and put.if_absent:
+            continue
+        writing.append(put)
+        sizes[(put.namespace, put.key)] = len(put.value)
+        for c in counters:
+            adds[c.key] += delta(c, put.namespace, len(put.value))
+            if old is not None:
+                adds[c.key] -= delta(c, put.namespace, old)
+    for d in deletes:
+        old = sizes.get((d.namespace, d.key))
+        if old is None:
+            continue
+        sizes[(d.namespace, d.key)] = None
+        for c in counters:
+            adds[c.key] -= delta(c, d.namespace, old)
+    totals: dict[str, int] = {}
+    for c in counters:
+        total, add = current.get(c.key, 0), adds[c.key]
+        if c.cap is not None and add > 0 and total + add > c.cap:
+            raise CapExceeded(c.key, total, add, c.cap)
+        totals[c.key] = max(0, total + add)
+    return totals, writing

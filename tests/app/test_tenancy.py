@@ -115,7 +115,13 @@ def test_tenants_own_their_devices(server: tuple[str, Any]) -> None:
         assert (history["owner"], history["recorded_runs"]) == ("alice", len(runs))
         assert history["fit_measurement_count"] == len(runs) and history["fitted"]
         assert history["training_error"] == made.json()["training_error"]
-        assert history["figures_vs_priors"] is None  # until calibration carries priors
+        # issue 16: which figures moved from their priors, against the fit's answer
+        fitted = {f["name"]: f for f in made.json()["fitted"]}
+        for row in history["figures_vs_priors"]:
+            figure = fitted[row["figure"]]
+            assert row["fitted"] == figure["value"]
+            assert row["prior"] == figure["prior"]["median"]
+            assert row["determined"] == figure["identifiable"]
 
         # bob can neither post to, refit, rename nor delete alice's device
         post = {"model": "gemm-ws", "measurements": [{**runs[0], "measured_time_us": 0.01}]}

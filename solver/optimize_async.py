@@ -1,0 +1,209 @@
+"""The tiling optimizer under the async-copy pipeline variant, proven optimal by Z3.
+
+Same objectives and tie-break as solver/optimize.py (§3.2, lexicographic): overall time, total
+MATH wait, then larger tile_m, tile_n, tile_k, smaller depth; ranks by blocking each found
+configuration. The presolve evaluates every configuration's time with the vectorised closed
+form (perfmodel/gemm_ws_async.py) and encodes only those no slower than the top_k-th: the
+others cannot hold a rank. Z3 then proves the order over the encoded (A1)-(A3) arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import z3
+
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, stage_count, us_to_ns
+from perfmodel.gemm_ws_async import (
+    NOT_RESIDENT,
+    AsyncDurationTable,
+    AsyncSimulation,
+    SmLimits,
+    overall_time_async_ns_array,
+    simulate_async,
+)
+from solver.encoding_async import AsyncConfig, encode_async
+from solver.errors import InfeasibleSearchSpace, SolverTimeout
+from solver.factory import make_solver, z3_version
+from solver.lexicographic import Objective, lexicographic_optimum
+from solver.optimize import SolverStatistics, tie_break_key
+from solver.search_space import SearchSpace, SearchSummary
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncTilingProblem:
+    shape: GemmShape
+    machine: GemmWsMachine
+    space: SearchSpace
+    limits: SmLimits
+    element_bytes: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncTilingResult:
+    """``status`` is "optimal" when Z3 proved every ranked entry, else "timeout"."""
+
+    status: str
+    best: AsyncSimulation
+    candidates: tuple[AsyncSimulation, ...]
+    summary: SearchSummary
+    statistics: SolverStatistics
+
+
+def _effective_limits(problem: AsyncTilingProblem) -> SmLimits:
+    # Without the shared-memory constraint, only the block/thread/register caps limit residency.
+    if problem.space.enforce_shared_memory:
+        return problem.limits
+    return dataclasses.replace(problem.limits, shared_memory_per_sm_bytes=None)
+
+
+def optimize_tiling_async(
+    problem: AsyncTilingProblem, *, top_k: int = 5, time_limit_s: float = 10.0
+) -> AsyncTilingResult:
+    """Solve ``problem``; ``top_k`` ranked candidates; SolverTimeout if none was found."""
+    if top_k < 1:
+        raise ValueError("top_k must be at least 1")
+    if not time_limit_s > 0:
+        raise ValueError("time_limit_s must be positive")
+    started = time.perf_counter()
+    deadline = started + time_limit_s
+    space, machine, limits = problem.space, problem.machine, _effective_limits(problem)
+    tilings = [
+        Tiling(*c)
+        for c in itertools.product(space.tile_m, space.tile_n, space.tile_k, space.buffer_depth)
+    ]
+    columns = np.array(
+        [(t.tile_m, t.tile_n, t.tile_k, t.buffer_depth) for t in tilings], dtype=np.int64
+    )
+    times = overall_time_async_ns_array(
+        problem.shape, machine, limits, problem.element_bytes, *columns.T
+    )
+    summary, feasible = _summary(problem, limits, tilings, times)
+    # Presolve: the top_k-th smallest time bounds every rank; ties at it are kept.
+    kth = np.sort(times[feasible])[min(top_k, int(feasible.sum())) - 1]
+    survivors = [tilings[i] for i in np.flatnonzero(feasible & (times <= kth))]
+    table = AsyncDurationTable(machine)
+    configs = [_config(problem, limits, t, table) for t in survivors]
+    enc = encode_async(configs, us_to_ns(machine.t_epilogue_us), us_to_ns(machine.t_init_us))
+    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
+    solver.add(enc.constraints)
+    best_time = int(times[feasible].min())
+    objectives = [
+        Objective(enc.overall_time_ns, minimize=True, probe=lambda _: best_time),
+        Objective(enc.total_math_wait_ns, minimize=True),
+        Objective(
+            tie_break_key(enc.tile_m, enc.tile_n, enc.tile_k, enc.buffer_depth), minimize=False
+        ),
+    ]
+    ranked: list[AsyncSimulation] = []
+    status, checks = "optimal", 0
+    for _ in range(min(top_k, summary.feasible)):
+        found = lexicographic_optimum(solver, objectives, deadline)
+        checks += found.checks
+        if found.model is not None:
+            tiling = enc.tiling_of(found.model)
+            ranked.append(_simulate(problem, limits, tiling, table))
+            solver.add(z3.Not(enc.is_tiling(tiling)))
+        if not found.proven:
+            status = "timeout"
+            break
+        if found.model is None:
+            break
+    if status == "timeout":
+        # Best effort: the presolve's closed-form times order the survivors exactly.
+        done = {s.tiling for s in ranked}
+        ranked += [_simulate(problem, limits, t, table) for t in survivors if t not in done]
+        ranked = sorted(ranked, key=objective_key)[:top_k]
+    if not ranked:
+        raise SolverTimeout(time_limit_s)
+    return AsyncTilingResult(
+        status=status,
+        best=ranked[0],
+        candidates=tuple(ranked),
+        summary=summary,
+        statistics=SolverStatistics(
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+            z3_version=z3_version(),
+            checks=checks,
+            encoded_tile_triples=len(survivors),
+            pruned_tile_triples=summary.feasible - len(survivors),
+        ),
+    )
+
+
+def objective_key(sim: AsyncSimulation) -> tuple[int, int, int]:
+    """The solver's lexicographic order, for ordering simulated configurations."""
+    t = sim.tiling
+    return (
+        sim.overall_time_ns,
+        sim.total_math_wait_ns,
+        -tie_break_key(t.tile_m, t.tile_n, t.tile_k, t.buffer_depth),
+    )
+
+
+def _summary(
+    problem: AsyncTilingProblem,
+    limits: SmLimits,
+    tilings: list[Tiling],
+    times: np.ndarray[tuple[int], np.dtype[np.int64]],
+) -> tuple[SearchSummary, np.ndarray[tuple[int], np.dtype[np.bool_]]]:
+    per_block = problem.machine.shared_memory_per_block_bytes
+    if problem.space.enforce_shared_memory and per_block is not None:
+        fits_block = np.array(
+            [t.shared_memory_bytes(problem.element_bytes) <= per_block for t in tilings]
+        )
+    else:
+        fits_block = np.ones(len(tilings), dtype=bool)
+    resident = times != NOT_RESIDENT
+    feasible = fits_block & resident
+    summary = SearchSummary(
+        candidates_considered=len(tilings),
+        feasible=int(feasible.sum()),
+        rejected={
+            "shared_memory_per_block": int((~fits_block).sum()),
+            "shared_memory_per_sm": int((fits_block & ~resident).sum()),
+        },
+    )
+    if summary.feasible == 0:
+        raise InfeasibleSearchSpace(
+            f"all {len(tilings)} candidates need more shared memory per CTA than the device "
+            "allows; allow smaller tiles or buffer depths, or set "
+            "search_space.enforce_shared_memory to false",
+            summary.rejected,
+        )
+    return summary, feasible
+
+
+def _config(
+    problem: AsyncTilingProblem, limits: SmLimits, tiling: Tiling, table: AsyncDurationTable
+) -> AsyncConfig:
+    sim = _simulate(problem, limits, tiling, table)
+    return AsyncConfig(
+        tiling=tiling,
+        stages=stage_count(problem.shape, tiling),
+        full_waves=sim.full_waves,
+        ctas_per_sm=sim.ctas_per_sm,
+        partial_wave_ctas=sim.partial_wave_ctas,
+        full=table.durations(tiling, sim.ctas_per_sm),
+        partial=table.durations(tiling, max(1, sim.partial_wave_ctas)),
+    )
+
+
+def _simulate(
+    problem: AsyncTilingProblem, limits: SmLimits, tiling: Tiling, table: AsyncDurationTable
+) -> AsyncSimulation:
+    return simulate_async(
+        problem.shape, tiling, problem.machine, limits, problem.element_bytes, table
+    )
+
+
+__all__ = [
+    "AsyncTilingProblem",
+    "AsyncTilingResult",
+    "objective_key",
+    "optimize_tiling_async",
+]

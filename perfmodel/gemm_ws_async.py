@@ -25,10 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any, TypeVar
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any
 
 from perfmodel.gemm_ws import (
     GemmShape,
@@ -128,11 +125,17 @@ class AsyncDurationTable:
 
     def issue_work_ns(self, tile_m: int, tile_n: int, tile_k: int) -> int:
         """One stage's A and B elements / load throughput, rounded half up (one CTA alone)."""
-        return _round_half_up((tile_m * tile_k + tile_k * tile_n) * self.load_ns_per_element)
+        return self.issue_ns_of_elements(tile_m * tile_k + tile_k * tile_n)
 
     def math_work_ns(self, tile_m: int, tile_n: int, tile_k: int) -> int:
         """One stage's MACs / compute throughput, rounded half up (one CTA alone)."""
-        return _round_half_up(tile_m * tile_n * tile_k * self.math_ns_per_mac)
+        return self.math_ns_of_macs(tile_m * tile_n * tile_k)
+
+    def issue_ns_of_elements(self, elements: int) -> int:
+        return _round_half_up(elements * self.load_ns_per_element)
+
+    def math_ns_of_macs(self, macs: int) -> int:
+        return _round_half_up(macs * self.math_ns_per_mac)
 
     def durations(self, tiling: Tiling, ctas: int) -> AsyncDurations:
         # c CTAs share the SM's copy engine and MATH pipes: each sees 1/c of the throughput,
@@ -216,18 +219,18 @@ def last_math_start_ns(durations: AsyncDurations, stages: int, depth: int) -> in
     (k+1)(d+lambda) + k T + (S-1-kD) max(d, T), linear in k, so its maximum is at k = 0 or
     k = floor((S-1)/D).
     """
-    return _last_math_start(
-        durations.issue_ns, durations.latency_ns, durations.math_ns, stages, depth, max
+    return int(
+        last_math_start_formula(
+            durations.issue_ns, durations.latency_ns, durations.math_ns, stages, depth, max
+        )
     )
 
 
-_N = TypeVar("_N", int, npt.NDArray[np.int64])
-
-
-def _last_math_start(
-    d: _N, lam: int, t: _N, stages: _N | int, depth: _N | int, maximum: Callable[[_N, _N], _N]
-) -> _N:
-    """The closed form of M(S) on ints or on int64 arrays (``maximum``: max or np.maximum)."""
+def last_math_start_formula(
+    d: Any, lam: int, t: Any, stages: Any, depth: Any, maximum: Callable[[Any, Any], Any]
+) -> Any:
+    """The closed form of M(S) on ints, or element-wise on int64 arrays with ``maximum`` =
+    np.maximum (perfmodel/gemm_ws_async_array.py); one formula for both."""
     per_stage = maximum(d, t)
     laps = (stages - 1) // depth
     straight = (stages - 1) * per_stage
@@ -343,66 +346,3 @@ def overall_time_async_closed_form_ns(
             wave = last_math_start_ns(durations, stages, depth) + durations.math_ns + epilogue
             overall += count * wave
     return overall
-
-
-#: :func:`overall_time_async_ns_array`'s value for a configuration whose buffer does not fit
-#: the shared memory of one SM
-NOT_RESIDENT = -1
-
-
-def overall_time_async_ns_array(
-    shape: GemmShape,
-    machine: GemmWsMachine,
-    limits: SmLimits,
-    element_bytes: int,
-    tile_m: npt.NDArray[np.integer[Any]],
-    tile_n: npt.NDArray[np.integer[Any]],
-    tile_k: npt.NDArray[np.integer[Any]],
-    buffer_depth: npt.NDArray[np.integer[Any]],
-) -> npt.NDArray[np.int64]:
-    """:func:`overall_time_async_closed_form_ns` over arrays of configurations (int64 ns,
-    exactly equal); :data:`NOT_RESIDENT` where no CTA fits an SM.
-
-    The rounded per-stage work is computed once per distinct (A+B elements, MACs) value with
-    exact rationals; everything after is integer array arithmetic.
-    """
-    tm, tn, tk, depth = (
-        np.asarray(a, dtype=np.int64) for a in (tile_m, tile_n, tile_k, buffer_depth)
-    )
-    table = AsyncDurationTable(machine)
-    elements = tm * tk + tk * tn
-    macs = tm * tn * tk
-    issue_work = _lookup(elements, lambda e: _round_half_up(e * table.load_ns_per_element))
-    math_work = _lookup(macs, lambda w: _round_half_up(w * table.math_ns_per_mac))
-    ctas = np.full(tm.shape, limits.ctas_per_sm(1), dtype=np.int64)  # limits without smem
-    if limits.shared_memory_per_sm_bytes is not None:
-        smem = depth * elements * element_bytes
-        ctas = np.minimum(ctas, limits.shared_memory_per_sm_bytes // smem)
-    tiles = -(-shape.m // tm) * -(-shape.n // tn)
-    busiest = -(-tiles // machine.sm_count)
-    resident = ctas >= 1
-    per_sm = np.maximum(np.minimum(ctas, busiest), 1)
-    full_waves, partial = np.divmod(busiest, per_sm)
-    stages = -(-shape.k // tk)
-    epilogue = us_to_ns(machine.t_epilogue_us)
-
-    def wave(share: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        d = share * issue_work
-        t = share * math_work + table.math_startup_ns
-        lam = table.latency_ns
-        result: npt.NDArray[np.int64] = (
-            _last_math_start(d, lam, t, stages, depth, np.maximum) + t + epilogue
-        )
-        return result
-
-    overall = us_to_ns(machine.t_init_us) + full_waves * wave(per_sm)
-    overall = overall + np.where(partial > 0, wave(np.maximum(partial, 1)), 0)
-    out: npt.NDArray[np.int64] = np.where(resident, overall, NOT_RESIDENT).astype(np.int64)
-    return out
-
-
-def _lookup(values: npt.NDArray[np.int64], rounded: Callable[[int], int]) -> npt.NDArray[np.int64]:
-    unique, inverse = np.unique(values, return_inverse=True)
-    table = np.array([rounded(int(v)) for v in unique], dtype=np.int64)
-    out: npt.NDArray[np.int64] = table[inverse.reshape(values.shape)]
-    return out

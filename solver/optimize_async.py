@@ -2,28 +2,25 @@
 
 Same objectives and tie-break as solver/optimize.py (§3.2, lexicographic): overall time, total
 MATH wait, then larger tile_m, tile_n, tile_k, smaller depth; ranks by blocking each found
-configuration. The presolve evaluates every configuration's time with the vectorised closed
-form (perfmodel/gemm_ws_async.py) and encodes only those no slower than the top_k-th: the
+configuration. The presolve evaluates every configuration's time with the O(1) closed form
+(perfmodel/gemm_ws_async.py) and encodes only those no slower than the top_k-th: the
 others cannot hold a rank. Z3 then proves the order over the encoded (A1)-(A3) arrays.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import time
 from dataclasses import dataclass
 
-import numpy as np
 import z3
 
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, stage_count, us_to_ns
 from perfmodel.gemm_ws_async import (
-    NOT_RESIDENT,
     AsyncDurationTable,
     AsyncSimulation,
     SmLimits,
-    overall_time_async_ns_array,
+    overall_time_async_closed_form_ns,
     simulate_async,
 )
 from solver.encoding_async import AsyncConfig, encode_async
@@ -71,27 +68,24 @@ def optimize_tiling_async(
         raise ValueError("time_limit_s must be positive")
     started = time.perf_counter()
     deadline = started + time_limit_s
-    space, machine, limits = problem.space, problem.machine, _effective_limits(problem)
-    tilings = [
-        Tiling(*c)
-        for c in itertools.product(space.tile_m, space.tile_n, space.tile_k, space.buffer_depth)
-    ]
-    columns = np.array(
-        [(t.tile_m, t.tile_n, t.tile_k, t.buffer_depth) for t in tilings], dtype=np.int64
-    )
-    times = overall_time_async_ns_array(
-        problem.shape, machine, limits, problem.element_bytes, *columns.T
-    )
-    summary, feasible = _summary(problem, limits, tilings, times)
-    # Presolve: the top_k-th smallest time bounds every rank; ties at it are kept.
-    kth = np.sort(times[feasible])[min(top_k, int(feasible.sum())) - 1]
-    survivors = [tilings[i] for i in np.flatnonzero(feasible & (times <= kth))]
+    machine, limits = problem.machine, _effective_limits(problem)
+    tilings = list(problem.space.tilings())
+    summary, feasible = _summary(problem, limits, tilings)
     table = AsyncDurationTable(machine)
+    times = {
+        t: overall_time_async_closed_form_ns(
+            problem.shape, t, machine, limits, problem.element_bytes, table
+        )
+        for t in feasible
+    }
+    # Presolve: the top_k-th smallest time bounds every rank; ties at it are kept.
+    kth = sorted(times.values())[min(top_k, len(times)) - 1]
+    survivors = [t for t in feasible if times[t] <= kth]
     configs = [_config(problem, limits, t, table) for t in survivors]
     enc = encode_async(configs, us_to_ns(machine.t_epilogue_us), us_to_ns(machine.t_init_us))
     solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
     solver.add(enc.constraints)
-    best_time = int(times[feasible].min())
+    best_time = min(times.values())
     objectives = [
         Objective(enc.overall_time_ns, minimize=True, probe=lambda _: best_time),
         Objective(enc.total_math_wait_ns, minimize=True),
@@ -146,29 +140,27 @@ def objective_key(sim: AsyncSimulation) -> tuple[int, int, int]:
 
 
 def _summary(
-    problem: AsyncTilingProblem,
-    limits: SmLimits,
-    tilings: list[Tiling],
-    times: np.ndarray[tuple[int], np.dtype[np.int64]],
-) -> tuple[SearchSummary, np.ndarray[tuple[int], np.dtype[np.bool_]]]:
+    problem: AsyncTilingProblem, limits: SmLimits, tilings: list[Tiling]
+) -> tuple[SearchSummary, list[Tiling]]:
+    """Count what each shared-memory limit rejects; the feasible tilings; refuse none."""
     per_block = problem.machine.shared_memory_per_block_bytes
-    if problem.space.enforce_shared_memory and per_block is not None:
-        fits_block = np.array(
-            [t.shared_memory_bytes(problem.element_bytes) <= per_block for t in tilings]
-        )
-    else:
-        fits_block = np.ones(len(tilings), dtype=bool)
-    resident = times != NOT_RESIDENT
-    feasible = fits_block & resident
+    if not problem.space.enforce_shared_memory:
+        per_block = None
+    feasible, over_block, over_sm = [], 0, 0
+    for t in tilings:
+        smem = t.shared_memory_bytes(problem.element_bytes)
+        if per_block is not None and smem > per_block:
+            over_block += 1
+        elif limits.ctas_per_sm(smem) < 1:
+            over_sm += 1
+        else:
+            feasible.append(t)
     summary = SearchSummary(
         candidates_considered=len(tilings),
-        feasible=int(feasible.sum()),
-        rejected={
-            "shared_memory_per_block": int((~fits_block).sum()),
-            "shared_memory_per_sm": int((fits_block & ~resident).sum()),
-        },
+        feasible=len(feasible),
+        rejected={"shared_memory_per_block": over_block, "shared_memory_per_sm": over_sm},
     )
-    if summary.feasible == 0:
+    if not feasible:
         raise InfeasibleSearchSpace(
             f"all {len(tilings)} candidates need more shared memory per CTA than the device "
             "allows; allow smaller tiles or buffer depths, or set "

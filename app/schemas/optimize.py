@@ -21,6 +21,7 @@ MAX_TOP_K = 50
 DEFAULT_TIME_LIMIT_S = 10.0
 
 Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
+PipelineModelName = Literal["paper", "async-copy"]
 
 
 class ValueRange(RequestModel):
@@ -82,6 +83,13 @@ class GemmWsDeviceParams(RequestModel):
     shared_memory_per_block_bytes: int | None = Field(
         default=None, ge=1, le=1 << 30, description="shared memory a CTA may use, bytes"
     )
+    # async-copy pipeline model only (CTAs per SM); not GeMM-WS machine figures
+    shared_memory_per_sm_bytes: int | None = Field(
+        default=None, ge=1, le=1 << 30, description="shared memory of one SM, bytes"
+    )
+    max_blocks_per_sm: int | None = Field(
+        default=None, ge=1, le=1024, description="most CTAs resident on one SM (default 1)"
+    )
 
 
 class OptimizeTilingRequest(RequestModel):
@@ -108,6 +116,23 @@ class OptimizeTilingRequest(RequestModel):
         default=False,
         description="return per-stage event times; refused (422) above 65536 stages, "
         "k / smallest tile_k",
+    )
+    pipeline_model: PipelineModelName | None = Field(
+        default=None,
+        description="'paper': eq. (1)-(3), one load at a time, every depth >= 2 ties; "
+        "'async-copy': copies issued ahead, data a latency later, up to buffer_depth stages "
+        "in flight and several CTAs per SM (docs/model-notes.md). Default per profile: "
+        "'async-copy' for estimated GeMM-WS figures of compute capability >= 8.0, else 'paper'",
+    )
+    threads_per_cta: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="threads per CTA; with registers_per_thread, limits CTAs per SM "
+        "(async-copy only)",
+    )
+    registers_per_thread: int | None = Field(
+        default=None, ge=1, le=255, description="32-bit registers per thread (async-copy only)"
     )
     wave_time_model: Literal["paper", "include-last-math"] = Field(
         default="paper",
@@ -143,12 +168,25 @@ class TilingPrediction(BaseModel):
     predicted_time_us: float = Field(description="overall execution time W x wave + T_INIT, us")
     waves: int = Field(description="W = ceil(output tiles / SMs)")
     stages: int = Field(description="S = ceil(K / TK)")
-    t_load_a_us: float = Field(description="T_LOAD-A per stage, us")
-    t_load_b_us: float = Field(description="T_LOAD-B per stage, us")
+    t_load_a_us: float = Field(
+        description="T_LOAD-A per stage, us (async-copy: issue time of the A tile at the "
+        "SM's load throughput shared by ctas_per_sm CTAs, without the latency)"
+    )
+    t_load_b_us: float = Field(description="T_LOAD-B per stage, us (async-copy: as t_load_a_us)")
     t_math_us: float = Field(description="T_MATH per stage, us")
     math_wait_us: float = Field(description="total MATH wait, W x sum of per-stage waits, us")
-    bound: Literal["load", "math"] = Field(
-        description="'load' when T_LOAD-A + T_LOAD-B exceeds T_MATH, else 'math'"
+    bound: Literal["latency", "load", "math"] = Field(
+        description="what sets the steady-state period of a stage: 'load' when the loads "
+        "outlast T_MATH, else 'math'; async-copy: 'latency' when issue + latency + T_MATH "
+        "exceeds buffer_depth x max(issue, T_MATH) (docs/model-notes.md async-copy 3)"
+    )
+    ctas_per_sm: int = Field(description="CTAs sharing one SM (paper: 1)")
+    stages_in_flight: int = Field(
+        description="buffer stages holding data in steady state (loaded or loading, not yet "
+        "consumed by MATH)"
+    )
+    load_latency_us: float | None = Field(
+        default=None, description="async-copy: time from a copy's issue end to its data, us"
     )
     shared_memory_bytes: int = Field(description="circular buffer size for this dtype, bytes")
     measurement: GemmWsRun = Field(
@@ -181,6 +219,9 @@ class TimelineStage(BaseModel):
     load_b_start_us: float
     math_start_us: float
     math_wait_us: float
+    data_arrival_us: float | None = Field(
+        default=None, description="async-copy: when the stage's A and B tiles are in shared memory"
+    )
 
 
 class Feedback(BaseModel):
@@ -198,6 +239,9 @@ class Feedback(BaseModel):
 class OptimizeTilingResponse(BaseModel):
     status: Literal["optimal", "timeout"] = Field(
         description="'optimal': Z3 proved every ranked entry; 'timeout': best found in time"
+    )
+    pipeline_model: PipelineModelName = Field(
+        default="paper", description="the pipeline model the answer was computed with"
     )
     device: str = Field(description="profile id, or 'inline' for device_params")
     dtype: Dtype

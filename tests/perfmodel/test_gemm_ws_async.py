@@ -9,17 +9,16 @@ from hypothesis import strategies as st
 
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
 from perfmodel.gemm_ws_async import (
-    NOT_RESIDENT,
     AsyncDurations,
     Bound,
     SmLimits,
     last_math_start_ns,
     overall_time_async_closed_form_ns,
-    overall_time_async_ns_array,
     run_stages,
     simulate_async,
     steady_state,
 )
+from perfmodel.gemm_ws_async_array import NOT_RESIDENT, overall_time_async_ns_array
 
 pow2 = st.sampled_from([8, 16, 32, 64, 128, 256])
 shapes = st.builds(

@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import z3
-
 from perfmodel.gemm_ws import Tiling
 from perfmodel.gemm_ws_async import AsyncDurations
 from solver.encoding import Encoding, _int, _max
@@ -85,19 +83,8 @@ def encode_async(configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: 
         a(f"(assert (=> {chosen} (and {' '.join(facts)})))")
     a(f"(assert (or {' '.join(choices)}))")
 
-    text = "\n".join(out)
-    tm_v, tn_v, tk_v, depth_v = z3.Ints("tile_m tile_n tile_k buffer_depth")
-    return Encoding(
-        tile_m=tm_v,
-        tile_n=tn_v,
-        tile_k=tk_v,
-        buffer_depth=depth_v,
-        overall_time_ns=z3.Int("overall_time"),
-        total_math_wait_ns=z3.Int("total_math_wait"),
-        constraints=z3.parse_smt2_string(text),
-        smtlib=text,
-        overall_time_floor_ns=0,  # no cut here: the optimizer's presolve probes instead
-    )
+    # No cut here: the optimizer's presolve gives the overall-time probe instead.
+    return Encoding.parse("\n".join(out), overall_time_floor_ns=0)
 
 
 def _durations(wave: str, durations: AsyncDurations) -> list[str]:

@@ -13,8 +13,6 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-import z3
-
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, stage_count, us_to_ns
 from perfmodel.gemm_ws_async import (
     AsyncDurationTable,
@@ -26,7 +24,7 @@ from perfmodel.gemm_ws_async import (
 from solver.encoding_async import AsyncConfig, encode_async
 from solver.errors import InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
-from solver.lexicographic import Objective, lexicographic_optimum
+from solver.lexicographic import Objective, rank_by_blocking
 from solver.optimize import SolverStatistics, tie_break_key
 from solver.search_space import SearchSpace, SearchSummary
 
@@ -93,20 +91,11 @@ def optimize_tiling_async(
             tie_break_key(enc.tile_m, enc.tile_n, enc.tile_k, enc.buffer_depth), minimize=False
         ),
     ]
-    ranked: list[AsyncSimulation] = []
-    status, checks = "optimal", 0
-    for _ in range(min(top_k, summary.feasible)):
-        found = lexicographic_optimum(solver, objectives, deadline)
-        checks += found.checks
-        if found.model is not None:
-            tiling = enc.tiling_of(found.model)
-            ranked.append(_simulate(problem, limits, tiling, table))
-            solver.add(z3.Not(enc.is_tiling(tiling)))
-        if not found.proven:
-            status = "timeout"
-            break
-        if found.model is None:
-            break
+    ranking = rank_by_blocking(
+        solver, objectives, deadline, min(top_k, summary.feasible), enc.tiling_of, enc.is_tiling
+    )
+    ranked = [_simulate(problem, limits, t, table) for t in ranking.found]
+    status, checks = ("optimal" if ranking.proven else "timeout"), ranking.checks
     if status == "timeout":
         # Best effort: the presolve's closed-form times order the survivors exactly.
         done = {s.tiling for s in ranked}

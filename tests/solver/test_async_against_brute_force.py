@@ -11,6 +11,7 @@ from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
 from perfmodel.gemm_ws_async import AsyncSimulation, SmLimits, simulate_async
 from solver import InfeasibleSearchSpace, SearchSpace
 from solver.optimize_async import AsyncTilingProblem, optimize_tiling_async
+from tests.gemm_ws_cases import brute_force_order
 
 INSTANCES = 300
 
@@ -29,17 +30,7 @@ def _brute_force(problem: AsyncTilingProblem) -> list[AsyncSimulation]:
         sims.append(
             simulate_async(problem.shape, t, problem.machine, problem.limits, problem.element_bytes)
         )
-    return sorted(
-        sims,
-        key=lambda s: (
-            s.overall_time_ns,
-            s.total_math_wait_ns,
-            -s.tiling.tile_m,
-            -s.tiling.tile_n,
-            -s.tiling.tile_k,
-            s.tiling.buffer_depth,
-        ),
-    )
+    return sorted(sims, key=brute_force_order)
 
 
 def _instance(rng: random.Random) -> AsyncTilingProblem:

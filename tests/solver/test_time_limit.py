@@ -66,12 +66,14 @@ def test_arguments_are_checked() -> None:
 
 def test_expired_solve_answers_with_the_presolve_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     """Z3 gets no time at all: the answer is the best simulated configurations, unproven."""
-    import solver.optimize as optimize_module
+    import solver.lexicographic as lexicographic_module
     from solver.lexicographic import LexResult
     from tests.gemm_ws_cases import brute_force_ranking
 
     monkeypatch.setattr(
-        optimize_module, "lexicographic_optimum", lambda *args, **kwargs: LexResult(None, False, 1)
+        lexicographic_module,
+        "lexicographic_optimum",
+        lambda *args, **kwargs: LexResult(None, False, 1),
     )
     shape = GemmShape(2048, 1024, 4096)
     space = SearchSpace()

@@ -49,7 +49,9 @@ def encode_async(configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: 
         "(declare-const overall_time Int) (declare-const total_math_wait Int)",
     ]
     a = out.append
-    for wave in ("f", "p"):
+    # The partial-wave schedule only when some configuration has a partial wave.
+    waves = ("f", "p") if any(c.partial_wave_ctas for c in configs) else ("f",)
+    for wave in waves:
         for name in ("d", "lam", "t", "ms"):
             a(f"(declare-const {name}_{wave} Int)")
         a(f"(declare-const I{wave} (Array Int Int)) (declare-const M{wave} (Array Int Int))")
@@ -63,13 +65,13 @@ def encode_async(configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: 
             f"(= buffer_depth {t.buffer_depth}))"
         )
         choices.append(chosen)
-        partial_durations = c.partial if c.partial_wave_ctas else c.full
         facts = [
             *_durations("f", c.full),
-            *_durations("p", partial_durations),
             f"(= ms_f {_last_math_start('Mf', c.stages, t.buffer_depth, window)})",
-            f"(= ms_p {_last_math_start('Mp', c.stages, t.buffer_depth, window)})",
         ]
+        if len(waves) == 2:
+            facts += _durations("p", c.partial if c.partial_wave_ctas else c.full)
+            facts.append(f"(= ms_p {_last_math_start('Mp', c.stages, t.buffer_depth, window)})")
         # Overall = floor(q/c) full waves + the partial wave + T_INIT (async-copy 1); each
         # wave ends when its last MATH does: M(S) + T + T_EPILOGUE.
         overall = f"(* {c.full_waves} (+ ms_f t_f {t_epilogue_ns}))"

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import z3
 
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, stage_count, us_to_ns
 from perfmodel.gemm_ws_async import (
@@ -21,6 +24,7 @@ from perfmodel.gemm_ws_async import (
     overall_time_async_closed_form_ns,
     simulate_async,
 )
+from solver.encoding import Encoding
 from solver.encoding_async import AsyncConfig, encode_async
 from solver.errors import InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
@@ -79,27 +83,32 @@ def optimize_tiling_async(
     # Presolve: the top_k-th smallest time bounds every rank; ties at it are kept.
     kth = sorted(times.values())[min(top_k, len(times)) - 1]
     survivors = [t for t in feasible if times[t] <= kth]
-    configs = [_config(problem, limits, t, table) for t in survivors]
+    sims = {t: _simulate(problem, limits, t, table) for t in survivors}
+    configs = [_config(problem, t, table, sims[t]) for t in survivors]
     enc = encode_async(configs, us_to_ns(machine.t_epilogue_us), us_to_ns(machine.t_init_us))
     solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
     solver.add(enc.constraints)
-    best_time = min(times.values())
-    objectives = [
-        Objective(enc.overall_time_ns, minimize=True, probe=lambda _: best_time),
-        Objective(enc.total_math_wait_ns, minimize=True),
-        Objective(
-            tie_break_key(enc.tile_m, enc.tile_n, enc.tile_k, enc.buffer_depth), minimize=False
-        ),
-    ]
+    blocked: set[Tiling] = set()
+
+    def read(model: z3.ModelRef) -> Tiling:
+        tiling = enc.tiling_of(model)
+        blocked.add(tiling)
+        return tiling
+
     ranking = rank_by_blocking(
-        solver, objectives, deadline, min(top_k, summary.feasible), enc.tiling_of, enc.is_tiling
+        solver,
+        _objectives(enc, sims, blocked),
+        deadline,
+        min(top_k, summary.feasible),
+        read,
+        enc.is_tiling,
     )
-    ranked = [_simulate(problem, limits, t, table) for t in ranking.found]
+    ranked = [sims[t] for t in ranking.found]
     status, checks = ("optimal" if ranking.proven else "timeout"), ranking.checks
     if status == "timeout":
         # Best effort: the presolve's closed-form times order the survivors exactly.
         done = {s.tiling for s in ranked}
-        ranked += [_simulate(problem, limits, t, table) for t in survivors if t not in done]
+        ranked += [sims[t] for t in survivors if t not in done]
         ranked = sorted(ranked, key=objective_key)[:top_k]
     if not ranked:
         raise SolverTimeout(time_limit_s)
@@ -160,9 +169,8 @@ def _summary(
 
 
 def _config(
-    problem: AsyncTilingProblem, limits: SmLimits, tiling: Tiling, table: AsyncDurationTable
+    problem: AsyncTilingProblem, tiling: Tiling, table: AsyncDurationTable, sim: AsyncSimulation
 ) -> AsyncConfig:
-    sim = _simulate(problem, limits, tiling, table)
     return AsyncConfig(
         tiling=tiling,
         stages=stage_count(problem.shape, tiling),
@@ -172,6 +180,39 @@ def _config(
         full=table.durations(tiling, sim.ctas_per_sm),
         partial=table.durations(tiling, max(1, sim.partial_wave_ctas)),
     )
+
+
+def _objectives(
+    enc: Encoding, sims: dict[Tiling, AsyncSimulation], blocked: set[Tiling]
+) -> list[Objective]:
+    """Overall time, total MATH wait, tie-break key (solver/optimize.py), with probes read
+    off the simulated survivors not yet blocked: first guesses only, Z3 proves each value
+    (unsat for "strictly better"), so a wrong probe costs a check, never a wrong answer."""
+    keys = {t: objective_key(s) for t, s in sims.items()}
+
+    def open_keys(fixed: tuple[int, ...]) -> list[tuple[int, int, int]]:
+        # Earlier ranks are blocked in the solver: only the others can be the next optimum.
+        return [k for t, k in keys.items() if t not in blocked and k[: len(fixed)] == fixed]
+
+    def probe(level: int) -> Callable[[tuple[int, ...]], int | None]:
+        def guess(fixed: tuple[int, ...]) -> int | None:
+            values = [k[level] for k in open_keys(fixed)]
+            if not values:
+                return None
+            best = min(values)
+            return -best if level == 2 else best
+
+        return guess
+
+    return [
+        Objective(enc.overall_time_ns, minimize=True, probe=probe(0)),
+        Objective(enc.total_math_wait_ns, minimize=True, probe=probe(1)),
+        Objective(
+            tie_break_key(enc.tile_m, enc.tile_n, enc.tile_k, enc.buffer_depth),
+            minimize=False,
+            probe=probe(2),
+        ),
+    ]
 
 
 def _simulate(

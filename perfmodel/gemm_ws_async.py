@@ -122,6 +122,10 @@ class AsyncDurationTable:
         )
         self.latency_ns = us_to_ns(machine.load_startup_latency_us)
         self.math_startup_ns = us_to_ns(machine.compute_startup_latency_us)
+        self.epilogue_ns = us_to_ns(machine.t_epilogue_us)
+        self.init_ns = us_to_ns(machine.t_init_us)
+        self._issue: dict[int, int] = {}
+        self._math: dict[int, int] = {}
 
     def issue_work_ns(self, tile_m: int, tile_n: int, tile_k: int) -> int:
         """One stage's A and B elements / load throughput, rounded half up (one CTA alone)."""
@@ -132,10 +136,16 @@ class AsyncDurationTable:
         return self.math_ns_of_macs(tile_m * tile_n * tile_k)
 
     def issue_ns_of_elements(self, elements: int) -> int:
-        return _round_half_up(elements * self.load_ns_per_element)
+        # Memoised: a search space has few distinct tile sizes, and rational arithmetic
+        # dominates the optimizer's presolve otherwise.
+        if elements not in self._issue:
+            self._issue[elements] = _round_half_up(elements * self.load_ns_per_element)
+        return self._issue[elements]
 
     def math_ns_of_macs(self, macs: int) -> int:
-        return _round_half_up(macs * self.math_ns_per_mac)
+        if macs not in self._math:
+            self._math[macs] = _round_half_up(macs * self.math_ns_per_mac)
+        return self._math[macs]
 
     def durations(self, tiling: Tiling, ctas: int) -> AsyncDurations:
         # c CTAs share the SM's copy engine and MATH pipes: each sees 1/c of the throughput,
@@ -338,8 +348,8 @@ def overall_time_async_closed_form_ns(
     table = table or AsyncDurationTable(machine)
     plan = _wave_plan(shape, tiling, machine, limits, element_bytes)
     stages, depth = stage_count(shape, tiling), tiling.buffer_depth
-    epilogue = us_to_ns(machine.t_epilogue_us)
-    overall = us_to_ns(machine.t_init_us)
+    epilogue = table.epilogue_ns
+    overall = table.init_ns
     for ctas, count in ((plan.per_sm, plan.full_waves), (plan.partial, 1)):
         if ctas and count:
             durations = table.durations(tiling, ctas)

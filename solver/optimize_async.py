@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import z3
@@ -182,37 +181,38 @@ def _config(
     )
 
 
+#: tie_break_key is below this (four digits of base 2^17), so it is the last digit
+_KEY_SPAN = 1 << 68
+
+
 def _objectives(
     enc: Encoding, sims: dict[Tiling, AsyncSimulation], blocked: set[Tiling]
 ) -> list[Objective]:
-    """Overall time, total MATH wait, tie-break key (solver/optimize.py), with probes read
-    off the simulated survivors not yet blocked: first guesses only, Z3 proves each value
-    (unsat for "strictly better"), so a wrong probe costs a check, never a wrong answer."""
-    keys = {t: objective_key(s) for t, s in sims.items()}
+    """§3.2's overall time, then total MATH wait, then the tie-break of solver/optimize.py,
+    as ONE integer: (time x WAIT_BASE + wait) x 2^68 + (2^68 - 1 - tie_break_key), with
+    WAIT_BASE above every encoded configuration's wait. Minimising it is the lexicographic
+    order exactly (each digit stays below its base over the encoded survivors), and proving
+    one objective takes a third of the checks of three.
 
-    def open_keys(fixed: tuple[int, ...]) -> list[tuple[int, int, int]]:
-        # Earlier ranks are blocked in the solver: only the others can be the next optimum.
-        return [k for t, k in keys.items() if t not in blocked and k[: len(fixed)] == fixed]
+    The probe is the best survivor not yet ranked (earlier ranks are blocked in the solver):
+    a first guess only; Z3 still proves "strictly better" unsat.
+    """
+    wait_base = max(s.total_math_wait_ns for s in sims.values()) + 1
 
-    def probe(level: int) -> Callable[[tuple[int, ...]], int | None]:
-        def guess(fixed: tuple[int, ...]) -> int | None:
-            values = [k[level] for k in open_keys(fixed)]
-            if not values:
-                return None
-            best = min(values)
-            return -best if level == 2 else best
+    def rank_value(key: tuple[int, int, int]) -> int:
+        overall, wait, negated_tie_break = key
+        return (overall * wait_base + wait) * _KEY_SPAN + _KEY_SPAN - 1 + negated_tie_break
 
-        return guess
+    values = {t: rank_value(objective_key(s)) for t, s in sims.items()}
 
-    return [
-        Objective(enc.overall_time_ns, minimize=True, probe=probe(0)),
-        Objective(enc.total_math_wait_ns, minimize=True, probe=probe(1)),
-        Objective(
-            tie_break_key(enc.tile_m, enc.tile_n, enc.tile_k, enc.buffer_depth),
-            minimize=False,
-            probe=probe(2),
-        ),
-    ]
+    def probe(_: tuple[int, ...]) -> int | None:
+        return min((v for t, v in values.items() if t not in blocked), default=None)
+
+    tie_break = tie_break_key(enc.tile_m, enc.tile_n, enc.tile_k, enc.buffer_depth)
+    term = (enc.overall_time_ns * wait_base + enc.total_math_wait_ns) * _KEY_SPAN + (
+        _KEY_SPAN - 1 - tie_break
+    )
+    return [Objective(term, minimize=True, probe=probe)]
 
 
 def _simulate(

@@ -82,3 +82,22 @@ def test_depth_is_chosen_by_latency() -> None:
     result = optimize_tiling_async(problem, top_k=1)
     assert result.best.tiling == Tiling(64, 64, 32, 8)
     assert result.best.bound.value == "latency"
+
+
+def test_expired_solve_answers_with_the_presolve_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Z3 gets no time: the answer is the closed-form ranking of the survivors, unproven."""
+    import solver.lexicographic as lexicographic_module
+    from solver.lexicographic import LexResult
+
+    monkeypatch.setattr(
+        lexicographic_module,
+        "lexicographic_optimum",
+        lambda *args, **kwargs: LexResult(None, False, 1),
+    )
+    problem = _instance(random.Random(3))
+    while not _brute_force(problem):
+        problem = _instance(random.Random(problem.shape.m))
+    result = optimize_tiling_async(problem, top_k=3)
+    assert result.status == "timeout"
+    want = [s.tiling for s in _brute_force(problem)[:3]]
+    assert [s.tiling for s in result.candidates] == want

@@ -22,6 +22,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from bench.common import command_line
+from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, overall_time_closed_form_ns
 from perfmodel.gemm_ws_async import SmLimits, overall_time_async_closed_form_ns
 
@@ -36,14 +37,7 @@ SM_COUNT = 82
 LIMITS = SmLimits(max_blocks_per_sm=16, shared_memory_per_sm_bytes=102400)
 SHARED_PER_BLOCK_BYTES = 101376
 TF32_BYTES = 4
-FIGURES = (
-    "t_init_us",
-    "t_epilogue_us",
-    "load_startup_latency_us",
-    "compute_startup_latency_us",
-    "load_throughput_elements_per_us",
-    "compute_throughput_macs_per_us",
-)
+FIGURES = REQUIRED_GEMM_WS_FIGURES
 #: starting point of the fit (RTX A6000 figures of the paper, §4.2; the A6000 is also GA102)
 START = (1.68, 1.543, 0.77, 0.01, 152.96, 24610.0)
 

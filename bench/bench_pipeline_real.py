@@ -6,6 +6,10 @@ log time, scipy, the same generic fit for both models: perfmodel.calibration.fit
 fits the paper model only), then scored on the other half (median |error|) and over all 36
 configs (does the predicted top 5 hold one within 3 % of the measured best?).
 
+Second part: the Kernel Tuner ``Xgemm`` caches (../shared/data/real-gemm/kt_xgemm_sgemm4096,
+fp32 4096^3, single-buffered: buffer depth 1): the best time per (MWG, NWG, KWG) tile, each
+model fitted on 8 random tiles, Spearman rank correlation over the other tiles.
+
 Usage: python -m bench.bench_pipeline_real [--splits N]
 """
 
@@ -22,7 +26,6 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from bench.common import command_line
-from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, overall_time_closed_form_ns
 from perfmodel.gemm_ws_async import SmLimits, overall_time_async_closed_form_ns
 
@@ -35,13 +38,22 @@ DATA = (
 #: (CUDA C++ Programming Guide, technical specifications, CC 8.6)
 SM_COUNT = 82
 LIMITS = SmLimits(max_blocks_per_sm=16, shared_memory_per_sm_bytes=102400)
-SHARED_PER_BLOCK_BYTES = 101376
-TF32_BYTES = 4
-FIGURES = REQUIRED_GEMM_WS_FIGURES
 #: starting point of the fit (RTX A6000 figures of the paper, §4.2; the A6000 is also GA102)
 START = (1.68, 1.543, 0.77, 0.01, 152.96, 24610.0)
 
 Row = tuple[GemmShape, Tiling, float]
+
+XGEMM = DATA.parents[1] / "kt_xgemm_sgemm4096/xgemm_sgemm4096_all.csv"
+#: (SMs, SM limits) per GPU of the Xgemm caches. SMs: NVIDIA A100 whitepaper (108), GeForce
+#: RTX 3090 (82), RTX 2080 Ti (68), TITAN RTX (72) specifications. Resident blocks and shared
+#: memory per SM: CUDA C++ Programming Guide, technical specifications (CC 8.0: 32, 164 KB;
+#: CC 8.6: 16, 100 KB; CC 7.5: 16, 64 KB).
+XGEMM_GPUS: dict[str, tuple[int, SmLimits]] = {
+    "A100": (108, SmLimits(32, 167936)),
+    "RTX_3090": (82, SmLimits(16, 102400)),
+    "RTX_2080_Ti": (68, SmLimits(16, 65536)),
+    "RTX_Titan": (72, SmLimits(16, 65536)),
+}
 
 
 def _rows() -> list[Row]:
@@ -57,26 +69,61 @@ def _rows() -> list[Row]:
         ]
 
 
-def _machine(x: np.ndarray) -> GemmWsMachine:
-    values = dict(zip(FIGURES, (float(v) for v in np.exp(x)), strict=True))
-    return GemmWsMachine(
-        sm_count=SM_COUNT, shared_memory_per_block_bytes=SHARED_PER_BLOCK_BYTES, **values
-    )
+def _machine(x: np.ndarray, sm_count: int = SM_COUNT) -> GemmWsMachine:
+    # x: logs of the six GeMM-WS figures in GemmWsMachine field order (t_init_us first)
+    t = [float(v) for v in np.exp(x)]
+    return GemmWsMachine(sm_count, t[0], t[1], t[2], t[3], t[4], t[5])
 
 
-def _predict_us(model: str, machine: GemmWsMachine, shape: GemmShape, tiling: Tiling) -> float:
+def _predict_us(
+    model: str,
+    machine: GemmWsMachine,
+    shape: GemmShape,
+    tiling: Tiling,
+    limits: SmLimits = LIMITS,
+) -> float:
     if model == "paper":
         return overall_time_closed_form_ns(shape, tiling, machine) / 1000
-    return overall_time_async_closed_form_ns(shape, tiling, machine, LIMITS, TF32_BYTES) / 1000
+    return overall_time_async_closed_form_ns(shape, tiling, machine, limits, 4) / 1000
 
 
-def _fit(model: str, train: list[Row]) -> GemmWsMachine:
+def _fit(
+    model: str, train: list[Row], sm_count: int = SM_COUNT, limits: SmLimits = LIMITS
+) -> GemmWsMachine:
     def residuals(x: np.ndarray) -> np.ndarray:
-        machine = _machine(x)
-        return np.array([np.log(_predict_us(model, machine, s, t) / y) for s, t, y in train])
+        machine = _machine(x, sm_count)
+        return np.array(
+            [np.log(_predict_us(model, machine, s, t, limits) / y) for s, t, y in train]
+        )
 
     found = least_squares(residuals, np.log(np.array(START)), diff_step=1e-3, max_nfev=400)
-    return _machine(found.x)
+    return _machine(found.x, sm_count)
+
+
+def _xgemm_rows(gpu: str) -> list[Row]:
+    best: dict[tuple[int, int, int], float] = {}
+    with open(XGEMM, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            if r["gpu"] != gpu:
+                continue
+            key = (int(r["MWG"]), int(r["NWG"]), int(r["KWG"]))
+            best[key] = min(best.get(key, float("inf")), float(r["time_ms"]) * 1000)
+    shape = GemmShape(4096, 4096, 4096)
+    return [(shape, Tiling(tm, tn, tk, 1), y) for (tm, tn, tk), y in sorted(best.items())]
+
+
+def _xgemm_rho(model: str, gpu: str, splits: int) -> tuple[int, float]:
+    sm_count, limits = XGEMM_GPUS[gpu]
+    rows = _xgemm_rows(gpu)
+    rhos = []
+    for seed in range(splits):
+        order = list(range(len(rows)))
+        random.Random(seed).shuffle(order)
+        train, test = [rows[i] for i in order[:8]], [rows[i] for i in order[8:]]
+        machine = _fit(model, train, sm_count, limits)
+        predicted = [_predict_us(model, machine, s, t, limits) for s, t, _ in test]
+        rhos.append(_spearman(predicted, [y for _, _, y in test]))
+    return len(rows), statistics.median(rhos)
 
 
 def _score(model: str, rows: list[Row], splits: int) -> tuple[float, int, list[float]]:
@@ -129,6 +176,17 @@ def main() -> None:
             f"| {model} | {error * 100:.1f} % | {hits}/{args.splits} "
             f"| {statistics.median(rhos):.2f} |"
         )
+    if not XGEMM.exists():
+        return
+    print(
+        "\n| GPU (Xgemm, depth 1) | tiles | paper: median Spearman rho "
+        f"(fit on 8 tiles, {args.splits} random splits) | async-copy: median Spearman rho |"
+    )
+    print("|---|---|---|---|")
+    for gpu in XGEMM_GPUS:
+        tiles, paper_rho = _xgemm_rho("paper", gpu, args.splits)
+        _, async_rho = _xgemm_rho("async-copy", gpu, args.splits)
+        print(f"| {gpu} | {tiles} | {paper_rho:.2f} | {async_rho:.2f} |")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,8 @@ class HardwareLimits(_Strict):
     """Per-SM / per-CTA hardware limits from public documentation."""
 
     sm_count: PositiveFigure
+    #: resident CTAs per SM cap (CUDA guide technical specifications); async-copy GeMM-WS
+    max_blocks_per_sm: PositiveFigure | None = None
     shared_memory_per_block_bytes: PositiveFigure | None = None
     shared_memory_per_sm_bytes: PositiveFigure | None = None
     max_threads_per_block: PositiveFigure | None = None

@@ -51,6 +51,22 @@ class Encoding:
     #: min over all triples of the overall-time cut: no configuration can be faster
     overall_time_floor_ns: int
 
+    @classmethod
+    def parse(cls, smtlib: str, overall_time_floor_ns: int) -> Encoding:
+        """The encoding of SMT-LIB text declaring tile_m, tile_n, tile_k, buffer_depth,
+        overall_time and total_math_wait."""
+        tm_v, tn_v, tk_v, depth_v = z3.Ints("tile_m tile_n tile_k buffer_depth")
+        return cls(
+            tile_m=tm_v,
+            tile_n=tn_v,
+            tile_k=tk_v,
+            buffer_depth=depth_v,
+            overall_time_ns=z3.Int("overall_time"),
+            total_math_wait_ns=z3.Int("total_math_wait"),
+            smtlib=smtlib,
+            overall_time_floor_ns=overall_time_floor_ns,
+        )
+
     def tiling_of(self, model: z3.ModelRef) -> Tiling:
         def value(v: z3.ArithRef) -> int:
             return int(model.eval(v, model_completion=True).as_long())
@@ -166,15 +182,6 @@ def encode(
         a(f"(assert (=> (= waves {w}) (= overall_time (+ (* {w} {wave_time}) {t_init}))))")
         a(f"(assert (=> (= waves {w}) (= total_math_wait (* {w} math_wait_per_wave))))")
 
-    text = "\n".join(out)
-    tm_v, tn_v, tk_v, depth_v = z3.Ints("tile_m tile_n tile_k buffer_depth")
-    return Encoding(
-        tile_m=tm_v,
-        tile_n=tn_v,
-        tile_k=tk_v,
-        buffer_depth=depth_v,
-        overall_time_ns=z3.Int("overall_time"),
-        total_math_wait_ns=z3.Int("total_math_wait"),
-        smtlib=text,
-        overall_time_floor_ns=min(t.overall_time_floor_ns for t in triples),
+    return Encoding.parse(
+        "\n".join(out), overall_time_floor_ns=min(t.overall_time_floor_ns for t in triples)
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import z3
 
@@ -101,3 +102,40 @@ def lexicographic_optimum(
 def _better(objective: Objective, value: int, than: z3.ExprRef) -> bool:
     current = int(str(than))
     return value < current if objective.minimize else value > current
+
+
+_Found = TypeVar("_Found")
+
+
+@dataclass(frozen=True)
+class Ranking(Generic[_Found]):
+    #: in rank order; rank r is the optimum of what ranks 1..r-1 left
+    found: list[_Found]
+    proven: bool
+    checks: int
+
+
+def rank_by_blocking(
+    solver: z3.Solver,
+    objectives: Sequence[Objective],
+    deadline: float,
+    ranks: int,
+    read: Callable[[z3.ModelRef], _Found],
+    block: Callable[[_Found], z3.BoolRef],
+) -> Ranking[_Found]:
+    """Up to ``ranks`` lexicographic optima, each found by solving again with every earlier
+    one blocked; ``proven`` is False when the deadline cut a solve short."""
+    found: list[_Found] = []
+    checks = 0
+    for _ in range(ranks):
+        result = lexicographic_optimum(solver, objectives, deadline)
+        checks += result.checks
+        if result.model is not None:
+            value = read(result.model)
+            found.append(value)
+            solver.add(z3.Not(block(value)))
+        if not result.proven:
+            return Ranking(found, False, checks)
+        if result.model is None:
+            break
+    return Ranking(found, True, checks)

@@ -41,7 +41,7 @@ from solver.bounds import TripleBound, summarize, triple_bounds
 from solver.encoding import Encoding, encode
 from solver.errors import CertificateMismatch, InvalidSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
-from solver.lexicographic import Objective, lexicographic_optimum
+from solver.lexicographic import Objective, rank_by_blocking
 from solver.search_space import MAX_BUFFER_DEPTH, SearchSpace, SearchSummary
 
 if TYPE_CHECKING:
@@ -253,22 +253,12 @@ def _z3_search(
     solver.from_string(enc.smtlib)
     objectives = _objectives(enc, problem.space, survivors)
 
-    ranked: list[Simulation] = []
-    status = "optimal"
-    checks = 0
-    for _ in range(min(top_k, summary.feasible)):
-        found = lexicographic_optimum(solver, objectives, deadline)
-        checks += found.checks
-        if found.model is not None:
-            tiling = enc.tiling_of(found.model)
-            ranked.append(_simulate(problem, tiling))
-            # Block this configuration; the next solve proves the next rank.
-            solver.add(z3.Not(enc.is_tiling(tiling)))
-        if not found.proven:
-            status = "timeout"
-            break
-        if found.model is None:
-            break
+    ranking = rank_by_blocking(
+        solver, objectives, deadline, min(top_k, summary.feasible), enc.tiling_of, enc.is_tiling
+    )
+    # Each solve proved the optimum of what earlier ranks left (blocked by z3.Not).
+    ranked = [_simulate(problem, t) for t in ranking.found]
+    status, checks = ("optimal" if ranking.proven else "timeout"), ranking.checks
     if status == "timeout":
         # Proven ranks sort first (each beats everything it left); the rest is best effort.
         found_tilings = {s.tiling for s in ranked}

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, Tiling, WaveTimeModel, simulate
+from perfmodel.gemm_ws_async import AsyncSimulation
 from solver.search_space import SearchSpace, shared_memory_fits
 
 #: §4.2 figures, typed in from the paper (not read from the profile under test).
@@ -67,14 +68,18 @@ def brute_force_ranking(
         )
         if shared_memory_fits(Tiling(tm, tn, tk, d), element_bytes, limit)
     ]
-    sims.sort(
-        key=lambda s: (
-            s.overall_time_ns,
-            s.total_math_wait_ns,
-            -s.tiling.tile_m,
-            -s.tiling.tile_n,
-            -s.tiling.tile_k,
-            s.tiling.buffer_depth,
-        )
-    )
+    sims.sort(key=brute_force_order)
     return sims
+
+
+def brute_force_order(s: Simulation | AsyncSimulation) -> tuple[int, ...]:
+    """The documented order, written out independently of the solver's tie_break_key."""
+    t = s.tiling
+    return (
+        s.overall_time_ns,
+        s.total_math_wait_ns,
+        -t.tile_m,
+        -t.tile_n,
+        -t.tile_k,
+        t.buffer_depth,
+    )

@@ -9,7 +9,7 @@ import pytest
 import z3
 
 from perfmodel.gemm_ws import GemmShape
-from solver import SearchSpace, SolverTimeout, TilingProblem, optimize_tiling
+from solver import SearchSpace, SolverMode, SolverTimeout, TilingProblem, optimize_tiling
 from solver.lexicographic import Objective, lexicographic_optimum
 from tests.gemm_ws_cases import A6000, ISSUE_19_SPACE
 
@@ -67,18 +67,18 @@ def test_arguments_are_checked() -> None:
 
 def test_expired_solve_answers_with_the_presolve_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     """Z3 gets no time at all: the answer is the best simulated configurations, unproven."""
-    import solver.optimize as optimize_module
+    import solver.lexicographic as lexicographic_module
     from solver.lexicographic import LexResult
     from tests.gemm_ws_cases import brute_force_ranking
 
     monkeypatch.setattr(
-        optimize_module, "lexicographic_optimum", lambda *args, **kwargs: LexResult(None, False, 1)
+        lexicographic_module,
+        "lexicographic_optimum",
+        lambda *args, **kwargs: LexResult(None, False, 1),
     )
     shape = GemmShape(2048, 1024, 4096)
     space = SearchSpace()
-    result = optimize_tiling(
-        TilingProblem(shape, A6000, space), top_k=3, mode=optimize_module.SolverMode.Z3_SEARCH
-    )
+    result = optimize_tiling(TilingProblem(shape, A6000, space), top_k=3, mode=SolverMode.Z3_SEARCH)
     assert result.status == "timeout"
     assert 1 <= len(result.candidates) <= 3
     times = [(c.overall_time_ns, c.total_math_wait_ns) for c in result.candidates]

@@ -1,0 +1,358 @@
+"""The async-copy pipeline variant of GeMM-WS (issue 17; docs/model-notes.md "GeMM-WS async-copy").
+
+The paper's eq. (1)-(3) let the DMA warp start the next load only when the previous one has
+*ended*, each load carrying its startup latency, so every buffer depth >= 2 predicts the same
+time (GeMM-WS note 7). Here a stage's copy is *issued* (cost from the load throughput) and its
+data *arrive* a latency later, so up to ``buffer_depth`` stages are in flight and depth hides
+latency; and several CTAs may share an SM, sharing its load and MATH throughput.
+
+Per stage i (1-based), with d the issue cost, lambda the load latency, T the MATH time, D the
+buffer depth (all integer ns):
+
+    I(i) = max(I(i-1) + d, M(i-D) + T)      (A1) copy issue: copy engine free, slot free
+    A(i) = I(i) + d + lambda                  (A2) arrival
+    M(i) = max(A(i), M(i-1) + T)              (A3) MATH waits for arrival and MATH i-1
+
+with I(1) = 0 and the terms of stages <= 0 absent. Wave time = M(S) + T + T_EPILOGUE (the last
+MATH must finish). Durations use integer ns; the work part and the startup part are rounded
+separately so c CTAs sharing an SM multiply the work part by exactly c.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from fractions import Fraction
+from typing import Any
+
+from perfmodel.gemm_ws import (
+    GemmShape,
+    GemmWsMachine,
+    Tiling,
+    stage_count,
+    us_to_ns,
+    wave_count,
+)
+
+
+class PipelineModel(StrEnum):
+    """Which recurrences a GeMM-WS prediction runs."""
+
+    #: eq. (1)-(3) as printed (perfmodel/gemm_ws.py)
+    PAPER = "paper"
+    #: eq. (A1)-(A3): asynchronous copies, several stages in flight, CTAs sharing an SM
+    ASYNC_COPY = "async-copy"
+
+
+class Bound(StrEnum):
+    """What sets the steady-state period of a stage (docs/model-notes.md, async-copy 3)."""
+
+    LATENCY = "latency"
+    LOAD = "load"
+    MATH = "math"
+
+
+@dataclass(frozen=True, slots=True)
+class SmLimits:
+    """Per-SM residency limits (CUDA C++ Programming Guide, technical specifications).
+
+    ``None`` means "no limit from this resource". Registers and threads limit residency only
+    when the caller gives ``threads_per_cta`` (and ``registers_per_thread``).
+    """
+
+    max_blocks_per_sm: int = 1
+    shared_memory_per_sm_bytes: int | None = None
+    registers_per_sm: int | None = None
+    max_threads_per_sm: int | None = None
+    threads_per_cta: int | None = None
+    registers_per_thread: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_blocks_per_sm",
+            "shared_memory_per_sm_bytes",
+            "registers_per_sm",
+            "max_threads_per_sm",
+            "threads_per_cta",
+            "registers_per_thread",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+
+    def ctas_per_sm(self, shared_memory_per_cta_bytes: int) -> int:
+        """Resident CTAs per SM: the tightest of the block cap, shared memory, threads and
+        registers; 0 when one CTA does not fit the SM's shared memory."""
+        limit = self.max_blocks_per_sm
+        if self.shared_memory_per_sm_bytes is not None:
+            limit = min(limit, self.shared_memory_per_sm_bytes // shared_memory_per_cta_bytes)
+        if self.threads_per_cta is not None:
+            if self.max_threads_per_sm is not None:
+                limit = min(limit, self.max_threads_per_sm // self.threads_per_cta)
+            if self.registers_per_sm is not None and self.registers_per_thread is not None:
+                per_cta = self.threads_per_cta * self.registers_per_thread
+                limit = min(limit, self.registers_per_sm // per_cta)
+        return limit
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncDurations:
+    """Integer-ns durations of one stage of one CTA when ``ctas`` CTAs share the SM."""
+
+    ctas: int
+    #: d: cost of issuing one stage's copies (A and B tiles) on the shared copy engine
+    issue_ns: int
+    #: lambda: from the end of the issue to the data in shared memory
+    latency_ns: int
+    #: T: one stage's MATH on the shared MATH pipes
+    math_ns: int
+
+
+class AsyncDurationTable:
+    """Unshared per-stage work in integer ns, computed once per machine (exact rationals)."""
+
+    def __init__(self, machine: GemmWsMachine) -> None:
+        self.load_ns_per_element = Fraction(NS_PER_US) / Fraction(
+            machine.load_throughput_elements_per_us
+        )
+        self.math_ns_per_mac = Fraction(NS_PER_US) / Fraction(
+            machine.compute_throughput_macs_per_us
+        )
+        self.latency_ns = us_to_ns(machine.load_startup_latency_us)
+        self.math_startup_ns = us_to_ns(machine.compute_startup_latency_us)
+        self.epilogue_ns = us_to_ns(machine.t_epilogue_us)
+        self.init_ns = us_to_ns(machine.t_init_us)
+        self._issue: dict[int, int] = {}
+        self._math: dict[int, int] = {}
+
+    def issue_work_ns(self, tile_m: int, tile_n: int, tile_k: int) -> int:
+        """One stage's A and B elements / load throughput, rounded half up (one CTA alone)."""
+        return self.issue_ns_of_elements(tile_m * tile_k + tile_k * tile_n)
+
+    def math_work_ns(self, tile_m: int, tile_n: int, tile_k: int) -> int:
+        """One stage's MACs / compute throughput, rounded half up (one CTA alone)."""
+        return self.math_ns_of_macs(tile_m * tile_n * tile_k)
+
+    def issue_ns_of_elements(self, elements: int) -> int:
+        # Memoised: a search space has few distinct tile sizes, and rational arithmetic
+        # dominates the optimizer's presolve otherwise.
+        if elements not in self._issue:
+            self._issue[elements] = _round_half_up(elements * self.load_ns_per_element)
+        return self._issue[elements]
+
+    def math_ns_of_macs(self, macs: int) -> int:
+        if macs not in self._math:
+            self._math[macs] = _round_half_up(macs * self.math_ns_per_mac)
+        return self._math[macs]
+
+    def durations(self, tiling: Tiling, ctas: int) -> AsyncDurations:
+        # c CTAs share the SM's copy engine and MATH pipes: each sees 1/c of the throughput,
+        # while latencies are per request and do not scale.
+        tm, tn, tk = tiling.tile_m, tiling.tile_n, tiling.tile_k
+        return AsyncDurations(
+            ctas=ctas,
+            issue_ns=ctas * self.issue_work_ns(tm, tn, tk),
+            latency_ns=self.latency_ns,
+            math_ns=ctas * self.math_work_ns(tm, tn, tk) + self.math_startup_ns,
+        )
+
+
+NS_PER_US = 1000
+
+
+def _round_half_up(value: Fraction) -> int:
+    return math.floor(value + Fraction(1, 2))
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncStageEvents:
+    """Event times of one stage in one CTA, ns from the wave's start."""
+
+    stage: int
+    issue_start_ns: int
+    arrival_ns: int
+    math_start_ns: int
+    math_wait_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncSimulation:
+    shape: GemmShape
+    tiling: Tiling
+    ctas_per_sm: int
+    #: durations of a full wave (ctas_per_sm CTAs sharing each SM)
+    durations: AsyncDurations
+    stages: int
+    full_waves: int
+    #: CTAs sharing the busiest SM in its last, partial wave (0: no partial wave)
+    partial_wave_ctas: int
+    wave_time_ns: int
+    overall_time_ns: int
+    #: sum over the busiest SM's waves of each CTA's per-stage MATH waits (§3.2 Wait(i))
+    total_math_wait_ns: int
+    stages_in_flight: int
+    bound: Bound
+    events: tuple[AsyncStageEvents, ...]
+
+    @property
+    def waves(self) -> int:
+        return self.full_waves + (1 if self.partial_wave_ctas else 0)
+
+
+def run_stages(durations: AsyncDurations, stages: int, depth: int) -> list[AsyncStageEvents]:
+    """Eq. (A1)-(A3) stage by stage for one CTA."""
+    d, lam, t = durations.issue_ns, durations.latency_ns, durations.math_ns
+    issue = [0] * (stages + 1)
+    math_start = [0] * (stages + 1)
+    events: list[AsyncStageEvents] = []
+    for i in range(1, stages + 1):
+        # (A1): the copy engine is free after issuing stage i-1; the slot of stage i-D is free
+        # once its MATH is done.
+        engine_free = issue[i - 1] + d if i > 1 else 0
+        slot_free = math_start[i - depth] + t if i > depth else 0
+        issue[i] = max(engine_free, slot_free)
+        arrival = issue[i] + d + lam  # (A2)
+        previous_math_done = math_start[i - 1] + t if i > 1 else 0
+        math_start[i] = max(arrival, previous_math_done)  # (A3)
+        wait = math_start[i] - previous_math_done
+        events.append(AsyncStageEvents(i, issue[i], arrival, math_start[i], wait))
+    return events
+
+
+def last_math_start_ns(durations: AsyncDurations, stages: int, depth: int) -> int:
+    """M(S) in O(1) (docs/model-notes.md, async-copy 2).
+
+    M(S) is the longest path to M(S) in the event graph of (A1)-(A3); a path that goes round
+    the slot cycle M(j) -> I(j+D) -> M(j+D) k times has length
+    (k+1)(d+lambda) + k T + (S-1-kD) max(d, T), linear in k, so its maximum is at k = 0 or
+    k = floor((S-1)/D).
+    """
+    return int(
+        last_math_start_formula(
+            durations.issue_ns, durations.latency_ns, durations.math_ns, stages, depth, max
+        )
+    )
+
+
+def last_math_start_formula(
+    d: Any, lam: int, t: Any, stages: Any, depth: Any, maximum: Callable[[Any, Any], Any]
+) -> Any:
+    """The closed form of M(S) on ints, or element-wise on int64 arrays with ``maximum`` =
+    np.maximum (perfmodel/gemm_ws_async_array.py); one formula for both."""
+    per_stage = maximum(d, t)
+    laps = (stages - 1) // depth
+    straight = (stages - 1) * per_stage
+    cycling = laps * (d + lam + t) + (stages - 1 - laps * depth) * per_stage
+    return d + lam + maximum(straight, cycling)
+
+
+def steady_state(durations: AsyncDurations, depth: int) -> tuple[Bound, int]:
+    """(bound, stages in flight) of the steady state (docs/model-notes.md, async-copy 3).
+
+    The period per stage is max(d, T, (d + lambda + T) / D): the copy engine, the MATH pipes,
+    or the slot cycle of D stages each needing an issue, a latency and a MATH.
+    """
+    d, lam, t = durations.issue_ns, durations.latency_ns, durations.math_ns
+    cycle = d + lam + t
+    if cycle > depth * max(d, t):
+        return Bound.LATENCY, depth
+    if d > t:
+        # The copy engine sets the pace; a stage holds its slot from issue to MATH end.
+        return Bound.LOAD, min(depth, -(-cycle // d))
+    # MATH sets the pace; copies run ahead until every slot is taken.
+    return Bound.MATH, depth
+
+
+def _wave_time_ns(durations: AsyncDurations, stages: int, depth: int, epilogue_ns: int) -> int:
+    return last_math_start_ns(durations, stages, depth) + durations.math_ns + epilogue_ns
+
+
+def simulate_async(
+    shape: GemmShape,
+    tiling: Tiling,
+    machine: GemmWsMachine,
+    limits: SmLimits,
+    element_bytes: int,
+    table: AsyncDurationTable | None = None,
+) -> AsyncSimulation:
+    """Eq. (A1)-(A3) for one configuration; ValueError when one CTA does not fit an SM.
+
+    The busiest SM runs q = ceil(tiles / SMs) CTAs: floor(q / c) full waves of c CTAs sharing
+    it, then one wave of the q mod c left (they share the SM among fewer, so run faster).
+    Wave count = ceil(q / c) = ceil(tiles / (SMs x c)): waves count CTA slots.
+    """
+    table = table or AsyncDurationTable(machine)
+    plan = _wave_plan(shape, tiling, machine, limits, element_bytes)
+    stages, depth = stage_count(shape, tiling), tiling.buffer_depth
+    epilogue = us_to_ns(machine.t_epilogue_us)
+    full = table.durations(tiling, plan.per_sm)
+    events = run_stages(full, stages, depth)
+    wave = events[-1].math_start_ns + full.math_ns + epilogue
+    overall = plan.full_waves * wave + us_to_ns(machine.t_init_us)
+    wait = plan.full_waves * plan.per_sm * sum(e.math_wait_ns for e in events)
+    if plan.partial:
+        rest = table.durations(tiling, plan.partial)
+        rest_events = run_stages(rest, stages, depth)
+        overall += rest_events[-1].math_start_ns + rest.math_ns + epilogue
+        wait += plan.partial * sum(e.math_wait_ns for e in rest_events)
+    bound, in_flight = steady_state(full, depth)
+    return AsyncSimulation(
+        shape=shape,
+        tiling=tiling,
+        ctas_per_sm=plan.per_sm,
+        durations=full,
+        stages=stages,
+        full_waves=plan.full_waves,
+        partial_wave_ctas=plan.partial,
+        wave_time_ns=wave,
+        overall_time_ns=overall,
+        total_math_wait_ns=wait,
+        stages_in_flight=in_flight,
+        bound=bound,
+        events=tuple(events),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _WavePlan:
+    per_sm: int
+    full_waves: int
+    partial: int
+
+
+def _wave_plan(
+    shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, limits: SmLimits, element_bytes: int
+) -> _WavePlan:
+    ctas = limits.ctas_per_sm(tiling.shared_memory_bytes(element_bytes))
+    if ctas < 1:
+        raise ValueError(
+            "buffer_depth x stage buffer exceeds the shared memory of one SM: no CTA fits"
+        )
+    busiest = wave_count(shape, tiling, machine.sm_count)  # q, §2.1.1's W
+    per_sm = min(ctas, busiest)  # an SM never holds more CTAs than it is given
+    full_waves, partial = divmod(busiest, per_sm)
+    return _WavePlan(per_sm, full_waves, partial)
+
+
+def overall_time_async_closed_form_ns(
+    shape: GemmShape,
+    tiling: Tiling,
+    machine: GemmWsMachine,
+    limits: SmLimits,
+    element_bytes: int,
+    table: AsyncDurationTable | None = None,
+) -> int:
+    """:func:`simulate_async`'s ``overall_time_ns`` in O(1), from :func:`last_math_start_ns`."""
+    table = table or AsyncDurationTable(machine)
+    plan = _wave_plan(shape, tiling, machine, limits, element_bytes)
+    stages, depth = stage_count(shape, tiling), tiling.buffer_depth
+    epilogue = table.epilogue_ns
+    overall = table.init_ns
+    for ctas, count in ((plan.per_sm, plan.full_waves), (plan.partial, 1)):
+        if ctas and count:
+            durations = table.durations(tiling, ctas)
+            wave = last_math_start_ns(durations, stages, depth) + durations.math_ns + epilogue
+            overall += count * wave
+    return overall

@@ -1,0 +1,123 @@
+"""Z3 encoding of the async-copy GeMM-WS variant (docs/model-notes.md, "GeMM-WS async-copy").
+
+Decision variables: TM, TN, TK, buffer depth D. Each encoded configuration fixes, by an
+implication, the per-stage durations of its full waves (c CTAs sharing an SM) and of its partial
+wave (r CTAs), its wave counts and its CTAs per SM; the recurrences (A1)-(A3) are Int -> Int
+arrays ``If``/``Mf`` (full wave) and ``Ip``/``Mp`` (partial wave) with the slot release
+``M(i - D)`` a select at a symbolic index, and ``M(j) = -T`` for j <= 0 ("every slot free at
+time 0", as in solver/encoding.py).
+
+The arrays are unrolled over a window of at most 2 x max(D) stages. Beyond it,
+``M(S + D) - M(S)`` is the constant max(D max(d, T), d + lambda + T) for every S >= 1 (the
+closed form of docs/model-notes.md async-copy 2), so with S = r + qD, 1 <= r <= D,
+``M(S) = M(r) + q (M(r + D) - M(r))``: r + D <= 2D lies inside the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from perfmodel.gemm_ws import Tiling
+from perfmodel.gemm_ws_async import AsyncDurations
+from solver.encoding import Encoding, _int, _max
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncConfig:
+    """One configuration to encode, with everything that is constant once it is chosen."""
+
+    tiling: Tiling
+    stages: int
+    full_waves: int
+    ctas_per_sm: int
+    partial_wave_ctas: int
+    full: AsyncDurations
+    #: durations of the partial wave (r CTAs sharing); unused when partial_wave_ctas is 0
+    partial: AsyncDurations
+
+
+def encode_async(configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: int) -> Encoding:
+    """Encode exactly ``configs`` (the survivors of the optimizer's presolve)."""
+    if not configs:
+        raise ValueError("encode_async needs at least one configuration")
+    deepest = max(c.tiling.buffer_depth for c in configs)
+    window = max(2, min(max(c.stages for c in configs), 2 * deepest))
+    out: list[str] = [
+        "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
+        "(declare-const buffer_depth Int)",
+        "(declare-const overall_time Int) (declare-const total_math_wait Int)",
+    ]
+    a = out.append
+    # The partial-wave schedule only when some configuration has a partial wave.
+    waves = ("f", "p") if any(c.partial_wave_ctas for c in configs) else ("f",)
+    for wave in waves:
+        for name in ("d", "lam", "t", "ms"):
+            a(f"(declare-const {name}_{wave} Int)")
+        a(f"(declare-const I{wave} (Array Int Int)) (declare-const M{wave} (Array Int Int))")
+        _recurrences(a, wave, window, deepest)
+
+    choices = []
+    for c in configs:
+        t = c.tiling
+        chosen = (
+            f"(and (= tile_m {t.tile_m}) (= tile_n {t.tile_n}) (= tile_k {t.tile_k}) "
+            f"(= buffer_depth {t.buffer_depth}))"
+        )
+        choices.append(chosen)
+        facts = [
+            *_durations("f", c.full),
+            f"(= ms_f {_last_math_start('Mf', c.stages, t.buffer_depth, window)})",
+        ]
+        if len(waves) == 2:
+            facts += _durations("p", c.partial if c.partial_wave_ctas else c.full)
+            facts.append(f"(= ms_p {_last_math_start('Mp', c.stages, t.buffer_depth, window)})")
+        # Overall = floor(q/c) full waves + the partial wave + T_INIT (async-copy 1); each
+        # wave ends when its last MATH does: M(S) + T + T_EPILOGUE.
+        overall = f"(* {c.full_waves} (+ ms_f t_f {t_epilogue_ns}))"
+        # Sum of MATH waits telescopes to M(S) - (S - 1) T per CTA (GeMM-WS 8).
+        wait = f"(* {c.full_waves * c.ctas_per_sm} (- ms_f (* {c.stages - 1} t_f)))"
+        if c.partial_wave_ctas:
+            overall = f"(+ {overall} ms_p t_p {t_epilogue_ns})"
+            wait = f"(+ {wait} (* {c.partial_wave_ctas} (- ms_p (* {c.stages - 1} t_p))))"
+        facts.append(f"(= overall_time (+ {overall} {t_init_ns}))")
+        facts.append(f"(= total_math_wait {wait})")
+        a(f"(assert (=> {chosen} (and {' '.join(facts)})))")
+    a(f"(assert (or {' '.join(choices)}))")
+
+    # No cut here: the optimizer's presolve gives the overall-time probe instead.
+    return Encoding.parse("\n".join(out), overall_time_floor_ns=0)
+
+
+def _durations(wave: str, durations: AsyncDurations) -> list[str]:
+    return [
+        f"(= d_{wave} {durations.issue_ns})",
+        f"(= lam_{wave} {durations.latency_ns})",
+        f"(= t_{wave} {durations.math_ns})",
+    ]
+
+
+def _recurrences(a: Callable[[str], None], wave: str, window: int, deepest: int) -> None:
+    issue, math, d, lam, t = f"I{wave}", f"M{wave}", f"d_{wave}", f"lam_{wave}", f"t_{wave}"
+    # M(j) = -T for j <= 0: M(j) + T = 0, the slot is free from the start; M(0) + T = 0 too.
+    for j in range(1 - deepest, 1):
+        a(f"(assert (= (select {math} {_int(j)}) (- {t})))")
+    for i in range(1, window + 1):
+        if i == 1:
+            a(f"(assert (= (select {issue} 1) 0))")
+        else:
+            engine_free = f"(+ (select {issue} {i - 1}) {d})"
+            slot_free = f"(+ (select {math} (- {i} buffer_depth)) {t})"
+            a(f"(assert (= (select {issue} {i}) {_max(engine_free, slot_free)}))")  # (A1)
+        arrival = f"(+ (select {issue} {i}) {d} {lam})"  # (A2)
+        previous = f"(+ (select {math} {i - 1}) {t})"
+        a(f"(assert (= (select {math} {i}) {_max(arrival, previous)}))")  # (A3)
+
+
+def _last_math_start(array: str, stages: int, depth: int, window: int) -> str:
+    if stages <= window:
+        return f"(select {array} {stages})"
+    r = (stages - 1) % depth + 1
+    q = (stages - r) // depth
+    base = f"(select {array} {r})"
+    return f"(+ {base} (* {q} (- (select {array} {r + depth}) {base})))"

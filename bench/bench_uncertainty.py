@@ -24,7 +24,8 @@ import sys
 
 import numpy as np
 
-from app.convert.optimize import solve, to_problem
+from app.convert.explore import solve
+from app.convert.optimize import to_problem
 from app.schemas.optimize import OptimizeTilingRequest
 from bench.common import command_line, median_seconds
 from device_profiles import get_profile

@@ -10,21 +10,13 @@ from typing import Literal
 
 from device_profiles import DeviceProfile
 from device_profiles.priors import many_bsp_priors
+from device_profiles.schema import CALIBRATABLE_FIGURES
 from perfmodel.belief import FigureBelief, Prior
 from perfmodel.gemm_ws import GemmWsMachine
 
-#: Many-BSP figures a belief covers (those a calibration fits)
-MANY_BSP_BELIEF_FIGURES = ("mu", "block_launch_overhead_cycles", "warp_launch_overhead_cycles")
-
-#: GeMM-WS figures a belief covers (those a calibration fits)
-BELIEF_FIGURES = (
-    "load_throughput_elements_per_us",
-    "compute_throughput_macs_per_us",
-    "load_startup_latency_us",
-    "compute_startup_latency_us",
-    "t_init_us",
-    "t_epilogue_us",
-)
+#: the figures a belief covers per model: those a calibration fits
+MANY_BSP_BELIEF_FIGURES = CALIBRATABLE_FIGURES["many-bsp"]
+BELIEF_FIGURES = CALIBRATABLE_FIGURES["gemm-ws"]
 #: a figure no profile cites a prior for is believed within a factor e (1 sd) of its value
 UNCITED_SIGMA_LOG = 1.0
 

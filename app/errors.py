@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.convert.predict import PTXTooLarge
-from app.negotiation import PicturesUnavailable
+from app.negotiation import JSONNotAcceptable, PicturesUnavailable
 from app.pool import (
     PoolClosed,
     PoolSaturated,
@@ -81,12 +81,34 @@ async def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
 _HTTP_ERROR_FIELD = {404: "path", 405: "method"}
 
 
+def _allowed_methods(request: Request, fallback: str) -> str:
+    """Every method the API serves at this path (RFC 9110 §15.5.6: a 405 lists them all).
+
+    Starlette names only the methods of the first route whose path matched, so a path served
+    by two routes (GET and POST /devices/{id}/measurements) answered ``Allow: GET``. The
+    OpenAPI document lists every operation of the matched path template.
+    """
+    template = getattr(request.scope.get("route"), "path", None)
+    operations = request.app.openapi().get("paths", {}).get(template) if template else None
+    if not operations:
+        return fallback
+    methods = {method.upper() for method in operations}
+    if "GET" in methods:
+        methods.add("HEAD")  # Starlette answers HEAD wherever it answers GET
+    return ", ".join(sorted(methods))
+
+
 async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     field = _HTTP_ERROR_FIELD.get(exc.status_code, "body")
-    return field_error(
-        exc.status_code, "HTTP error", field, str(exc.detail), getattr(exc, "headers", None)
-    )
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405:
+        allowed = _allowed_methods(request, headers.get("Allow", ""))
+        headers["Allow"] = allowed
+        return field_error(
+            405, "HTTP error", field, f"method not allowed here; allowed: {allowed}", headers
+        )
+    return field_error(exc.status_code, "HTTP error", field, str(exc.detail), headers or None)
 
 
 class BodyTooLarge(StarletteHTTPException):
@@ -102,6 +124,26 @@ def body_limit_reason(limit_bytes: int) -> str:
         f"request body exceeds the limit of {limit_bytes} bytes; send a smaller body "
         "(operators: KPERF_MAX_BODY_BYTES)"
     )
+
+
+class BodyDecodeError(StarletteHTTPException):
+    """A request body refused before validation (``app/routes/json_body.py``): a media type
+    that is not JSON (415), a charset other than UTF-8 (415), bytes that are not UTF-8 (400),
+    malformed JSON (422, with line and column) or a key given twice in one object (422, naming
+    the key). An HTTP error, so FastAPI's body reading passes it on unchanged."""
+
+    def __init__(self, status: int, field: str, reason: str) -> None:
+        super().__init__(status, reason)
+        self.field = field
+        self.reason = reason
+
+
+async def _body_decode_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BodyDecodeError)
+    title = {415: "Unsupported media type", 400: "Bad request"}.get(
+        exc.status_code, "Invalid request"
+    )
+    return field_error(exc.status_code, title, exc.field, exc.reason)
 
 
 async def _body_too_large_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -205,6 +247,8 @@ _FIXED: dict[type[Exception], tuple[int, str, str, dict[str, str] | None]] = {
     PTXTooLarge: (413, "Content too large", "ptx", None),
     # Accept: image/svg+xml on a server installed without the pictures extra
     PicturesUnavailable: (406, "Not acceptable", "accept", None),
+    # Accept: image/svg+xml (or any list without JSON) on a JSON-only route
+    JSONNotAcceptable: (406, "Not acceptable", "accept", None),
     PoolClosed: (503, "Service unavailable", "body", {"Retry-After": "1"}),
     # the shared store (calibrated profiles, measured runs) cannot be reached: retry later
     StoreUnavailable: (503, "Store unavailable", "body", {"Retry-After": "1"}),
@@ -229,6 +273,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestValidationError: _validation_handler,
     StarletteHTTPException: _http_handler,
     BodyTooLarge: _body_too_large_handler,
+    BodyDecodeError: _body_decode_handler,
     UnknownDevice: _unknown_device_handler,
     ModelNotServed: _model_not_served_handler,
     InvalidSearchSpace: _invalid_space_handler,

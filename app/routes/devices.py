@@ -17,7 +17,7 @@ from app.calibration import (
     measurement_record,
     recalibrate,
 )
-from app.negotiation import picture_requested
+from app.negotiation import JSON_ONLY_RESPONSES, picture_requested, require_json
 from app.routes.calibrate import CALIBRATE_RESPONSES
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.calibrate import (
@@ -39,11 +39,12 @@ from app.service import ServiceDep
 router = APIRouter(prefix="/devices", tags=["devices"], route_class=OffLoopJSONRoute)
 
 
-@router.get("", response_model=DeviceList)
-async def list_devices(service: ServiceDep) -> DeviceList:
+@router.get("", response_model=DeviceList, responses=JSON_ONLY_RESPONSES)
+async def list_devices(service: ServiceDep, http_request: Request) -> DeviceList:
     """List the shipped and calibrated profiles, the models each serves, each model's status,
     and a calibrated profile's aliases and provenance; while the shared store is unavailable,
     the shipped profiles and `stored_profiles` saying why no calibrated one is listed."""
+    require_json(http_request.headers.get("accept"))
     listing = await asyncio.to_thread(service.profile_store.listing)
     unavailable = listing.stored_unavailable
     return DeviceList(
@@ -54,16 +55,22 @@ async def list_devices(service: ServiceDep) -> DeviceList:
     )
 
 
-@router.get("/{device_id}", response_model=DeviceDetail)
-async def device_detail(device_id: str, service: ServiceDep) -> DeviceDetail:
+@router.get("/{device_id}", response_model=DeviceDetail, responses=JSON_ONLY_RESPONSES)
+async def device_detail(device_id: str, service: ServiceDep, http_request: Request) -> DeviceDetail:
     """One device profile (shipped id, calibrated id or name): every figure with its cited
     source, and per model the figures that need calibration with the call that fills them."""
+    require_json(http_request.headers.get("accept"))
     return detail_profile(await service.resolve_profile(device_id))
 
 
-@router.get("/{device_id}/measurements", response_model=MeasurementRecord)
-async def list_measurements(device_id: str, service: ServiceDep) -> MeasurementRecord:
+@router.get(
+    "/{device_id}/measurements", response_model=MeasurementRecord, responses=JSON_ONLY_RESPONSES
+)
+async def list_measurements(
+    device_id: str, service: ServiceDep, http_request: Request
+) -> MeasurementRecord:
     """The measured runs recorded for a device, oldest first."""
+    require_json(http_request.headers.get("accept"))
     return await measurement_record(service, device_id)
 
 

@@ -1,0 +1,104 @@
+"""The hardening list of issue 19: strict JSON bodies, the contract mismatches schemathesis
+found, and what the service leaks. Each case failed on the main of the issue."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from app.client import KperfClient
+from app.errors import BodyDecodeError
+from app.routes.json_body import decode_json_body
+from tests.app.service_helpers import clean_environ, in_app, problem
+
+__all__ = ["clean_environ"]
+
+JSON = "application/json"
+SMALL_BODY = json.dumps(problem())
+
+#: (body bytes, content-type, status, field named, a phrase of the reason); one per rule
+BODY_CASES: list[tuple[bytes, str, int, str, str]] = [
+    # the issue's example: the last "device" would have won
+    (
+        b'{"m": 1024, "n": 1024, "k": 1024, "device": "nope", "device": "rtx-a6000"}',
+        JSON,
+        422,
+        "device",
+        "'device' given twice",
+    ),
+    # a duplicate inside a nested object is named by its dotted path
+    (
+        b'{"m": 1024, "n": 1024, "k": 1024, "device": "rtx-a6000",'
+        b' "search_space": {"tile_m": [16], "tile_m": [32]}}',
+        JSON,
+        422,
+        "search_space.tile_m",
+        "given twice",
+    ),
+    # a declared non-UTF-8 charset: JSON is UTF-8 (RFC 8259 §8.1)
+    (SMALL_BODY.encode(), "application/json; charset=latin-1", 415, "content-type", "latin-1"),
+    # text and form bodies are the wrong media type, not wrong fields
+    (SMALL_BODY.encode(), "text/plain", 415, "content-type", "text/plain"),
+    (b"m=1024&n=1024", "application/x-www-form-urlencoded", 415, "content-type", "urlencoded"),
+    # a parse error says where: line 2, column 7 is the "}" where a value was expected
+    (b'{"m": 1024,\n "n": }', JSON, 422, "body", "line 2, column 7"),
+    # undecodable bytes
+    (b'{"device": "\xff"}', JSON, 400, "body", "not UTF-8"),
+]
+
+
+def test_strict_json_bodies() -> None:
+    async def scenario(client: KperfClient) -> list[tuple[int, list[dict[str, Any]]]]:
+        out = []
+        for body, content_type, _, _, _ in BODY_CASES:
+            response = await client.http.post(
+                "/optimize-tiling", content=body, headers={"content-type": content_type}
+            )
+            assert response.headers["content-type"] == "application/problem+json"
+            out.append((response.status_code, response.json()["errors"]))
+        # still accepted: charset=UTF-8 in any spelling, and +json media types
+        for content_type in ("application/json; charset=UTF-8", "application/problem+json"):
+            response = await client.http.post(
+                "/optimize-tiling", content=SMALL_BODY, headers={"content-type": content_type}
+            )
+            assert response.status_code == 200, response.text
+        return out
+
+    for (_, _, status, field, phrase), (got, errors) in zip(
+        BODY_CASES, in_app(scenario), strict=True
+    ):
+        assert got == status, errors
+        assert errors[0]["field"] == field
+        assert phrase in errors[0]["reason"]
+
+
+def test_parse_error_position_matches_the_text() -> None:
+    # property: the line and column given point at the character the parser stopped on
+    text = '{\n  "m": 1024,\n  "n": [1, 2,,]\n}'
+    with pytest.raises(BodyDecodeError) as caught:
+        decode_json_body(text.encode())
+    reason = caught.value.reason
+    line, column = (int(x) for x in reason.split("line ")[1].split(" (")[0].split(", column "))
+    assert text.splitlines()[line - 1][column - 1] == ","
+
+
+def test_options_lists_every_method_of_the_path() -> None:
+    async def scenario(client: KperfClient) -> tuple[int, str]:
+        response = await client.http.options("/devices/rtx-a6000/measurements")
+        return response.status_code, response.headers["allow"]
+
+    status, allow = in_app(scenario)
+    assert status == 405
+    assert {m.strip() for m in allow.split(",")} >= {"GET", "POST"}
+
+
+@pytest.mark.parametrize("path", ["/devices", "/devices/rtx-a6000"])
+def test_json_only_routes_refuse_svg_with_406(path: str) -> None:
+    async def scenario(client: KperfClient) -> tuple[int, int]:
+        svg = await client.http.get(path, headers={"accept": "image/svg+xml"})
+        either = await client.http.get(path, headers={"accept": "image/svg+xml, */*;q=0.1"})
+        return svg.status_code, either.status_code
+
+    assert in_app(scenario) == (406, 200)

@@ -56,6 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
     from app import logging as kperf_logging
     from app.main import create_app
     from app.malloc import pin_mmap_threshold
+    from app.slow_clients import guarded_protocol
 
     overrides = {
         "host": args.host,
@@ -77,6 +78,8 @@ def _serve(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
+        # header and body read deadlines (slowloris): KPERF_HEADER_TIMEOUT_S, _BODY_TIMEOUT_S
+        http=guarded_protocol(settings.header_timeout_s, settings.body_timeout_s),
     )
     return 0
 

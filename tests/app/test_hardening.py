@@ -3,7 +3,10 @@ found, and what the service leaks. Each case failed on the main of the issue."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 from typing import Any
 
 import pytest
@@ -102,3 +105,38 @@ def test_json_only_routes_refuse_svg_with_406(path: str) -> None:
         return svg.status_code, either.status_code
 
     assert in_app(scenario) == (406, 200)
+
+
+def test_html_pages_load_nothing_from_outside_and_send_security_headers() -> None:
+    async def scenario(client: KperfClient) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for path in ("/", "/docs", "/redoc"):
+            response = await client.http.get(path)
+            assert response.status_code == 200, path
+            references = re.findall(r'(?:src|href)\s*=\s*["\']([^"\']+)', response.text)
+            for url in references:
+                if url.startswith("/"):
+                    asset = await client.http.get(url)
+                    assert asset.status_code == 200, url
+                    assert asset.headers["x-content-type-options"] == "nosniff"
+            out[path] = (response.text, dict(response.headers), references)
+        out["json"] = dict((await client.http.get("/healthz")).headers)
+        return out
+
+    pages = in_app(scenario)
+    for path in ("/", "/docs", "/redoc"):
+        text, headers, references = pages[path]
+        assert not [u for u in references if "//" in u], f"{path} loads from outside"
+        assert "googleapis" not in text and "cdn" not in text.lower()
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["x-frame-options"] == "DENY"
+        policy = headers["content-security-policy"]
+        assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+        assert "'unsafe-inline'" not in policy.split("script-src")[1].split(";")[0]
+        # every inline script of the page runs: its hash is in the policy (CSP Level 3)
+        for body in re.findall(r"<script>(.*?)</script>", text, re.DOTALL):
+            digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+            assert f"'sha256-{digest}'" in policy, path
+    api = pages["json"]
+    assert api["x-content-type-options"] == "nosniff"
+    assert "default-src 'none'" in api["content-security-policy"]

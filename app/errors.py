@@ -28,6 +28,7 @@ from app.profile_store import NameTaken, StoredProfileUnavailable
 from app.schemas.devices import calibrate_hint
 from app.service import RequestFieldError
 from app.store import StoreUnavailable
+from app.store.resilient import without_address
 from device_profiles import ModelNotServed, UnknownDevice, is_calibratable
 from perfmodel.errors import ModelInputError, PTXSyntaxError
 from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace, SolverTimeout
@@ -218,8 +219,21 @@ async def _stored_profile_handler(request: Request, exc: Exception) -> JSONRespo
     """A device id that may be calibrated or a name, while the store is down: 503, retry."""
     assert isinstance(exc, StoredProfileUnavailable)
     return field_error(
-        503, "Store unavailable", exc.field, exc.reason, headers={"Retry-After": "1"}
+        503,
+        "Store unavailable",
+        exc.field,
+        without_address(exc.reason),
+        headers={"Retry-After": "1"},
     )
+
+
+async def _store_unavailable_handler(request: Request, exc: Exception) -> JSONResponse:
+    """The shared store (calibrated profiles, measured runs) cannot be reached: 503, retry
+    later. The backend's text names its address (redis-py: "connecting to redis:6379"):
+    clients get the reason without it."""
+    assert isinstance(exc, StoreUnavailable)
+    reason = without_address(str(exc))
+    return field_error(503, "Store unavailable", "body", reason, headers={"Retry-After": "1"})
 
 
 async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -250,8 +264,6 @@ _FIXED: dict[type[Exception], tuple[int, str, str, dict[str, str] | None]] = {
     # Accept: image/svg+xml (or any list without JSON) on a JSON-only route
     JSONNotAcceptable: (406, "Not acceptable", "accept", None),
     PoolClosed: (503, "Service unavailable", "body", {"Retry-After": "1"}),
-    # the shared store (calibrated profiles, measured runs) cannot be reached: retry later
-    StoreUnavailable: (503, "Store unavailable", "body", {"Retry-After": "1"}),
     # the request needs more memory than this server's per-worker cap: a 4xx like the other
     # size limits (a retry would fail the same way)
     WorkerMemoryExceeded: (422, "Memory limit exceeded", "body", None),
@@ -284,6 +296,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     NameTaken: _name_taken_handler,
     # more specific than StoreUnavailable: names the device field the store could not answer
     StoredProfileUnavailable: _stored_profile_handler,
+    StoreUnavailable: _store_unavailable_handler,
     # service limits (app/pool.py, app/service.py)
     PoolSaturated: _pool_saturated_handler,
     **dict.fromkeys(_FIXED, _fixed_handler),

@@ -70,6 +70,11 @@ class Settings(BaseSettings):
         ge=1024,
         description="largest request body accepted (else 413)",
     )
+    readyz_worker_pids: bool = Field(
+        default=False,
+        description="list each solver worker's process id in /readyz (for operators on a "
+        "trusted network; off by default: process ids help an attacker aim)",
+    )
     header_timeout_s: float = Field(
         default=10.0,
         gt=0,

@@ -14,7 +14,7 @@ import pytest
 from app.client import KperfClient
 from app.errors import BodyDecodeError
 from app.routes.json_body import decode_json_body
-from tests.app.service_helpers import clean_environ, in_app, problem
+from tests.app.service_helpers import clean_environ, free_port, in_app, make_settings, problem
 
 __all__ = ["clean_environ"]
 
@@ -140,3 +140,31 @@ def test_html_pages_load_nothing_from_outside_and_send_security_headers() -> Non
     api = pages["json"]
     assert api["x-content-type-options"] == "nosniff"
     assert "default-src 'none'" in api["content-security-policy"]
+
+
+def test_readyz_lists_no_worker_pids_by_default() -> None:
+    async def scenario(client: KperfClient) -> dict[str, Any]:
+        body: dict[str, Any] = (await client.http.get("/readyz")).json()
+        return body
+
+    body = in_app(scenario)
+    assert body["workers"] and all(w["pid"] is None for w in body["workers"])
+    opted_in = in_app(scenario, make_settings(readyz_worker_pids=True))
+    assert all(isinstance(w["pid"], int) for w in opted_in["workers"])
+
+
+def test_store_errors_do_not_name_the_store_address() -> None:
+    port = free_port()  # nothing listens there: every Redis call fails at once
+
+    async def scenario(client: KperfClient) -> list[str]:
+        texts = [(await client.http.get("/readyz")).text]
+        for _ in range(2):  # the first failure, then the circuit breaker's message
+            answer = await client.http.get("/devices/rtx-a6000-cal-0123456789ab")
+            assert answer.status_code == 503, answer.text
+            texts.append(answer.text)
+        return texts
+
+    texts = in_app(scenario, make_settings(store_url=f"redis://127.0.0.1:{port}/0"))
+    assert "degraded: store" in texts[0]
+    for text in texts:
+        assert str(port) not in text and "127.0.0.1" not in text, text

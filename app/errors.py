@@ -26,7 +26,7 @@ from app.pool import (
 )
 from app.profile_store import NameTaken, StoredProfileUnavailable
 from app.schemas.devices import calibrate_hint
-from app.service import RequestFieldError
+from app.service import RequestedItemMissing, RequestFieldError, RequestStateConflict
 from app.store import StoreUnavailable
 from app.store.resilient import without_address
 from device_profiles import ModelNotServed, UnknownDevice, is_calibratable
@@ -210,6 +210,16 @@ async def _field_handler(request: Request, exc: Exception) -> JSONResponse:
     return field_error(422, "Invalid request", exc.field, exc.reason)
 
 
+async def _state_conflict_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestStateConflict)
+    return field_error(409, "Conflict with the resource's state", exc.field, exc.reason)
+
+
+async def _item_missing_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestedItemMissing)
+    return field_error(404, "Not found", exc.field, exc.reason)
+
+
 async def _name_taken_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, NameTaken)
     return field_error(409, "Name taken", exc.field, exc.reason)
@@ -292,6 +302,8 @@ HANDLERS: dict[type[Exception], Handler] = {
     InfeasibleSearchSpace: _infeasible_space_handler,
     ModelInputError: _field_handler,
     RequestFieldError: _field_handler,
+    RequestStateConflict: _state_conflict_handler,
+    RequestedItemMissing: _item_missing_handler,
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
     NameTaken: _name_taken_handler,
     # more specific than StoreUnavailable: names the device field the store could not answer

@@ -22,7 +22,10 @@ CALIBRATE_RESPONSES: dict[int | str, dict[str, Any]] = {
         "(measured against predicted per run, and the residuals); `Location` names the profile",
     },
     406: NOT_ACCEPTABLE_RESPONSE,
-    409: {"description": "name already names another profile"},
+    409: {
+        "description": "name already names another profile; or (recalibrate) the device has "
+        "no measured runs yet"
+    },
 }
 
 

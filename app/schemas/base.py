@@ -13,6 +13,8 @@ Response models keep pydantic's defaults: they are built by this service, not se
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -20,3 +22,20 @@ class RequestModel(BaseModel):
     """Base of request bodies: unknown fields refused (``extra="forbid"``), strict types."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+#: the JSON schema of a request naming its device by ``device`` (a profile id) or by
+#: ``device_params`` (inline figures): exactly one of them, non-null. The model checks it too;
+#: saying it in the schema keeps clients (and schemathesis) from sending neither or both.
+ONE_DEVICE_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {
+            "required": ["device"],
+            "properties": {"device": {"type": "string"}, "device_params": {"type": "null"}},
+        },
+        {
+            "required": ["device_params"],
+            "properties": {"device_params": {"type": "object"}, "device": {"type": "null"}},
+        },
+    ]
+}

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     TypeAdapter,
     ValidationInfo,
@@ -128,12 +129,18 @@ def _check_folds(folds: int) -> int:
 
 ModelMeasurements = Annotated[
     list[GemmWsMeasurementIn] | list[ManyBspMeasurementIn],
-    Field(min_length=1, description="measured runs of the model (its measurement schema)"),
-]
-Fit = Annotated[
-    list[str] | None,
     Field(
         min_length=1,
+        description="measured runs of the model (its measurement schema), at least one",
+        # on a union, pydantic writes min_length as "minLength" (strings only): an empty list
+        # looked valid to clients; minItems says it
+        json_schema_extra={"minItems": 1},
+    ),
+]
+Fit = Annotated[
+    # each figure named once (checked by _check_fit; uniqueItems says so in the schema)
+    Annotated[list[str], Field(min_length=1, json_schema_extra={"uniqueItems": True})] | None,
+    Field(
         description="figures to fit, by profile field name; default: every figure of the model "
         f"(gemm-ws: {', '.join(FIGURES['gemm-ws'])}; many-bsp: {', '.join(FIGURES['many-bsp'])})",
     ),
@@ -145,6 +152,7 @@ Folds = Annotated[
         le=MAX_FOLDS,
         description="k of the k-fold cross-validation, 0 = off; when not given: "
         f"{DEFAULT_FOLDS}, or the number of measurements if fewer",
+        json_schema_extra={"not": {"const": 1}},  # one fold has nothing to validate on
     ),
 ]
 Name = Annotated[
@@ -164,6 +172,45 @@ TimeLimit = Annotated[
         description="fitting budget, s; default and maximum are the server's settings",
     ),
 ]
+
+
+#: the schema of a body with ``model``, ``measurements`` and ``fit``: the runs are the
+#: model's kind (each kind forbids the other's fields, so requiring its measured field picks
+#: the kind) and the figures fitted are the model's (anyOf: with no model, either model's)
+MEASUREMENTS_OF_MODEL_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {
+            "properties": {
+                "model": {"const": model},
+                "measurements": {"items": {"required": [measured]}},
+                "fit": {"items": {"enum": list(FIGURES[model])}},
+            }
+        }
+        for model, measured in (("gemm-ws", "measured_time_us"), ("many-bsp", "measured_cycles"))
+    ]
+}
+
+
+#: a calibration starts from ``base_device`` (a profile id) or ``base_device_params``
+#: (inline figures): exactly one, non-null
+ONE_BASE_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {
+            "required": ["base_device"],
+            "properties": {
+                "base_device": {"type": "string"},
+                "base_device_params": {"type": "null"},
+            },
+        },
+        {
+            "required": ["base_device_params"],
+            "properties": {
+                "base_device_params": {"type": "object"},
+                "base_device": {"type": "null"},
+            },
+        },
+    ]
+}
 
 
 class _ModelChecks(RequestModel):
@@ -187,6 +234,10 @@ class _ModelChecks(RequestModel):
 
 class CalibrateRequest(_ModelChecks):
     """Fit a model's figures of a base profile to measured runs: a new calibrated profile."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"allOf": [MEASUREMENTS_OF_MODEL_SCHEMA, ONE_BASE_SCHEMA]}
+    )
 
     model: CalibrationModel = Field(description="the performance model whose figures to fit")
     base_device: str | None = Field(
@@ -212,12 +263,16 @@ class CalibrateRequest(_ModelChecks):
 class MeasurementsRequest(_ModelChecks):
     """Measured runs to append to a device's record."""
 
+    model_config = ConfigDict(json_schema_extra=MEASUREMENTS_OF_MODEL_SCHEMA)
+
     model: CalibrationModel = Field(description="the model these runs measure")
     measurements: ModelMeasurements
 
 
 class RecalibrateRequest(_ModelChecks):
     """Refit from every run recorded for the device; every field is optional."""
+
+    model_config = ConfigDict(json_schema_extra=MEASUREMENTS_OF_MODEL_SCHEMA)
 
     model: CalibrationModel | None = Field(
         default=None,

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas.base import RequestModel
+from app.schemas.base import ONE_DEVICE_SCHEMA, RequestModel
 from app.settings import TIME_LIMIT_CEILING_S
 from solver.search_space import (
     DEFAULT_BUFFER_DEPTHS,
     DEFAULT_TILE_VALUES,
     MAX_BUFFER_DEPTH,
     MAX_TILE,
-    MAX_VALUES_PER_DIMENSION,
 )
 
 MAX_PROBLEM_DIMENSION = 1 << 20
@@ -24,22 +23,30 @@ Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
 
 
 class ValueRange(RequestModel):
-    """Every multiple of ``multiple_of`` between ``min`` and ``max`` inclusive."""
+    """Every multiple of ``multiple_of`` between ``min`` and ``max`` inclusive.
+
+    An empty range (min > max) or one of over 4,096 values is refused by the solver's
+    ``values_from_range`` (422, invalid search space): no JSON schema keyword compares two
+    fields, so the model leaves both rules to the one place that owns them."""
 
     min: int = Field(ge=1, le=MAX_TILE)
     max: int = Field(ge=1, le=MAX_TILE)
     multiple_of: int = Field(default=1, ge=1, le=MAX_TILE)
 
-    @model_validator(mode="after")
-    def _ordered(self) -> ValueRange:
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
-        if (self.max - self.min) // self.multiple_of >= MAX_VALUES_PER_DIMENSION:
-            raise ValueError(f"the range holds more than {MAX_VALUES_PER_DIMENSION} values")
-        return self
-
 
 TileValues = list[int] | ValueRange
+
+
+class DepthRange(ValueRange):
+    """Every multiple of ``multiple_of`` between ``min`` and ``max`` inclusive (buffer depths:
+    at most MAX_BUFFER_DEPTH, so the schema says what the solver accepts)."""
+
+    min: int = Field(ge=1, le=MAX_BUFFER_DEPTH)
+    max: int = Field(ge=1, le=MAX_BUFFER_DEPTH)
+    multiple_of: int = Field(default=1, ge=1, le=MAX_BUFFER_DEPTH)
+
+
+DepthValues = list[Annotated[int, Field(ge=1, le=MAX_BUFFER_DEPTH)]] | DepthRange
 
 
 class SearchSpaceSpec(RequestModel):
@@ -48,8 +55,8 @@ class SearchSpaceSpec(RequestModel):
     tile_m: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TM, elements")
     tile_n: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TN, elements")
     tile_k: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TK, elements")
-    buffer_depth: TileValues = Field(
-        default=ValueRange(min=DEFAULT_BUFFER_DEPTHS[0], max=DEFAULT_BUFFER_DEPTHS[-1]),
+    buffer_depth: DepthValues = Field(
+        default=DepthRange(min=DEFAULT_BUFFER_DEPTHS[0], max=DEFAULT_BUFFER_DEPTHS[-1]),
         description=f"stages held by the shared-memory circular buffer (1..{MAX_BUFFER_DEPTH})",
     )
     enforce_shared_memory: bool = Field(
@@ -85,6 +92,8 @@ class GemmWsDeviceParams(RequestModel):
 
 
 class OptimizeTilingRequest(RequestModel):
+    model_config = ConfigDict(json_schema_extra=ONE_DEVICE_SCHEMA)
+
     m: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
     n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
     k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")

@@ -3,7 +3,9 @@ found, and what the service leaks. Each case failed on the main of the issue."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import gc
 import hashlib
 import json
 import re
@@ -14,7 +16,16 @@ import pytest
 from app.client import KperfClient
 from app.errors import BodyDecodeError
 from app.routes.json_body import decode_json_body
-from tests.app.service_helpers import clean_environ, free_port, in_app, make_settings, problem
+from tests.app.service_helpers import (
+    clean_environ,
+    free_port,
+    in_app,
+    make_settings,
+    problem,
+    server_log_path,
+    start_server,
+    stop_server,
+)
 
 __all__ = ["clean_environ"]
 
@@ -168,3 +179,54 @@ def test_store_errors_do_not_name_the_store_address() -> None:
     assert "degraded: store" in texts[0]
     for text in texts:
         assert str(port) not in text and "127.0.0.1" not in text, text
+
+
+def test_pool_background_failure_at_shutdown_is_retrieved() -> None:
+    """A replacement that fails once the loop's executor is shut down ("cannot schedule new
+    futures after shutdown") was logged by asyncio as "Task exception was never retrieved"."""
+    from app.pool import WorkerPool
+
+    reported: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: reported.append(context["message"]))
+        pool = WorkerPool(1, 1)
+
+        async def replace_after_shutdown() -> None:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+
+        pool._background(replace_after_shutdown())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()
+        await pool.stop()
+
+    asyncio.run(main())
+    gc.collect()
+    assert reported == []
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"),
+    [
+        (459038.7041269841, "459038.7041"),  # the issue's examples
+        (30.560000000000002, "30.56"),
+        (80.0, "80"),
+        (1e-7, "1e-07"),  # small figures keep their digits
+        (7, "7"),
+        ("rtx-a6000", "rtx-a6000"),
+    ],
+)
+def test_cli_table_cells_print_floats_without_binary_noise(value: Any, cell: str) -> None:
+    from app.cli import _table
+
+    assert _table(("v",), [(value,)]).splitlines()[2] == cell
+
+
+def test_stopped_test_server_leaves_no_log_behind() -> None:
+    proc, url = start_server()
+    log = server_log_path(url.rsplit(":", 1)[1])
+    assert log.exists()
+    stop_server(proc)
+    assert not log.exists()

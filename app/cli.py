@@ -37,6 +37,11 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _pct(value: float | None) -> str:
+    """A percentage error; null in the answer (not finite: JSON has no infinity) as "inf"."""
+    return "inf %" if value is None else f"{value:.2f} %"
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(h) for h in headers]] + [[_cell(v) for v in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
@@ -514,10 +519,10 @@ def _print_calibration(answer: CalibrateResponse, as_json: bool, out: TextIO) ->
     ]
     out.write(_table(("figure", "value", "base", "std_error", "identified"), rows) + "\n")
     t, cv = answer.training_error, answer.cross_validation_error
-    out.write(f"training error: mean {t.mean_abs_pct:.2f} %, max {t.max_abs_pct:.2f} %\n")
+    out.write(f"training error: mean {_pct(t.mean_abs_pct)}, max {_pct(t.max_abs_pct)}\n")
     if cv is not None:
         out.write(
-            f"cross-validation error: mean {cv.mean_abs_pct:.2f} %, max {cv.max_abs_pct:.2f} %\n"
+            f"cross-validation error: mean {_pct(cv.mean_abs_pct)}, max {_pct(cv.max_abs_pct)}\n"
         )
     for warning in answer.warnings:
         out.write(f"warning: {warning}\n")

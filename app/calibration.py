@@ -49,7 +49,13 @@ from app.schemas.calibrate import (
     RunsDeleted,
 )
 from app.schemas.devices import DeviceHistory, device_history
-from app.service import MODEL_VERSION, RequestFieldError, Service, json_bytes_response
+from app.service import (
+    MODEL_VERSION,
+    RequestFieldError,
+    RequestStateConflict,
+    Service,
+    json_bytes_response,
+)
 from app.store import StoreUnavailable
 from device_profiles import DeviceProfile
 from perfmodel.errors import CalibrationInputError
@@ -296,11 +302,12 @@ def _recalibration_model(
     recorded = sorted(m for m, runs in record.items() if runs)
     if len(recorded) == 1:
         return recorded[0]
-    reason = (
-        f"{profile.id} has no measured runs: POST /devices/{profile.id}/measurements first"
-        if not recorded
-        else f"{profile.id} has runs of {' and '.join(recorded)}: say which model to refit"
-    )
+    if not recorded:
+        raise RequestStateConflict(
+            "model",
+            f"{profile.id} has no measured runs: POST /devices/{profile.id}/measurements first",
+        )
+    reason = f"{profile.id} has runs of {' and '.join(recorded)}: say which model to refit"
     raise RequestFieldError("model", reason)
 
 

@@ -28,8 +28,23 @@ from app.schemas.calibrate import CalibrateResponse
 from app.settings import Settings
 
 
+def _cell(value: Any) -> str:
+    """A table cell: a float to 10 significant digits, no binary noise (``30.56``, not
+    ``30.560000000000002``; ``80``, not ``80.0``); ``--json`` keeps the exact values."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.10g}"
+    return str(value)
+
+
+def _pct(value: float | None) -> str:
+    """A percentage error; null in the answer (not finite: JSON has no infinity) as "inf"."""
+    return "inf %" if value is None else f"{value:.2f} %"
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
+    cells = [[str(h) for h in headers]] + [[_cell(v) for v in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -58,6 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
     from app import logging as kperf_logging
     from app.main import create_app
     from app.malloc import pin_mmap_threshold
+    from app.slow_clients import guarded_protocol
 
     overrides = {
         "host": args.host,
@@ -79,6 +95,8 @@ def _serve(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
+        # header and body read deadlines (slowloris): KPERF_HEADER_TIMEOUT_S, _BODY_TIMEOUT_S
+        http=guarded_protocol(settings.header_timeout_s, settings.body_timeout_s),
     )
     return 0
 
@@ -522,10 +540,10 @@ def _print_calibration(answer: CalibrateResponse, as_json: bool, out: TextIO) ->
     ]
     out.write(_table(("figure", "value", "10-90 %", "prior", "runs"), rows) + "\n")
     t, cv = answer.training_error, answer.cross_validation_error
-    out.write(f"training error: mean {t.mean_abs_pct:.2f} %, max {t.max_abs_pct:.2f} %\n")
+    out.write(f"training error: mean {_pct(t.mean_abs_pct)}, max {_pct(t.max_abs_pct)}\n")
     if cv is not None:
         out.write(
-            f"cross-validation error: mean {cv.mean_abs_pct:.2f} %, max {cv.max_abs_pct:.2f} %\n"
+            f"cross-validation error: mean {_pct(cv.mean_abs_pct)}, max {_pct(cv.max_abs_pct)}\n"
         )
     if answer.noise_pct is not None:
         out.write(f"noise of the runs (estimated): {answer.noise_pct:.2g} %\n")

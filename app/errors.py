@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.auth import Forbidden, Unauthorized
 from app.convert.predict import PTXTooLarge
-from app.negotiation import PicturesUnavailable
+from app.negotiation import JSONNotAcceptable, PicturesUnavailable
 from app.pool import (
     PoolClosed,
     PoolSaturated,
@@ -27,8 +27,9 @@ from app.pool import (
 )
 from app.profile_store import NameTaken, StoredProfileUnavailable, UnknownRun
 from app.schemas.devices import calibrate_hint
-from app.service import RequestFieldError
+from app.service import RequestedItemMissing, RequestFieldError, RequestStateConflict
 from app.store import CapExceeded, StoreUnavailable
+from app.store.resilient import without_address
 from device_profiles import ModelNotServed, UnknownDevice, is_calibratable
 from perfmodel.errors import ModelInputError, PTXSyntaxError
 from solver.errors import (
@@ -87,12 +88,34 @@ async def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
 _HTTP_ERROR_FIELD = {404: "path", 405: "method"}
 
 
+def _allowed_methods(request: Request, fallback: str) -> str:
+    """Every method the API serves at this path (RFC 9110 §15.5.6: a 405 lists them all).
+
+    Starlette names only the methods of the first route whose path matched, so a path served
+    by two routes (GET and POST /devices/{id}/measurements) answered ``Allow: GET``. The
+    OpenAPI document lists every operation of the matched path template.
+    """
+    template = getattr(request.scope.get("route"), "path", None)
+    operations = request.app.openapi().get("paths", {}).get(template) if template else None
+    if not operations:
+        return fallback
+    methods = {method.upper() for method in operations}
+    if "GET" in methods:
+        methods.add("HEAD")  # Starlette answers HEAD wherever it answers GET
+    return ", ".join(sorted(methods))
+
+
 async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     field = _HTTP_ERROR_FIELD.get(exc.status_code, "body")
-    return field_error(
-        exc.status_code, "HTTP error", field, str(exc.detail), getattr(exc, "headers", None)
-    )
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405:
+        allowed = _allowed_methods(request, headers.get("Allow", ""))
+        headers["Allow"] = allowed
+        return field_error(
+            405, "HTTP error", field, f"method not allowed here; allowed: {allowed}", headers
+        )
+    return field_error(exc.status_code, "HTTP error", field, str(exc.detail), headers or None)
 
 
 class BodyTooLarge(StarletteHTTPException):
@@ -108,6 +131,26 @@ def body_limit_reason(limit_bytes: int) -> str:
         f"request body exceeds the limit of {limit_bytes} bytes; send a smaller body "
         "(operators: KPERF_MAX_BODY_BYTES)"
     )
+
+
+class BodyDecodeError(StarletteHTTPException):
+    """A request body refused before validation (``app/routes/json_body.py``): a media type
+    that is not JSON (415), a charset other than UTF-8 (415), bytes that are not UTF-8 (400),
+    malformed JSON (422, with line and column) or a key given twice in one object (422, naming
+    the key). An HTTP error, so FastAPI's body reading passes it on unchanged."""
+
+    def __init__(self, status: int, field: str, reason: str) -> None:
+        super().__init__(status, reason)
+        self.field = field
+        self.reason = reason
+
+
+async def _body_decode_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BodyDecodeError)
+    title = {415: "Unsupported media type", 400: "Bad request"}.get(
+        exc.status_code, "Invalid request"
+    )
+    return field_error(exc.status_code, title, exc.field, exc.reason)
 
 
 async def _body_too_large_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -173,6 +216,16 @@ async def _field_handler(request: Request, exc: Exception) -> JSONResponse:
     return field_error(422, "Invalid request", exc.field, exc.reason)
 
 
+async def _state_conflict_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestStateConflict)
+    return field_error(409, "Conflict with the resource's state", exc.field, exc.reason)
+
+
+async def _item_missing_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestedItemMissing)
+    return field_error(404, "Not found", exc.field, exc.reason)
+
+
 async def _name_taken_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, NameTaken)
     return field_error(409, "Name taken", exc.field, exc.reason)
@@ -182,7 +235,11 @@ async def _stored_profile_handler(request: Request, exc: Exception) -> JSONRespo
     """A device id that may be calibrated or a name, while the store is down: 503, retry."""
     assert isinstance(exc, StoredProfileUnavailable)
     return field_error(
-        503, "Store unavailable", exc.field, exc.reason, headers={"Retry-After": "1"}
+        503,
+        "Store unavailable",
+        exc.field,
+        without_address(exc.reason),
+        headers={"Retry-After": "1"},
     )
 
 
@@ -227,6 +284,15 @@ _CAPPED = {
 }
 
 
+async def _store_unavailable_handler(request: Request, exc: Exception) -> JSONResponse:
+    """The shared store (calibrated profiles, measured runs) cannot be reached: 503, retry
+    later. The backend's text names its address (redis-py: "connecting to redis:6379"):
+    clients get the reason without it."""
+    assert isinstance(exc, StoreUnavailable)
+    reason = without_address(str(exc))
+    return field_error(503, "Store unavailable", "body", reason, headers={"Retry-After": "1"})
+
+
 async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PTXSyntaxError)
     return problem_response(
@@ -252,9 +318,9 @@ _FIXED: dict[type[Exception], tuple[int, str, str, dict[str, str] | None]] = {
     PTXTooLarge: (413, "Content too large", "ptx", None),
     # Accept: image/svg+xml on a server installed without the pictures extra
     PicturesUnavailable: (406, "Not acceptable", "accept", None),
+    # Accept: image/svg+xml (or any list without JSON) on a JSON-only route
+    JSONNotAcceptable: (406, "Not acceptable", "accept", None),
     PoolClosed: (503, "Service unavailable", "body", {"Retry-After": "1"}),
-    # the shared store (calibrated profiles, measured runs) cannot be reached: retry later
-    StoreUnavailable: (503, "Store unavailable", "body", {"Retry-After": "1"}),
     # the request needs more memory than this server's per-worker cap: a 4xx like the other
     # size limits (a retry would fail the same way)
     WorkerMemoryExceeded: (422, "Memory limit exceeded", "body", None),
@@ -278,12 +344,15 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestValidationError: _validation_handler,
     StarletteHTTPException: _http_handler,
     BodyTooLarge: _body_too_large_handler,
+    BodyDecodeError: _body_decode_handler,
     UnknownDevice: _unknown_device_handler,
     ModelNotServed: _model_not_served_handler,
     InvalidSearchSpace: _invalid_space_handler,
     InfeasibleSearchSpace: _infeasible_space_handler,
     ModelInputError: _field_handler,
     RequestFieldError: _field_handler,
+    RequestStateConflict: _state_conflict_handler,
+    RequestedItemMissing: _item_missing_handler,
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
     NameTaken: _name_taken_handler,
     UnknownRun: _unknown_run_handler,
@@ -292,6 +361,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     CapExceeded: _cap_handler,
     # more specific than StoreUnavailable: names the device field the store could not answer
     StoredProfileUnavailable: _stored_profile_handler,
+    StoreUnavailable: _store_unavailable_handler,
     # service limits (app/pool.py, app/service.py)
     PoolSaturated: _pool_saturated_handler,
     **dict.fromkeys(_FIXED, _fixed_handler),

@@ -27,6 +27,7 @@ from app.schemas.predict import PredictKernelRequest
 from app.service import (
     CachedAnswer,
     EncodedAnswer,
+    RequestedItemMissing,
     RequestFieldError,
     Service,
     cached_solve,
@@ -284,7 +285,7 @@ async def optimize_svg_via_pool(
     the SVG and whether the answer drawn came from the cache."""
     answer, hit = await optimize_model_via_pool(service, request, profile)
     if candidate_rank > len(answer.candidates):
-        raise RequestFieldError(
+        raise RequestedItemMissing(
             "candidate_rank",
             f"the shortlist has {len(answer.candidates)} candidates; ask for 1.."
             f"{len(answer.candidates)} (or raise top_k)",

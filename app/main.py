@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import errors, middleware, openapi
+from app import docs_ui, errors, middleware, openapi, security_headers
 from app import logging as kperf_logging
 from app.auth import TokenTable
 from app.cache import MemoryLRU, ResultCache
@@ -85,6 +85,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "(`_cycles`); sizes in bytes (`_bytes`)."
         ),
         lifespan=lifespan,
+        # served with local assets by docs_ui (no CDN: air-gapped clusters)
+        docs_url=None,
+        redoc_url=None,
     )
     pool = WorkerPool(
         settings.workers,
@@ -123,6 +126,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     openapi.install(app)
     middleware.install(app, metrics, settings.max_body_bytes)
+    # outermost: every answer, 413s and 500s included, carries the security headers
+    app.add_middleware(security_headers.SecurityHeadersMiddleware)
+    docs_ui.install(app)
     app.include_router(health.router)
     app.include_router(devices.router)
     app.include_router(optimize.router)

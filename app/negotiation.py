@@ -81,6 +81,33 @@ def _quality(media_type: str, ranges: list[tuple[str, float]]) -> float:
     return best[1]
 
 
+class JSONNotAcceptable(ValueError):
+    """``Accept`` excludes JSON on a route that answers only JSON: 406 (RFC 9110 §15.5.7)."""
+
+    def __init__(self, accept: str) -> None:
+        super().__init__(
+            f"this resource is JSON only and Accept {accept!r} does not accept "
+            "application/json; ask for application/json or */*"
+        )
+
+
+#: documents the 406 of a JSON-only route
+JSON_ONLY_RESPONSES: dict[int | str, dict[str, object]] = {
+    406: {
+        "description": "Accept does not accept application/json, the only representation",
+        "content": {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+        },
+    }
+}
+
+
+def require_json(accept: str | None) -> None:
+    """Refuse with :class:`JSONNotAcceptable` an ``Accept`` that gives JSON quality 0."""
+    if accept and _quality(JSON_MEDIA_TYPE, _ranges(accept)) <= 0.0:
+        raise JSONNotAcceptable(accept)
+
+
 def prefers_svg(accept: str | None) -> bool:
     """True when the ``Accept`` header ranks SVG strictly above JSON."""
     if not accept:

@@ -59,6 +59,21 @@ _SOLVING_PATHS = (
 )
 
 
+def _state_configured_limits(schemas: dict[str, Any], settings: Any) -> None:
+    """The schema states this server's configured limits (KPERF_MAX_BATCH_ITEMS,
+    KPERF_MAX_TIME_LIMIT_S), not the ceilings the settings may be raised to: an input the
+    document allows is then one the server accepts (issue 19: schemathesis found them apart)."""
+    if settings is None:
+        return
+    batch = schemas.get("OptimizeTilingBatchRequest", {}).get("properties", {}).get("problems")
+    if batch is not None:
+        batch["maxItems"] = settings.max_batch_items
+    for schema in schemas.values():
+        limit = schema.get("properties", {}).get("time_limit_s")
+        if limit is not None and "maximum" in limit:
+            limit["maximum"] = settings.max_time_limit_s
+
+
 def install(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -98,6 +113,7 @@ def install(app: FastAPI) -> None:
                         "description": existing.get("description", description),
                         "content": {PROBLEM_JSON: {"schema": problem_ref}},
                     }
+        _state_configured_limits(schemas, getattr(app.state, "settings", None))
         schemas.pop("HTTPValidationError", None)
         schemas.pop("ValidationError", None)
         app.openapi_schema = document

@@ -557,10 +557,13 @@ class WorkerPool:
 
     async def stop(self) -> None:
         self._running = False
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # a task may start another while it ends (a worker lost during the stop is
+        # "replaced": killed, and no new one spawned): loop until none is left
+        while self._tasks:
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -623,7 +626,23 @@ class WorkerPool:
     def _background(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        """Forget a finished background task and retrieve its outcome: an exception is logged
+        here, never left to asyncio's "Task exception was never retrieved" at shutdown."""
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        if not self._running and isinstance(exc, RuntimeError):
+            # the loop's executor is shut down under a replacement started before the stop
+            # ("cannot schedule new futures after shutdown"): nothing is left to replace
+            log.debug("background task ended by the shutdown", extra={"error": repr(exc)})
+            return
+        log.error("pool background task failed", exc_info=exc)
 
     async def _spawn(self) -> None:
         """Start one worker and hand it to a waiter (or the idle set) once it has loaded.

@@ -65,6 +65,16 @@ class RequestFieldError(ValueError):
         self.reason = reason
 
 
+class RequestStateConflict(RequestFieldError):
+    """A well-formed request the target's current state cannot serve (409, naming the field):
+    e.g. recalibrating a device that has no measured runs yet."""
+
+
+class RequestedItemMissing(RequestFieldError):
+    """A well-formed request naming an item the answer does not have (404, naming the field):
+    e.g. a ``candidate_rank`` beyond the shortlist's length."""
+
+
 @dataclass
 class Service:
     settings: Settings

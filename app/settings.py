@@ -72,6 +72,26 @@ class Settings(BaseSettings):
         ge=1024,
         description="largest request body accepted (else 413)",
     )
+    readyz_worker_pids: bool = Field(
+        default=False,
+        description="list each solver worker's process id in /readyz (for operators on a "
+        "trusted network; off by default: process ids help an attacker aim)",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="a connection must deliver a request's complete headers within this many "
+        "seconds of opening (or of the request's first byte, on a reused connection), else 408 "
+        "and closed (slowloris)",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="a request's complete body must arrive within this many seconds of its "
+        "headers, else 408 and closed (a slow or stalled upload)",
+    )
     max_ptx_bytes: int = Field(
         default=2_000_000,
         ge=1024,

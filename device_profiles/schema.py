@@ -267,8 +267,13 @@ class SynchronizationSection(_Strict):
 class CalibrationErrorSummary(_Strict):
     """Absolute percentage error of the calibrated model over a set of measured runs."""
 
-    mean_abs_pct: float = Field(ge=0, description="mean absolute error, % of the measured value")
-    max_abs_pct: float = Field(ge=0, description="largest absolute error, % of the measured value")
+    # JSON has no infinity: an error that overflowed (a fit that predicts inf) is written null
+    mean_abs_pct: float | None = Field(
+        ge=0, description="mean absolute error, % of the measured value; null if not finite"
+    )
+    max_abs_pct: float | None = Field(
+        ge=0, description="largest absolute error, % of the measured value; null if not finite"
+    )
 
 
 class CalibrationPosterior(_Strict):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
@@ -286,3 +287,62 @@ def test_compose_stack_answers(engine: Engine, compose_stack: dict[str, Any]) ->
         for _ in range(10):
             assert _solve(http).headers["x-cache"] == "hit"
         assert time.monotonic() - started < 30
+
+
+#: concurrent clients of the kill test, and how long they keep sending after the kill (s)
+KILL_TEST_CLIENTS = 6
+KILL_TEST_AFTER_S = 8.0
+
+
+def test_replica_killed_mid_request_costs_no_client_error(
+    engine: Engine, compose_stack: dict[str, Any]
+) -> None:
+    """Issue 19: a request in flight to a replica that dies is replayed by nginx on another
+    replica (deploy/nginx.conf, ``proxy_next_upstream ... non_idempotent``): no client sees a
+    502. Every request is a distinct cache miss, so each is solved (tens of ms) and some are
+    in flight on the replica when it is killed."""
+    for container in compose_stack["containers"]:
+        engine.wait_healthy(container)
+    statuses: list[tuple[int, str]] = []
+    in_flight = 0
+    in_flight_at_kill = 0
+    lock = threading.Lock()
+    stop = threading.Event()
+    sizes = iter(range(1024, 1 << 20, 8))  # a new problem per request: never a cache hit
+
+    def client() -> None:
+        nonlocal in_flight
+        with httpx.Client(base_url=compose_stack["url"], timeout=120) as http:
+            while not stop.is_set():
+                with lock:
+                    m = next(sizes)
+                    in_flight += 1
+                try:
+                    body = {"m": m, "n": 2048, "k": 2048, "device": "rtx-a6000", "top_k": 3}
+                    answer = http.post("/optimize-tiling", json=body)
+                    statuses.append((answer.status_code, answer.text[:200]))
+                    listing = http.get("/devices/rtx-a6000")
+                    statuses.append((listing.status_code, listing.text[:200]))
+                except httpx.HTTPError as exc:  # a reset reaching the client is an error too
+                    statuses.append((0, repr(exc)))
+                finally:
+                    with lock:
+                        in_flight -= 1
+
+    threads = [threading.Thread(target=client) for _ in range(KILL_TEST_CLIENTS)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(3.0)  # both replicas busy solving
+        with lock:
+            in_flight_at_kill = in_flight
+        engine.docker("kill", compose_stack["replicas"][0])
+        time.sleep(KILL_TEST_AFTER_S)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=180)
+    errors = [s for s in statuses if s[0] != 200]
+    assert in_flight_at_kill > 0
+    assert len(statuses) > 2 * KILL_TEST_CLIENTS, statuses
+    assert errors == [], f"{len(errors)} of {len(statuses)} requests failed: {errors[:5]}"

@@ -27,7 +27,8 @@ CALIBRATE_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"description": "the token may only read"},
     409: {
         "description": "name already names another profile, or a cap (profiles or bytes per "
-        "tenant, runs per device) would be passed: nothing stored"
+        "tenant, runs per device) would be passed: nothing stored; or (recalibrate) the device "
+        "has no measured runs yet"
     },
 }
 

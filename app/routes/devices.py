@@ -21,7 +21,7 @@ from app.calibration import (
     measurement_record,
     recalibrate,
 )
-from app.negotiation import picture_requested
+from app.negotiation import JSON_ONLY_RESPONSES, picture_requested, require_json
 from app.profile_store import RUN_DIGEST_HEX
 from app.routes.access import ReaderDep, WriterDep, read_access
 from app.routes.calibrate import CALIBRATE_RESPONSES
@@ -62,11 +62,12 @@ WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("", response_model=DeviceList)
-async def list_devices(service: ServiceDep) -> DeviceList:
+@router.get("", response_model=DeviceList, responses=JSON_ONLY_RESPONSES)
+async def list_devices(service: ServiceDep, http_request: Request) -> DeviceList:
     """List the shipped and calibrated profiles, the models each serves, each model's status,
     and a calibrated profile's aliases and provenance; while the shared store is unavailable,
     the shipped profiles and `stored_profiles` saying why no calibrated one is listed."""
+    require_json(http_request.headers.get("accept"))
     listing = await asyncio.to_thread(service.profile_store.listing)
     unavailable = listing.stored_unavailable
     return DeviceList(
@@ -77,22 +78,28 @@ async def list_devices(service: ServiceDep) -> DeviceList:
     )
 
 
-@router.get("/{device_id}", response_model=DeviceDetail)
-async def device_detail(device_id: str, service: ServiceDep, principal: ReaderDep) -> DeviceDetail:
+@router.get("/{device_id}", response_model=DeviceDetail, responses=JSON_ONLY_RESPONSES)
+async def device_detail(
+    device_id: str, service: ServiceDep, principal: ReaderDep, http_request: Request
+) -> DeviceDetail:
     """One device profile (shipped id, calibrated id or name): every figure with its cited
     source, per model the figures that need calibration with the call that fills them, and
     its history (owner, runs recorded, the fit's errors)."""
+    require_json(http_request.headers.get("accept"))
     profile = await service.resolve_profile(device_id)
     history = await asyncio.to_thread(device_record, service, principal, profile)
     return detail_profile(profile, history)
 
 
-@router.get("/{device_id}/measurements", response_model=MeasurementRecord)
+@router.get(
+    "/{device_id}/measurements", response_model=MeasurementRecord, responses=JSON_ONLY_RESPONSES
+)
 async def list_measurements(
-    device_id: str, service: ServiceDep, principal: ReaderDep
+    device_id: str, service: ServiceDep, principal: ReaderDep, http_request: Request
 ) -> MeasurementRecord:
     """The measured runs recorded for a device, oldest first (for a shipped id: the caller's
     own draft record of it)."""
+    require_json(http_request.headers.get("accept"))
     return await measurement_record(service, principal, device_id)
 
 

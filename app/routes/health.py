@@ -32,7 +32,9 @@ class ReadinessChecks(BaseModel):
 
 
 class WorkerInfo(BaseModel):
-    pid: int = Field(description="process id of the worker")
+    pid: int | None = Field(
+        description="process id of the worker, only with KPERF_READYZ_WORKER_PIDS=true (else null)"
+    )
     state: Literal["starting", "idle", "busy"]
 
 
@@ -151,7 +153,9 @@ async def readyz(service: ServiceDep) -> JSONResponse:
         workers_starting=pool.starting_workers,
         queue_depth=pool.waiting,
         workers=[
-            WorkerInfo.model_validate({"pid": pid, "state": state})
+            WorkerInfo.model_validate(
+                {"pid": pid if service.settings.readyz_worker_pids else None, "state": state}
+            )
             for pid, state in pool.worker_states()
         ],
         store=await _store_readiness(service),

@@ -9,6 +9,7 @@ from importlib import resources
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
+from app.security_headers import CSP, html_policy
 from app.service import ServiceDep
 from device_profiles import DeviceProfile
 
@@ -44,4 +45,4 @@ def page(service: ServiceDep) -> HTMLResponse:
     text = text.replace(
         MANY_BSP_DEVICES, _options([p for p in profiles if "many-bsp" in p.models_served()])
     )
-    return HTMLResponse(text)
+    return HTMLResponse(text, headers={CSP: html_policy(text)})

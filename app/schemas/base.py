@@ -13,7 +13,7 @@ Response models keep pydantic's defaults: they are built by this service, not se
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,3 +49,20 @@ def provenance_out(origin: Provenance) -> ProfileProvenanceOut:
         measurement_count=origin.measurement_count,
         estimated_figures=list(origin.estimated_figures),
     )
+
+
+#: the JSON schema of a request naming its device by ``device`` (a profile id) or by
+#: ``device_params`` (inline figures): exactly one of them, non-null. The model checks it too;
+#: saying it in the schema keeps clients (and schemathesis) from sending neither or both.
+ONE_DEVICE_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {
+            "required": ["device"],
+            "properties": {"device": {"type": "string"}, "device_params": {"type": "null"}},
+        },
+        {
+            "required": ["device_params"],
+            "properties": {"device_params": {"type": "object"}, "device": {"type": "null"}},
+        },
+    ]
+}

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     TypeAdapter,
     ValidationInfo,
@@ -137,15 +138,21 @@ ModelMeasurements = Annotated[
     Field(
         min_length=1,
         max_length=MAX_CALIBRATION_MEASUREMENTS_CEILING,
-        description="measured runs of the model (its measurement schema); at most the "
-        "server's max_calibration_measurements",
+        description="measured runs of the model (its measurement schema), at least one; at "
+        "most the server's max_calibration_measurements",
+        # on a union, pydantic writes min_length as "minLength" (strings only): an empty list
+        # looked valid to clients; minItems says it
+        json_schema_extra={"minItems": 1},
     ),
 ]
 Fit = Annotated[
-    list[Annotated[str, Field(max_length=MAX_NAME_CHARS)]] | None,
+    # each figure named once (checked by _check_fit; uniqueItems says so in the schema)
+    Annotated[
+        list[Annotated[str, Field(max_length=MAX_NAME_CHARS)]],
+        Field(min_length=1, max_length=MAX_LIST_ITEMS, json_schema_extra={"uniqueItems": True}),
+    ]
+    | None,
     Field(
-        min_length=1,
-        max_length=MAX_LIST_ITEMS,
         description="figures to fit, by profile field name; default: every figure of the model "
         f"(gemm-ws: {', '.join(FIGURES['gemm-ws'])}; many-bsp: {', '.join(FIGURES['many-bsp'])})",
     ),
@@ -157,6 +164,7 @@ Folds = Annotated[
         le=MAX_FOLDS,
         description="k of the k-fold cross-validation, 0 = off; when not given: "
         f"{DEFAULT_FOLDS}, or the number of measurements if fewer",
+        json_schema_extra={"not": {"const": 1}},  # one fold has nothing to validate on
     ),
 ]
 Name = Annotated[
@@ -176,6 +184,33 @@ TimeLimit = Annotated[
         description="fitting budget, s; default and maximum are the server's settings",
     ),
 ]
+
+
+#: the schema of a body with ``model``, ``measurements`` and ``fit``: the runs are the
+#: model's kind (each kind forbids the other's fields, so requiring its measured field picks
+#: the kind) and the figures fitted are the model's (anyOf: with no model, either model's)
+MEASUREMENTS_OF_MODEL_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {
+            "properties": {
+                "model": {"const": model},
+                "measurements": {"items": {"required": [measured]}},
+                "fit": {"items": {"enum": list(FIGURES[model])}},
+                # inline base figures of the model's kind: a device profile (many-bsp) has
+                # schema_version, which gemm-ws's device_params forbid
+                "base_device_params": {
+                    "anyOf": [
+                        {"type": "null"},
+                        {"required": ["schema_version"]}
+                        if model == "many-bsp"
+                        else {"not": {"required": ["schema_version"]}},
+                    ]
+                },
+            }
+        }
+        for model, measured in (("gemm-ws", "measured_time_us"), ("many-bsp", "measured_cycles"))
+    ]
+}
 
 
 class _ModelChecks(RequestModel):
@@ -199,6 +234,10 @@ class _ModelChecks(RequestModel):
 
 class CalibrateRequest(_ModelChecks):
     """Fit a model's figures of a base profile to measured runs: a new calibrated profile."""
+
+    # not stated in the schema: exactly one of base_device / base_device_params (an anyOf for
+    # it beside the model's made schemathesis' generation take minutes); still a 422
+    model_config = ConfigDict(json_schema_extra=MEASUREMENTS_OF_MODEL_SCHEMA)
 
     model: CalibrationModel = Field(description="the performance model whose figures to fit")
     base_device: str | None = Field(
@@ -226,12 +265,16 @@ class CalibrateRequest(_ModelChecks):
 class MeasurementsRequest(_ModelChecks):
     """Measured runs to append to a device's record."""
 
+    model_config = ConfigDict(json_schema_extra=MEASUREMENTS_OF_MODEL_SCHEMA)
+
     model: CalibrationModel = Field(description="the model these runs measure")
     measurements: ModelMeasurements
 
 
 class RecalibrateRequest(_ModelChecks):
     """Refit from every run recorded for the device; every field is optional."""
+
+    model_config = ConfigDict(json_schema_extra=MEASUREMENTS_OF_MODEL_SCHEMA)
 
     model: CalibrationModel | None = Field(
         default=None,
@@ -287,7 +330,10 @@ class ResidualOut(BaseModel):
     index: int = Field(description="position of the measurement in the request (or the record)")
     measured: float = Field(description="measured value: us (gemm-ws) or cycles (many-bsp)")
     predicted: float = Field(description="calibrated model's prediction, same unit")
-    error_pct: float = Field(description="100 x (predicted - measured) / measured, %")
+    error_pct: float | None = Field(
+        description="100 x (predicted - measured) / measured, %; null if not finite (JSON has "
+        "no infinity)"
+    )
     predicted_low: float | None = Field(
         default=None,
         description="10 % quantile of the prediction over the posterior, same unit (widened "

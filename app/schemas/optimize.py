@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas.base import ProfileProvenanceOut, RequestModel
+from app.schemas.base import ONE_DEVICE_SCHEMA, ProfileProvenanceOut, RequestModel
 from app.settings import TIME_LIMIT_CEILING_S
 from device_profiles.schema import MAX_ID_CHARS
 from solver.search_space import (
@@ -14,7 +14,6 @@ from solver.search_space import (
     DEFAULT_TILE_VALUES,
     MAX_BUFFER_DEPTH,
     MAX_TILE,
-    MAX_VALUES_PER_DIMENSION,
 )
 
 MAX_PROBLEM_DIMENSION = 1 << 20
@@ -28,19 +27,15 @@ Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
 
 
 class ValueRange(RequestModel):
-    """Every multiple of ``multiple_of`` between ``min`` and ``max`` inclusive."""
+    """Every multiple of ``multiple_of`` between ``min`` and ``max`` inclusive.
+
+    An empty range (min > max) or one of over 4,096 values is refused by the solver's
+    ``values_from_range`` (422, invalid search space): no JSON schema keyword compares two
+    fields, so the model leaves both rules to the one place that owns them."""
 
     min: int = Field(ge=1, le=MAX_TILE)
     max: int = Field(ge=1, le=MAX_TILE)
     multiple_of: int = Field(default=1, ge=1, le=MAX_TILE)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ValueRange:
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
-        if (self.max - self.min) // self.multiple_of >= MAX_VALUES_PER_DIMENSION:
-            raise ValueError(f"the range holds more than {MAX_VALUES_PER_DIMENSION} values")
-        return self
 
 
 #: a list of candidate tile sizes: at most this many (the search space's own cap,
@@ -49,14 +44,26 @@ MAX_TILE_VALUES = 4096
 TileValues = Annotated[list[int], Field(max_length=MAX_TILE_VALUES)] | ValueRange
 
 
+class DepthRange(ValueRange):
+    """Every multiple of ``multiple_of`` between ``min`` and ``max`` inclusive (buffer depths:
+    at most MAX_BUFFER_DEPTH, so the schema says what the solver accepts)."""
+
+    min: int = Field(ge=1, le=MAX_BUFFER_DEPTH)
+    max: int = Field(ge=1, le=MAX_BUFFER_DEPTH)
+    multiple_of: int = Field(default=1, ge=1, le=MAX_BUFFER_DEPTH)
+
+
+DepthValues = list[Annotated[int, Field(ge=1, le=MAX_BUFFER_DEPTH)]] | DepthRange
+
+
 class SearchSpaceSpec(RequestModel):
     """Candidate values per dimension: an explicit list or a range."""
 
     tile_m: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TM, elements")
     tile_n: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TN, elements")
     tile_k: TileValues = Field(default=list(DEFAULT_TILE_VALUES), description="TK, elements")
-    buffer_depth: TileValues = Field(
-        default=ValueRange(min=DEFAULT_BUFFER_DEPTHS[0], max=DEFAULT_BUFFER_DEPTHS[-1]),
+    buffer_depth: DepthValues = Field(
+        default=DepthRange(min=DEFAULT_BUFFER_DEPTHS[0], max=DEFAULT_BUFFER_DEPTHS[-1]),
         description=f"stages held by the shared-memory circular buffer (1..{MAX_BUFFER_DEPTH})",
     )
     enforce_shared_memory: bool = Field(
@@ -92,6 +99,8 @@ class GemmWsDeviceParams(RequestModel):
 
 
 class OptimizeTilingRequest(RequestModel):
+    model_config = ConfigDict(json_schema_extra=ONE_DEVICE_SCHEMA)
+
     m: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
     n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
     k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, Strict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
 
-from app.schemas.base import ProfileProvenanceOut, RequestModel
+from app.schemas.base import ONE_DEVICE_SCHEMA, ProfileProvenanceOut, RequestModel
 from app.schemas.devices import drop_read_only_keys
 from device_profiles import DeviceProfile
 from device_profiles.schema import MAX_ID_CHARS, MAX_TEXT_CHARS
@@ -81,10 +81,14 @@ class KernelLaunch(RequestModel):
     ] = Field(
         default_factory=dict,
         description="n_ma overrides keyed by the 1-based line of the instruction in `ptx`",
+        # the keys are line numbers written as JSON object keys: say so in the schema
+        json_schema_extra={"propertyNames": {"pattern": "^[1-9][0-9]{0,8}$"}},
     )
 
 
 class PredictKernelRequest(KernelLaunch):
+    model_config = ConfigDict(json_schema_extra=ONE_DEVICE_SCHEMA)
+
     device: str | None = Field(
         None,
         max_length=MAX_ID_CHARS,

@@ -13,6 +13,7 @@ two socket timeouts, and a store that is back is used again within the cap.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +25,23 @@ from app.store.transaction import Counter, Delete, Outcome, Put
 log = logging.getLogger("kperf.store")
 
 R = TypeVar("R")
+
+
+#: a host:port, IPv4/IPv6 address or URL in a backend's error text (redis-py: "Error 111
+#: connecting to redis:6379. Connection refused.")
+_ADDRESS = re.compile(
+    r"[a-z][a-z0-9+.-]*://\S+"  # a URL
+    r"|\[[0-9a-f:]+\](?::\d+)?"  # [IPv6]:port
+    r"|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"  # IPv4[:port]
+    r"|\b[\w.-]+:\d{1,5}\b",  # host:port
+    re.IGNORECASE,
+)
+
+
+def without_address(text: str) -> str:
+    """``text`` with every network address replaced by ``<store address>``: a client learns
+    that the store failed and why, never where it lives (logs keep the full text)."""
+    return _ADDRESS.sub("<store address>", text)
 
 
 class ResilientStore(Store):
@@ -93,7 +111,8 @@ class ResilientStore(Store):
             )
             self._retry_at = self._clock() + backoff_s
             self._probing = False
-            self._last_error = str(exc)
+            # what clients may read (/readyz, problem details): without the store's address
+            self._last_error = without_address(str(exc))
         if self._on_error is not None:
             self._on_error(operation)
         (log.error if first else log.debug)(

@@ -97,8 +97,10 @@ def start_server(
     env.update(env_overrides or {})
     kperf = Path(sys.executable).with_name("kperf")
     command = [str(kperf)] if kperf.exists() else [sys.executable, "-m", "app.cli"]
-    # the server's JSON log, kept for post-mortems of a failing test
-    log = open(Path(tempfile.gettempdir()) / f"kperf-test-server-{port}.log", "wb")  # noqa: SIM115
+    # the server's JSON log, for post-mortems: removed by stop_server unless
+    # KEEP_KPERF_TEST_LOGS=1 (not a KPERF_ variable: clean_environ would drop it)
+    log_path = server_log_path(port)
+    log = open(log_path, "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [*command, "serve", *address],
         cwd=REPO,
@@ -107,6 +109,7 @@ def start_server(
         stderr=subprocess.STDOUT,
     )
     log.close()
+    proc.kperf_port = port  # type: ignore[attr-defined]
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -122,6 +125,16 @@ def start_server(
     raise RuntimeError("kperf serve did not become ready within 60 s")
 
 
+def server_log_path(port: int | str) -> Path:
+    return Path(tempfile.gettempdir()) / f"kperf-test-server-{port}.log"
+
+
+def remove_server_log(url: str) -> None:
+    """Delete the log of the server at ``url`` (kept with KEEP_KPERF_TEST_LOGS=1)."""
+    if os.environ.get("KEEP_KPERF_TEST_LOGS") != "1":
+        server_log_path(url.rsplit(":", 1)[1]).unlink(missing_ok=True)
+
+
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
     proc.terminate()
     try:
@@ -129,6 +142,9 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    port = getattr(proc, "kperf_port", None)  # set by start_server
+    if port is not None:
+        remove_server_log(f"http://127.0.0.1:{port}")
 
 
 @contextlib.contextmanager

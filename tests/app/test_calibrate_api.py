@@ -316,7 +316,8 @@ def test_unknown_device_in_the_path_is_404(client: TestClient) -> None:
 
 def test_recalibrating_a_device_without_runs_says_what_to_do(client: TestClient) -> None:
     r = client.post("/devices/940mx/recalibrate")
-    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "model"
+    # 409: a well-formed request the device's state (no runs yet) cannot serve (issue 19)
+    assert r.status_code == 409 and r.json()["errors"][0]["field"] == "model"
     assert "/devices/940mx/measurements" in r.json()["errors"][0]["reason"]
 
 

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from tests.app.service_helpers import REPO, clean_environ, live_server, start_server
+from tests.app.service_helpers import (
+    REPO,
+    clean_environ,
+    live_server,
+    remove_server_log,
+    start_server,
+)
 
 __all__ = ["clean_environ", "live_server"]
 
@@ -155,6 +161,7 @@ def test_serve_takes_its_address_from_the_environment_and_exits_0_on_sigterm(
     assert proc.wait(timeout=10) == 0
     port = url.rsplit(":", 1)[1]
     log = (Path(tempfile.gettempdir()) / f"kperf-test-server-{port}.log").read_text()
+    remove_server_log(url)
     assert "service stopped" in log  # the lifespan shutdown ran: worker pool and cache closed
 
 

@@ -166,7 +166,13 @@ async def post_all(server: Server, path: str, bodies: list[dict[str, Any]]) -> l
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     proc, url = start_server(
-        {"KPERF_WORKERS": "2", "KPERF_CACHE_MEMORY_ITEMS": "0", "KPERF_QUEUE_SIZE": "32"}
+        {
+            "KPERF_WORKERS": "2",
+            "KPERF_CACHE_MEMORY_ITEMS": "0",
+            "KPERF_QUEUE_SIZE": "32",
+            # these tests kill workers by the pid /readyz gives
+            "KPERF_READYZ_WORKER_PIDS": "true",
+        }
     )
     live = Server(proc, url)
     try:

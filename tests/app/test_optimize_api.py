@@ -264,14 +264,21 @@ def test_device_routes(client: TestClient) -> None:
     assert missing.json()["errors"][0]["field"] == "device"
 
 
-def test_profile_without_gemm_ws_figures_is_422_naming_them(client: TestClient) -> None:
-    devices = client.get("/devices").json()["devices"]
-    other = [d["id"] for d in devices if "gemm-ws" not in d["models"]]
-    if not other:
-        pytest.skip("every packaged profile carries GeMM-WS figures")
-    r = _post(client, m=64, n=64, k=64, device=other[0])
-    assert r.status_code == 422
-    assert "gemm_ws" in r.json()["detail"]
+def test_profile_without_gemm_ws_figures_is_refused_naming_them(client: TestClient) -> None:
+    """Every shipped profile carries GeMM-WS figures (issue 16); a profile without them (a
+    stored one made before, or a file of one's own) is refused naming the six figures, and
+    that refusal is a 422 over HTTP (app/errors.py maps ModelNotServed)."""
+    from app.convert.optimize import gemm_ws_machine
+    from app.errors import HANDLERS
+    from device_profiles import ModelNotServed, get_profile
+
+    assert all("gemm-ws" in d["models"] for d in client.get("/devices").json()["devices"])
+    stripped = get_profile("h100").model_copy(update={"gemm_ws": None})
+    with pytest.raises(ModelNotServed) as info:
+        gemm_ws_machine(stripped)
+    assert len(info.value.missing) == 6
+    assert all(m.startswith("gemm_ws.") for m in info.value.missing)
+    assert any(issubclass(ModelNotServed, handled) for handled in HANDLERS)
 
 
 def test_oversized_search_space_is_refused_before_solving(client: TestClient) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from device_profiles.schema import (
+    MODEL_SECTIONS,
     REQUIRED_GEMM_WS_FIGURES,
     REQUIRED_MANY_BSP_FIGURES,
     DeviceProfile,
@@ -16,7 +17,6 @@ from device_profiles.schema import (
 )
 
 ProvenanceKind = Literal["published", "estimated", "calibrated", "inline"]
-_SECTION = {"gemm-ws": "gemm_ws", "many-bsp": "many_bsp"}
 #: the scalar figures of each model, in the schema's order
 _SCALARS = {"gemm-ws": REQUIRED_GEMM_WS_FIGURES, "many-bsp": REQUIRED_MANY_BSP_FIGURES}
 FigureSource = Literal["published", "estimated", "calibrated"]
@@ -34,7 +34,7 @@ def provenance(profile: DeviceProfile | None, model: str) -> Provenance:
     """The provenance of ``profile``'s ``model`` figures (None: inline figures)."""
     if profile is None:
         return Provenance("inline", None, ())
-    prefix = _SECTION[model] + "."
+    prefix = MODEL_SECTIONS[model] + "."
     estimates = tuple(f for f in profile.estimated_figures() if f.startswith(prefix))
     calibration = profile.calibration
     if calibration is not None and calibration.model == model:
@@ -57,7 +57,7 @@ def figure_statuses(profile: DeviceProfile, model: str) -> list[FigureStatus]:
     calibration of that model fitted (and identified) it, ``estimated`` when flagged an
     estimate, else ``published``. Instruction classes and bar.sync points are listed in the
     profile itself (they have no prior: no run fits them)."""
-    section = getattr(profile, _SECTION[model])
+    section = getattr(profile, MODEL_SECTIONS[model])
     calibration = profile.calibration
     fitted = set(calibration.fitted) if calibration and calibration.model == model else set()
     out = []
@@ -68,6 +68,6 @@ def figure_statuses(profile: DeviceProfile, model: str) -> list[FigureStatus]:
         status: FigureSource = "estimated" if figure.estimate else "published"
         if name in fitted and not figure.estimate:
             status = "calibrated"
-        path = f"{_SECTION[model]}.{name}"
+        path = f"{MODEL_SECTIONS[model]}.{name}"
         out.append(FigureStatus(path, figure.value, status, figure.prior))
     return out

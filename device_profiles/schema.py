@@ -186,6 +186,9 @@ REQUIRED_GEMM_WS_FIGURES: tuple[str, ...] = (
     "compute_throughput_macs_per_us",
 )
 
+#: model name -> the profile section holding its figures
+MODEL_SECTIONS: dict[str, str] = {"gemm-ws": "gemm_ws", "many-bsp": "many_bsp"}
+
 #: model name -> the section names of the figures a calibration run fits from measured runs
 #: (POST /calibrate, ``kperf calibrate``): what no public source gives for a device but
 #: measurements on it determine. Every other required figure must be cited in the file.

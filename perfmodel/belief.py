@@ -19,7 +19,23 @@ from perfmodel.prior import Prior
 
 FloatArray = NDArray[np.float64]
 
-__all__ = ["FigureBelief", "Posterior", "Prior"]
+__all__ = ["INTERVAL_QUANTILES", "FigureBelief", "Posterior", "Prior", "interval_of"]
+
+#: the quantiles of every interval the service reports (10-90 %)
+INTERVAL_QUANTILES = (0.1, 0.9)
+
+
+def interval_of(
+    samples: NDArray[np.number], point: NDArray[np.number] | float | None = None
+) -> tuple[FloatArray, FloatArray]:
+    """The 10 % and 90 % quantiles of ``samples`` over draws (axis 0), widened to contain
+    ``point`` when given: max(L, T) is convex, so near a kink most draws are slower than the
+    point prediction and the draws' quantiles can miss it (docs/model-notes.md, "MAP
+    calibration")."""
+    low, high = np.quantile(samples, INTERVAL_QUANTILES, axis=0)
+    if point is not None:
+        low, high = np.minimum(low, point), np.maximum(high, point)
+    return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,3 @@ class Prior:
             raise ValueError(f"a prior's median must be positive and finite, got {self.median}")
         if not (math.isfinite(self.sigma_log) and self.sigma_log > 0):
             raise ValueError(f"a prior's sigma_log must be positive, got {self.sigma_log}")
-
-    def quantile(self, z: float) -> float:
-        """The value at ``z`` standard deviations of ln(value) from the median."""
-        return self.median * math.exp(z * self.sigma_log)

@@ -103,13 +103,10 @@ def explore_problem(
     except ScoreOverflow:
         return None
     order = lexicographic_order(point.overall_time_ns[0], point.total_math_wait_ns[0], configs)
-    chosen: Shortlist = shortlist(drawn.overall_time_ns, order, top_k, mode)
+    chosen: Shortlist = shortlist(
+        drawn.overall_time_ns, order, top_k, mode, point_times=point.overall_time_ns[0]
+    )
     picks = list(chosen.ranked)
-    # max(L, T) is convex: near a kink most draws are slower than the point, so the draws'
-    # quantiles can miss the point prediction; the interval is widened to contain it
-    at_point = point.overall_time_ns[0]
-    low = np.minimum(chosen.interval_low, at_point) / 1000
-    high = np.maximum(chosen.interval_high, at_point) / 1000
     return ExploredShortlist(
         tilings=tuple(
             Tiling(
@@ -121,6 +118,6 @@ def explore_problem(
             for c in picks
         ),
         probability_best=tuple(float(chosen.probability_best[c]) for c in picks),
-        interval_low_us=tuple(float(low[c]) for c in picks),
-        interval_high_us=tuple(float(high[c]) for c in picks),
+        interval_low_us=tuple(float(chosen.interval_low[c]) / 1000 for c in picks),
+        interval_high_us=tuple(float(chosen.interval_high[c]) / 1000 for c in picks),
     )

@@ -16,8 +16,7 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import NDArray
 
-#: quantiles of the interval reported for each candidate
-INTERVAL_QUANTILES = (0.1, 0.9)
+from perfmodel.belief import interval_of
 
 
 class ShortlistMode(StrEnum):
@@ -42,11 +41,13 @@ def shortlist(
     point_order: NDArray[np.intp],
     top_k: int,
     mode: ShortlistMode = ShortlistMode.EXPLORE,
+    point_times: NDArray[np.int64] | NDArray[np.float64] | None = None,
 ) -> Shortlist:
     """Choose ``top_k`` of the columns of ``draw_times`` (shape (draws, candidates)).
 
     ``point_order`` lists every column from best to worst under the point estimate (the
-    solver's lexicographic order); its first entry is rank 1 in both modes.
+    solver's lexicographic order); its first entry is rank 1 in both modes. The intervals
+    contain ``point_times`` (each column's point prediction) when given.
     """
     times = np.asarray(draw_times)
     draws, candidates = times.shape
@@ -60,7 +61,7 @@ def shortlist(
     by_rank = times[:, point_order]
     winners = point_order[np.argmin(by_rank, axis=1)]
     probability = np.bincount(winners, minlength=candidates) / max(draws, 1)
-    low, high = np.quantile(times, INTERVAL_QUANTILES, axis=0)
+    low, high = interval_of(times, point_times)
     first = int(point_order[0])
     if mode is ShortlistMode.EXPLOIT:
         ranked = point_order[:top_k]
@@ -72,6 +73,6 @@ def shortlist(
     return Shortlist(
         ranked=tuple(int(c) for c in ranked),
         probability_best=probability.astype(np.float64),
-        interval_low=np.asarray(low, dtype=np.float64),
-        interval_high=np.asarray(high, dtype=np.float64),
+        interval_low=low,
+        interval_high=high,
     )

@@ -6,10 +6,11 @@ Worker-only (numpy, through perfmodel.belief): app/jobs.py imports it inside the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from device_profiles import DeviceProfile
-from device_profiles.priors import many_bsp_priors
+from device_profiles.priors import gemm_ws_priors, many_bsp_priors
 from device_profiles.schema import CALIBRATABLE_FIGURES
 from perfmodel.belief import FigureBelief, Prior
 from perfmodel.gemm_ws import GemmWsMachine
@@ -28,20 +29,9 @@ def gemm_ws_belief(
     the profile's last GeMM-WS calibration, else the priors its figures cite, centred on the
     figures' values (a wide one for a figure that cites none, and for inline device_params).
     Returns (kind, belief)."""
-    posterior = _posterior(profile, "gemm-ws")
-    if posterior is not None:
-        return "calibration", posterior
-    section = profile.gemm_ws if profile is not None else None
-    priors = {}
-    for name in BELIEF_FIGURES:
-        cited = getattr(getattr(section, name, None), "prior", None)
-        value = float(getattr(machine, name))
-        if cited is not None:
-            priors[name] = Prior(cited.median, cited.sigma_log, cited.source)
-        elif value > 0:
-            priors[name] = Prior(value, UNCITED_SIGMA_LOG, "no cited prior: wide")
     values = {name: float(getattr(machine, name)) for name in BELIEF_FIGURES}
-    return "priors", FigureBelief.from_priors(priors, values)
+    cited = gemm_ws_priors(profile) if profile is not None else {}
+    return _belief(profile, "gemm-ws", cited, values)
 
 
 def _posterior(profile: DeviceProfile | None, model: str) -> FigureBelief | None:
@@ -59,13 +49,26 @@ def many_bsp_belief(
 ) -> tuple[Literal["calibration", "priors"], FigureBelief]:
     """What is believed about mu and the launch overheads whose point values are ``values``:
     the profile's last Many-BSP calibration, else its cited priors (wide where none is)."""
-    posterior = _posterior(profile, "many-bsp")
+    cited = many_bsp_priors(profile) if profile is not None else {}
+    return _belief(profile, "many-bsp", cited, values)
+
+
+def _belief(
+    profile: DeviceProfile | None,
+    model: str,
+    cited: Mapping[str, Prior],
+    values: Mapping[str, float],
+) -> tuple[Literal["calibration", "priors"], FigureBelief]:
+    """The profile's last calibration of ``model``, else the ``cited`` priors (a wide one
+    around the value for a figure that cites none) centred on ``values``."""
+    posterior = _posterior(profile, model)
     if posterior is not None:
         return "calibration", posterior
-    cited = many_bsp_priors(profile) if profile is not None else {}
     priors = {
-        name: cited.get(name, Prior(values[name], UNCITED_SIGMA_LOG, "no cited prior: wide"))
-        for name in MANY_BSP_BELIEF_FIGURES
-        if values.get(name, 0.0) > 0
+        name: cited[name]
+        if name in cited
+        else Prior(value, UNCITED_SIGMA_LOG, "no cited prior: wide")
+        for name, value in values.items()
+        if name in cited or value > 0
     }
     return "priors", FigureBelief.from_priors(priors, values)

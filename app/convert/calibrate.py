@@ -27,6 +27,7 @@ from app.schemas.calibrate import (
 from app.schemas.optimize import GemmWsDeviceParams
 from device_profiles import DeviceProfile, ModelNotServed
 from device_profiles.schema import (
+    MODEL_SECTIONS,
     REQUIRED_GEMM_WS_FIGURES,
     CalibrationPosterior,
     CalibrationProvenance,
@@ -34,7 +35,6 @@ from device_profiles.schema import (
 from perfmodel.errors import ModelInputError
 
 #: the profile section each model's figures live in
-SECTIONS = {"gemm-ws": "gemm_ws", "many-bsp": "many_bsp"}
 #: base id and root of a calibration that started from inline figures
 INLINE = "inline"
 
@@ -146,7 +146,7 @@ def fit_ready(
     fitted figures it lacked (those figures flagged ``estimate``, schema_version 2, until the
     fit identifies them); ModelNotServed names what the base lacks and no fit can supply (and
     ``field``, the request field that chose the base)."""
-    section_name = SECTIONS[model]
+    section_name = MODEL_SECTIONS[model]
     updates: dict[str, Any] = {}
     unfittable = []
     for dotted in _missing(base, model):
@@ -232,7 +232,7 @@ def in_request(
     starting value the base lacked (:func:`fit_ready`'s made-up median) or the base's own
     estimate.
     """
-    section = getattr(ready, SECTIONS[model])
+    section = getattr(ready, MODEL_SECTIONS[model])
     fitted, warnings = [], []
     for f in fit.fitted:
         held_by_prior = not f.identifiable
@@ -284,7 +284,7 @@ def calibrated_profile(
     citing the fit, and the provenance with the posterior. A figure the runs did not determine
     is flagged ``estimate`` (held by its prior: never a number presented as a measurement),
     with a note saying so. Written in schema_version 2."""
-    section_name = SECTIONS[model]
+    section_name = MODEL_SECTIONS[model]
     section = getattr(base, section_name)
     assert section is not None  # fit_ready() refused bases without the section
     day = created_at.date().isoformat()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.convert.optimize import gemm_ws_machine
+from app.convert.optimize import dtype_ratios, gemm_ws_machine
 from app.convert.predict import launch_to_core
 from app.schemas.calibrate import (
     CalibrationFit,
@@ -73,15 +73,11 @@ def check_runs(model: str, base: DeviceProfile, documents: Sequence[Mapping[str,
     cannot analyse on the device (bad PTX, a block over the device's limits, ...)."""
     if model == "gemm-ws":
         machine, gemm_runs = gemm_ws_core(base, documents)
-        ratios = gemm_ws_dtype_ratios(base)
         for i, gemm_run in enumerate(gemm_runs):
-            if gemm_run.dtype not in ratios:
-                raise CalibrationInputError(
-                    f"measurements[{i}].dtype",
-                    f"device {base.id!r} has no {gemm_run.dtype} GEMM rate (its element types: "
-                    + ", ".join(sorted(ratios))
-                    + ")",
-                )
+            try:
+                dtype_ratios(base, gemm_run.dtype)
+            except ModelInputError as exc:
+                raise CalibrationInputError(f"measurements[{i}].{exc.field}", exc.reason) from None
         check_gemm_ws_shared_memory(machine, gemm_runs)
         return
     device, kernel_runs = many_bsp_core(base, documents)

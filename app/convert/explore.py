@@ -11,10 +11,9 @@ import dataclasses
 import time
 
 from app.convert.beliefs import gemm_ws_belief
-from app.convert.optimize import Solved, gemm_ws_machine
+from app.convert.optimize import Solved, dtype_ratios, gemm_ws_machine
 from app.schemas.optimize import OptimizeTilingRequest, ShortlistOut
 from device_profiles import DeviceProfile
-from device_profiles.priors import gemm_ws_dtype_ratios
 from perfmodel.gemm_ws import simulate
 from solver import SolverMode, TilingProblem, optimize_tiling
 from solver.explore import DRAWS, MAX_EXPLORE_CONFIGURATIONS, explore_problem
@@ -44,7 +43,7 @@ def solve(
     # dtype as its machine was
     ratios, reference = (1.0, 1.0), problem.machine
     if profile is not None:
-        ratios, reference = gemm_ws_dtype_ratios(profile)[request.dtype], gemm_ws_machine(profile)
+        ratios, reference = dtype_ratios(profile, request.dtype), gemm_ws_machine(profile)
     kind, belief = gemm_ws_belief(profile, reference)
     picks = None
     if time.perf_counter() - started < time_limit_s:

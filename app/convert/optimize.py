@@ -58,14 +58,7 @@ def gemm_ws_machine(profile: DeviceProfile, dtype: str = "fp16") -> GemmWsMachin
     if section is None:
         missing = [f"gemm_ws.{name}" for name in REQUIRED_GEMM_WS_FIGURES]
         raise ModelNotServed(profile.id, "gemm-ws", missing)
-    ratios = gemm_ws_dtype_ratios(profile)
-    if dtype not in ratios:
-        raise ModelInputError(
-            "dtype",
-            f"device {profile.id!r} has no {dtype} GEMM rate (its element types: "
-            + ", ".join(sorted(ratios))
-            + ")",
-        )
+    ratios = dtype_ratios(profile, dtype)
     shared = profile.hardware.shared_memory_per_block_bytes
     reference = GemmWsMachine(
         sm_count=int(profile.hardware.sm_count.value),
@@ -77,7 +70,21 @@ def gemm_ws_machine(profile: DeviceProfile, dtype: str = "fp16") -> GemmWsMachin
         compute_throughput_macs_per_us=section.compute_throughput_macs_per_us.value,
         shared_memory_per_block_bytes=int(shared.value) if shared is not None else None,
     )
-    return scaled_throughputs(reference, ratios[dtype])
+    return scaled_throughputs(reference, ratios)
+
+
+def dtype_ratios(profile: DeviceProfile, dtype: str) -> tuple[float, float]:
+    """(load, compute) throughput ratios of ``dtype`` to the profile's fp16 figures; a dtype
+    the device lacks is a ModelInputError naming ``dtype``."""
+    ratios = gemm_ws_dtype_ratios(profile)
+    if dtype not in ratios:
+        raise ModelInputError(
+            "dtype",
+            f"device {profile.id!r} has no {dtype} GEMM rate (its element types: "
+            + ", ".join(sorted(ratios))
+            + ")",
+        )
+    return ratios[dtype]
 
 
 def _values(field: str, spec: TileValues) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from device_profiles import DeviceProfile, FigureNeed, ModelStatus, calibration_
 from device_profiles.provenance import figure_statuses, provenance
 from device_profiles.schema import (
     CALIBRATABLE_FIGURES,
+    MODEL_SECTIONS,
     CalibrationErrorSummary,
     CalibrationProvenance,
     FigurePrior,
@@ -179,16 +180,13 @@ class DeviceDetail(DeviceProfile):
     )
 
 
-_SECTIONS = {"gemm-ws": "gemm_ws", "many-bsp": "many_bsp"}
-
-
 def device_history(
     profile: DeviceProfile, owner: str | None, recorded_runs: int | None
 ) -> DeviceHistory:
     calibration = profile.calibration
     if calibration is None:
         return DeviceHistory(owner=owner, recorded_runs=recorded_runs)
-    section = getattr(profile, _SECTIONS[calibration.model])
+    section = getattr(profile, MODEL_SECTIONS[calibration.model])
     versus = []
     for name in calibration.fitted:
         figure = getattr(section, name, None) if section is not None else None

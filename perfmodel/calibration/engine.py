@@ -143,15 +143,15 @@ class EngineFit:
     warnings: list[str] = field(default_factory=list)
 
 
+def _signs(specs: Sequence[FigureSpec]) -> FloatArray:
+    """d ln x / d theta per figure: -1 for a reciprocal (x = 1/value), else 1."""
+    return np.array([-1.0 if s.reciprocal else 1.0 for s in specs])
+
+
 def internal_of(specs: Sequence[FigureSpec], theta: FloatArray) -> FloatArray:
     """x of ``theta`` = ln(values): exp(theta), or exp(-theta) for a reciprocal figure."""
-    sign = np.array([-1.0 if s.reciprocal else 1.0 for s in specs])
-    out: FloatArray = np.exp(sign * theta)
+    out: FloatArray = np.exp(_signs(specs) * theta)
     return out
-
-
-def theta_of(specs: Sequence[FigureSpec], values: Sequence[float]) -> FloatArray:
-    return np.log(np.array(values, dtype=np.float64))
 
 
 def prior_arrays(specs: Sequence[FigureSpec]) -> tuple[FloatArray, FloatArray]:
@@ -170,8 +170,7 @@ def _theta_jacobian(
 ) -> FloatArray:
     """d r / d theta: d x / d theta is x for a latency (x = e^theta), -x for a reciprocal."""
     x = internal_of(specs, theta)
-    sign = np.array([-1.0 if s.reciprocal else 1.0 for s in specs])
-    out: FloatArray = model.jacobian(x) * (sign * x)[None, :] / measured[:, None]
+    out: FloatArray = model.jacobian(x) * (_signs(specs) * x)[None, :] / measured[:, None]
     return out
 
 
@@ -381,7 +380,7 @@ def determined_directions(fit: EngineFit, specs: Sequence[FigureSpec]) -> list[D
     whitened = fit.data_information * sigma[:, None] * sigma[None, :]
     values, vectors = np.linalg.eigh((whitened + whitened.T) / 2)
     out = []
-    sign = np.array([-1.0 if s.reciprocal else 1.0 for s in specs])
+    sign = _signs(specs)
     for k in np.argsort(values)[::-1]:
         if values[k] < DETERMINED_INFORMATION:
             break

@@ -12,9 +12,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from perfmodel.belief import Posterior, Prior
+from perfmodel.belief import Posterior, Prior, interval_of
 from perfmodel.calibration import validate
-from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
+from perfmodel.calibration.engine import (
+    FigureSpec,
+    FitProblem,
+    FloatArray,
+    IntArray,
+    internal_of,
+)
 from perfmodel.calibration.gemm_ws_model import (
     THROUGHPUTS,
     GemmWsResidualModel,
@@ -250,18 +256,15 @@ def predict_gemm_ws_interval_us(
     model = closed_form_model(
         base, runs, names, WaveTimeModel(wave_time_model), dict(dtype_ratios or {})
     )
-    reciprocal = np.array([n in THROUGHPUTS for n in names])
-
-    def internal(theta: FloatArray) -> FloatArray:
-        out: FloatArray = np.exp(np.where(reciprocal, -theta, theta))
-        return out
-
+    specs = _specs(base, names, default_priors(base, names))  # for the coordinates only
     belief = Posterior(
         np.array(result.posterior_mean_log), np.array(result.posterior_covariance_log)
     )
-    at_map = model.predict(internal(belief.mean))
+    at_map = model.predict(internal_of(specs, belief.mean))
     samples = np.array(
-        [model.predict(internal(t)) for t in belief.draws(np.random.default_rng(seed), draws)]
+        [
+            model.predict(internal_of(specs, theta))
+            for theta in belief.draws(np.random.default_rng(seed), draws)
+        ]
     )
-    low, high = np.quantile(samples, [0.1, 0.9], axis=0)
-    return at_map, np.minimum(low, at_map), np.maximum(high, at_map)
+    return (at_map, *interval_of(samples, at_map))

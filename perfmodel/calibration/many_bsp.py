@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from perfmodel.belief import FigureBelief, Prior
+from perfmodel.belief import FigureBelief, Prior, interval_of
 from perfmodel.calibration import validate
 from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
 from perfmodel.calibration.records import (
@@ -340,5 +340,5 @@ def predict_interval_cycles(
         )
         for d in range(draws)
     ]
-    low, high = np.quantile(samples, [0.1, 0.9])
-    return min(float(low), point), max(float(high), point)
+    low, high = interval_of(np.array(samples), point)
+    return float(low), float(high)

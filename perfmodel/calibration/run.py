@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from perfmodel.belief import interval_of
 from perfmodel.calibration.crossval import cross_validated_predictions
 from perfmodel.calibration.engine import (
     Z_90,
@@ -87,8 +88,8 @@ def _prediction_intervals(
             for theta in fit.posterior.draws(rng, INTERVAL_DRAWS)
         ]
     )
-    low, high = np.quantile(ratios, [0.1, 0.9], axis=0)
-    return predicted * np.minimum(low, 1.0), predicted * np.maximum(high, 1.0)
+    low, high = interval_of(ratios, 1.0)
+    return predicted * low, predicted * high
 
 
 def _undetermined_warning(specs: Sequence[FigureSpec], fit: EngineFit) -> list[str]:

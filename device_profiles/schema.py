@@ -127,6 +127,9 @@ class GemmWsSection(_Strict):
 
 ManyBspUnit = Literal["SPs", "DPU", "SFU", "LDST"]
 
+#: the GeMM-WS pipeline models (perfmodel.gemm_ws_async.PipelineModel spells the same values)
+PipelineModelName = Literal["paper", "async-copy"]
+
 
 class InstructionClassFigures(_Strict):
     """One row of Tables 1-5..1-7 (many-bsp-supplementary.txt): the functional unit, n_fu^i
@@ -319,6 +322,11 @@ class CalibrationProvenance(_Strict):
         description="the shipped profile (or 'inline') a chain of calibrations started from",
     )
     model: Literal["gemm-ws", "many-bsp"]
+    pipeline_model: PipelineModelName | None = Field(
+        default=None,
+        description="the GeMM-WS pipeline model the figures were fitted under (answers on this "
+        "profile default to it); null for Many-BSP fits and profiles fitted before it existed",
+    )
     fitted: list[str] = Field(max_length=MAX_LIST_ITEMS, description="names of the fitted figures")
     measurement_count: int = Field(ge=1, description="measured runs the fit used")
     measurements_digest: str = Field(

@@ -1,0 +1,37 @@
+"""Which GeMM-WS pipeline model answers on a profile by default (issue 17).
+
+The paper's recurrences (eq. (1)-(3), one load in flight) are what its published A6000 figures
+were measured under, so a profile whose GeMM-WS figures are published keeps them. Devices of
+compute capability 8.0 and later copy asynchronously (``cp.async`` on Ampere, TMA on Hopper:
+CUDA C++ Programming Guide, "Asynchronous Data Copies"), so their estimated figures default to
+the async-copy variant. A calibrated profile answers under the model it was fitted with.
+"""
+
+from __future__ import annotations
+
+from device_profiles.schema import DeviceProfile, PipelineModelName
+
+#: first compute capability with asynchronous global-to-shared copies (cp.async, sm_80)
+ASYNC_COPY_FROM_COMPUTE_CAPABILITY = (8, 0)
+
+
+def _capability(profile: DeviceProfile) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(part) for part in (profile.compute_capability or "").split("."))
+    except ValueError:
+        return None
+
+
+def default_pipeline_model(profile: DeviceProfile | None) -> PipelineModelName:
+    """The pipeline model of answers on ``profile`` (None: inline device_params) when the
+    request names none: the calibrated profile's own, else 'async-copy' for estimated GeMM-WS
+    figures of compute capability >= 8.0, else 'paper'."""
+    if profile is None or profile.gemm_ws is None:
+        return "paper"
+    if profile.calibration is not None and profile.calibration.pipeline_model is not None:
+        return profile.calibration.pipeline_model
+    estimated = any(name.startswith("gemm_ws.") for name in profile.estimated_figures())
+    capability = _capability(profile)
+    if estimated and capability is not None and capability >= ASYNC_COPY_FROM_COMPUTE_CAPABILITY:
+        return "async-copy"
+    return "paper"

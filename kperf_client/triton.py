@@ -1,0 +1,604 @@
+"""Triton plug-in: prune ``@triton.autotune`` configs with kperf's ranking, learn from the timings.
+
+::
+
+    kperf = KperfTriton("http://127.0.0.1:8000", device="h100")
+
+    @triton.autotune(configs=CONFIGS, key=["M", "N", "K"],
+                     prune_configs_by={"early_config_prune": kperf.prune(top_k=4)})
+    @triton.jit
+    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, ...): ...
+
+    kperf.install_listener(recalibrate_every=20)
+
+The prune function asks /optimize-tiling to rank the call's configs (explicit ``candidates``)
+and keeps the best groups; the listener (``triton.knobs.autotuning.listener``) posts every
+benchmarked config's time as a GeMM-WS measurement of the device, batched in the background,
+and recalibrates every ``recalibrate_every`` runs, after which the prune function asks the
+calibrated profile: the next shapes get better shortlists.
+
+Both live in Triton's hot path, so neither ever raises into it. When the service is down, slow
+(past ``timeout_s``) or refuses, the prune function keeps every config and the listener drops
+or keeps the runs for later; each kind of trouble is reported once per :class:`KperfTriton`
+through the ``logging`` module (logger ``kperf_client.triton``, level WARNING; Python prints
+it to stderr when the application configured no logging), never through ``warnings``, which a
+``-W error`` would turn into an exception inside Triton.
+
+Triton's contract (3.9, ``triton/runtime/autotuner.py``): ``Autotuner.prune_configs`` calls
+``early_config_prune(self.configs, self.nargs, **kwargs)`` (``nargs``: positional arguments by
+name; ``kwargs``: the call's keyword arguments), then benchmarks what it keeps, then calls
+``knobs.autotuning.listener(fn=, key=, best_config=, configs_timings=, duration=,
+cache_hit=)`` with ``configs_timings`` a dict ``Config -> [median, p20, p80]`` in ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kperf_client.client import KperfClient, KperfError
+from kperf_client.portal import ClientPortal
+from kperf_client.triton_configs import (
+    DTYPES,
+    Problem,
+    Tiling,
+    TritonConfig,
+    TritonNames,
+    candidate,
+    measured_runs,
+    problem_from_key,
+    problem_of,
+    select_groups,
+    tiling_and_params,
+)
+
+__all__ = [
+    "KperfListener",
+    "KperfPrune",
+    "KperfTriton",
+    "TritonNames",
+    "install_listener",
+    "kperf_prune",
+]
+
+logger = logging.getLogger(__name__)
+
+#: kept groups when neither top_k nor probability_mass is given: the groups that together
+#: hold this share of the posterior probability of being the fastest
+DEFAULT_PROBABILITY_MASS = 0.9
+#: the GeMM-WS measurements model name of /devices/{id}/measurements
+GEMM_WS = "gemm-ws"
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """The service's answer for one list of candidates: positions in that list, best first,
+    with each one's ``probability_best`` (None when not drawn), and the infeasible positions."""
+
+    order: tuple[int, ...]
+    probability_best: tuple[float | None, ...]
+    infeasible: frozenset[int]
+
+
+def ranking_of(answer: Mapping[str, Any]) -> Ranking:
+    """Read /optimize-tiling's answer to a ``candidates`` request."""
+    ranked = sorted(answer["candidates"], key=lambda entry: int(entry["rank"]))
+    return Ranking(
+        order=tuple(int(entry["input_index"]) for entry in ranked),
+        probability_best=tuple(entry.get("probability_best") for entry in ranked),
+        infeasible=frozenset(int(entry["input_index"]) for entry in answer.get("infeasible", [])),
+    )
+
+
+class KperfTriton:
+    """One kperf service and one device, shared by the prune functions and the listener.
+
+    ``device``: a profile id, a calibrated id or a name (GET /devices). After each
+    recalibration the session uses the refit profile: ``name`` if given (recalibrations move
+    it), else the new id. ``timeout_s`` bounds every wait of Triton's thread on the service;
+    after a failure the service is not asked again for ``retry_after_s`` (every config kept
+    meanwhile), so a dead service costs one timeout, not one per shape.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        device: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = 5.0,
+        retry_after_s: float = 30.0,
+        names: TritonNames | None = None,
+        default_dtype: str = "fp16",
+        name: str | None = None,
+    ) -> None:
+        if not device:
+            raise ValueError("device: give a profile id or name (GET /devices), e.g. 'h100'")
+        if default_dtype not in DTYPES:
+            raise ValueError(f"default_dtype: one of {DTYPES}, got {default_dtype!r}")
+        if retry_after_s < 0:
+            raise ValueError(f"retry_after_s: must be >= 0 s, got {retry_after_s}")
+        self.portal = ClientPortal(url, token=token, timeout_s=timeout_s)
+        self.timeout_s = timeout_s
+        self.retry_after_s = retry_after_s
+        self.names = names if names is not None else TritonNames()
+        self.default_dtype = default_dtype
+        self.name = name
+        self._device = device
+        self._lock = threading.Lock()
+        self._rankings: dict[tuple[Any, ...], Ranking] = {}
+        self._warned: set[str] = set()
+        self._down_until = 0.0
+        self._pruned = threading.local()
+        self.feedback: Feedback | None = None
+        self._closed = False
+        atexit.register(self.close)
+
+    @property
+    def device(self) -> str:
+        """The device asked and fed: the configured one, then the latest refit profile."""
+        with self._lock:
+            return self._device
+
+    def _moved_to(self, device: str) -> None:
+        with self._lock:
+            self._device = device
+
+    # ------------------------------------------------------------------ trouble, once
+
+    def warn_once(self, kind: str, message: str) -> None:
+        """Log ``message`` at WARNING the first time trouble of ``kind`` happens, then DEBUG."""
+        with self._lock:
+            first = kind not in self._warned
+            self._warned.add(kind)
+        logger.log(logging.WARNING if first else logging.DEBUG, "kperf: %s", message)
+
+    def _service_down(self) -> bool:
+        return time.monotonic() < self._down_until
+
+    def _mark_down(self) -> None:
+        self._down_until = time.monotonic() + self.retry_after_s
+
+    # ------------------------------------------------------------------ ranking
+
+    def rank(self, problem: Problem, candidates: Sequence[dict[str, Any]]) -> Ranking:
+        """/optimize-tiling's ranking of ``candidates`` for ``problem`` on the device, cached
+        in the process per (device, problem, candidates); raises on any failure."""
+        device = self.device
+        key = (device, problem, _frozen(candidates))
+        with self._lock:
+            cached = self._rankings.get(key)
+        if cached is not None:
+            return cached
+        body = {
+            "m": problem.m,
+            "n": problem.n,
+            "k": problem.k,
+            "dtype": problem.dtype,
+            "device": device,
+            "candidates": list(candidates),
+            # the service answers within its own budget, inside ours
+            "time_limit_s": max(0.1, 0.5 * self.timeout_s),
+        }
+
+        async def ask(client: KperfClient) -> dict[str, Any]:
+            answer = await client.optimize(body)
+            return answer.response.model_dump(mode="json")
+
+        ranking = ranking_of(self.portal.call(ask, self.timeout_s))
+        with self._lock:
+            self._rankings[key] = ranking
+        return ranking
+
+    def prune(
+        self, *, top_k: int | None = None, probability_mass: float | None = None
+    ) -> KperfPrune:
+        """An ``early_config_prune`` function: see :class:`KperfPrune`."""
+        return KperfPrune(self, top_k=top_k, probability_mass=probability_mass)
+
+    # ------------------------------------------------------------------ prune -> listener
+
+    def remember_pruned(self, problem: Problem, kept: Sequence[TritonConfig]) -> None:
+        """What this thread's last prune kept, for the listener Triton calls next."""
+        self._pruned.last = (problem, list(kept))
+
+    def problem_of_timings(self, configs: Sequence[TritonConfig]) -> Problem | None:
+        """The problem of the last prune in this thread, when it kept these configs (Triton
+        prunes, benchmarks what was kept and calls the listener, in one thread)."""
+        last: tuple[Problem, list[TritonConfig]] | None = getattr(self._pruned, "last", None)
+        if last is None:
+            return None
+        problem, kept = last
+        if not configs or any(config not in kept for config in configs):
+            return None
+        self._pruned.last = None
+        return problem
+
+    # ------------------------------------------------------------------ feedback
+
+    def listener(
+        self,
+        *,
+        key_names: Sequence[str] | None = None,
+        recalibrate_every: int = 20,
+        batch_size: int = 64,
+        max_delay_s: float = 2.0,
+    ) -> KperfListener:
+        """A ``triton.knobs.autotuning.listener`` (not installed): see :class:`KperfListener`."""
+        if self.feedback is None:
+            self.feedback = Feedback(self, recalibrate_every, batch_size, max_delay_s)
+        return KperfListener(self, key_names=key_names)
+
+    def install_listener(self, **options: Any) -> KperfListener:
+        """:meth:`listener`, installed as ``triton.knobs.autotuning.listener``, chained to
+        the one installed before; ``listener.uninstall()`` puts that one back."""
+        listener = self.listener(**options)
+        listener.install()
+        return listener
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Post the runs waiting in the batch now (and recalibrate if due), waiting for any
+        post under way; False, with a warning, when they could not be posted (they stay
+        queued for the next flush). Never raises."""
+        feedback = self.feedback
+        if feedback is None:
+            return True
+        try:
+            self.portal.call(feedback.flush, timeout_s)
+        except Exception as exc:  # noqa: BLE001 - user-side code: say it, never raise
+            self.warn_once("feedback", f"measured runs not posted: {_reason(exc)}")
+            return False
+        return True
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Flush the waiting runs, then close the connection (registered with atexit;
+        idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.flush(timeout_s)
+        self.portal.close()
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable copy of JSON-like data (for the cache key)."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+class KperfPrune:
+    """``early_config_prune(configs, named_args, **kwargs) -> configs`` for
+    ``@triton.autotune(prune_configs_by={"early_config_prune": ...})``.
+
+    Reads the GEMM (M, N, K and the element type) from the call's arguments, maps each
+    config to a candidate (tiles, ``num_stages`` as the buffer depth, the rest as ``params``),
+    asks the service to rank them on the device and keeps the first groups of equal tiling:
+    ``top_k`` groups, or as many as hold ``probability_mass`` of the probability of being the
+    fastest (default 0.9), whichever is reached first; at least one. Configs the service finds
+    infeasible on the device are dropped (unless none is feasible); configs without tile sizes
+    are kept (kperf cannot judge them). Any trouble: every config is kept, one warning.
+    """
+
+    def __init__(
+        self,
+        session: KperfTriton,
+        *,
+        top_k: int | None = None,
+        probability_mass: float | None = None,
+    ) -> None:
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k: at least 1 group, got {top_k}")
+        if probability_mass is not None and not 0 < probability_mass <= 1:
+            raise ValueError(f"probability_mass: in (0, 1], got {probability_mass}")
+        if top_k is None and probability_mass is None:
+            probability_mass = DEFAULT_PROBABILITY_MASS
+        self.session = session
+        self.top_k = top_k
+        self.probability_mass = probability_mass
+
+    def __call__(
+        self, configs: Sequence[TritonConfig], named_args: Mapping[str, Any], **kwargs: Any
+    ) -> list[TritonConfig]:
+        configs = list(configs)
+        try:
+            problem = problem_of(
+                {**named_args, **kwargs}, self.session.names, self.session.default_dtype
+            )
+        except Exception as exc:  # noqa: BLE001 - never raise into Triton
+            self.session.warn_once("prune", f"cannot read the GEMM ({exc}); keeping all configs")
+            return configs
+        try:
+            kept = self._keep(problem, configs)
+        except Exception as exc:  # noqa: BLE001 - never raise into Triton
+            self.session._mark_down()
+            self.session.warn_once(
+                "prune",
+                f"{self.session.portal.url} did not rank the configs ({_reason(exc)}); keeping "
+                f"all {len(configs)} configs (the service is asked again after "
+                f"{self.session.retry_after_s:g} s)",
+            )
+            kept = configs
+        self.session.remember_pruned(problem, kept)
+        return kept
+
+    def _keep(self, problem: Problem, configs: list[TritonConfig]) -> list[TritonConfig]:
+        names = self.session.names
+        mapped: list[tuple[int, Tiling]] = []  # (config index, tiling), in request order
+        request: list[dict[str, Any]] = []
+        unjudged: list[int] = []
+        for index, config in enumerate(configs):
+            found = tiling_and_params(config, names)
+            if found is None:
+                unjudged.append(index)
+                continue
+            mapped.append((index, found[0]))
+            request.append(candidate(*found))
+        if not mapped:
+            self.session.warn_once(
+                "prune",
+                f"no config has tile sizes named {names.tile_m}, {names.tile_n}, "
+                f"{names.tile_k} and a depth named {names.buffer_depth}; keeping all configs",
+            )
+            return configs
+        if self.session._service_down():
+            return configs
+        ranking = self.session.rank(problem, request)
+        tilings = [tiling for _, tiling in mapped]
+        ranked: dict[Tiling, float | None] = {}  # each group once, in rank order
+        for position, probability in zip(ranking.order, ranking.probability_best, strict=True):
+            ranked.setdefault(tilings[position], probability)
+        if not ranked:
+            self.session.warn_once(
+                "prune", f"no config is feasible on {self.session.device}; keeping all configs"
+            )
+            return configs
+        kept_tilings = select_groups(list(ranked.items()), self.top_k, self.probability_mass)
+        seen = set(ranking.order) | ranking.infeasible
+        best_first = sorted(
+            (
+                (kept_tilings.index(tiling), index)
+                for index, tiling in mapped
+                if tiling in kept_tilings
+            ),
+        )
+        kept = [index for _, index in best_first]
+        # neither ranked nor refused (a solve that ran out of time): not judged, kept
+        kept += [index for position, (index, _) in enumerate(mapped) if position not in seen]
+        return [configs[index] for index in kept + unjudged]
+
+
+class KperfListener:
+    """``triton.knobs.autotuning.listener``: each benchmarked config's time becomes a GeMM-WS
+    measurement of the session's device (one per tiling, its fastest config), posted in
+    batches from a background thread; every ``recalibrate_every`` runs the device is refit.
+
+    The GEMM of a tuning comes from the prune function of the same session (Triton prunes and
+    benchmarks in one thread), else from the autotuning key when ``key_names`` (the
+    autotuner's ``key`` list) names M, N and K. Other kernels' tunings are ignored. Calls the
+    listener installed before it, if any.
+    """
+
+    def __init__(self, session: KperfTriton, *, key_names: Sequence[str] | None = None) -> None:
+        self.session = session
+        self.key_names = tuple(key_names) if key_names is not None else None
+        self.previous: Callable[..., Any] | None = None
+        self.installed = False
+
+    def __call__(self, **kwargs: Any) -> None:
+        try:
+            self._record(kwargs)
+        except Exception as exc:  # noqa: BLE001 - never raise into Triton
+            self.session.warn_once("feedback", f"timings not recorded: {exc!r}")
+        if self.previous is not None:
+            self.previous(**kwargs)
+
+    def _record(self, kwargs: Mapping[str, Any]) -> None:
+        timings = kwargs.get("configs_timings") or {}
+        configs = list(timings)
+        session = self.session
+        problem = session.problem_of_timings(configs)
+        if problem is None and self.key_names is not None and "key" in kwargs:
+            problem = problem_from_key(
+                kwargs["key"], self.key_names, session.names, session.default_dtype
+            )
+        if problem is None:
+            logger.debug("kperf: a tuning of another kernel (%s): not recorded", kwargs.get("fn"))
+            return
+        runs = measured_runs(problem, timings.items(), session.names)
+        if runs and session.feedback is not None:
+            session.feedback.add(runs)
+
+    def install(self) -> bool:
+        """Install as ``triton.knobs.autotuning.listener`` (chained to the previous one);
+        False, with a warning, when the installed Triton has no such hook."""
+        import triton.knobs
+
+        reason = _listener_hook_problem(triton.knobs)
+        if reason is not None:
+            self.session.warn_once("feedback", f"listener not installed: {reason}")
+            return False
+        if not self.installed:
+            self.previous = triton.knobs.autotuning.listener
+            triton.knobs.autotuning.listener = self
+            self.installed = True
+        return True
+
+    def uninstall(self) -> None:
+        """Put back the listener installed before this one."""
+        import triton.knobs
+
+        if self.installed:
+            triton.knobs.autotuning.listener = self.previous
+            self.installed = False
+
+
+def _listener_hook_problem(knobs: Any) -> str | None:
+    """Why the installed Triton cannot call this listener (None: it can): it must have
+    ``knobs.autotuning.listener``, and its listener protocol (``knobs.AutotuneListener``,
+    3.9) must pass ``configs_timings`` by keyword."""
+    autotuning = getattr(knobs, "autotuning", None)
+    if autotuning is None or not hasattr(autotuning, "listener"):
+        return "this Triton has no triton.knobs.autotuning.listener (Triton >= 3.4 has)"
+    protocol = getattr(knobs, "AutotuneListener", None)
+    if protocol is not None:
+        parameters = inspect.signature(protocol.__call__).parameters
+        if "configs_timings" not in parameters:
+            return f"its listener receives {list(parameters)[1:]}, not configs_timings"
+    return None
+
+
+class Feedback:
+    """The batch of measured runs waiting to be posted, on the portal's loop thread."""
+
+    def __init__(
+        self,
+        session: KperfTriton,
+        recalibrate_every: int,
+        batch_size: int,
+        max_delay_s: float,
+        max_pending: int = 10_000,
+    ) -> None:
+        if recalibrate_every < 1:
+            raise ValueError(f"recalibrate_every: at least 1 run, got {recalibrate_every}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size: at least 1 run, got {batch_size}")
+        if max_delay_s < 0:
+            raise ValueError(f"max_delay_s: must be >= 0 s, got {max_delay_s}")
+        self.session = session
+        self.recalibrate_every = recalibrate_every
+        self.batch_size = batch_size
+        self.max_delay_s = max_delay_s
+        self.max_pending = max_pending
+        self._pending: list[dict[str, Any]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._flushing: asyncio.Lock | None = None
+        self.since_recalibration = 0
+        #: what happened, for tests and the curious: runs posted, recalibrations made
+        self.posted = 0
+        self.recalibrations = 0
+
+    def add(self, runs: list[dict[str, Any]]) -> None:
+        """Hand runs over (any thread): queued on the loop, posted when the batch is full or
+        ``max_delay_s`` after its first run."""
+        self.session.portal.call_soon(lambda: self._take(runs))
+
+    def _take(self, runs: list[dict[str, Any]]) -> None:
+        self._pending.extend(runs)
+        del self._pending[: max(0, len(self._pending) - self.max_pending)]  # oldest go first
+        loop = asyncio.get_running_loop()
+        if len(self._pending) >= self.batch_size:
+            loop.create_task(self._flush_in_background())
+        elif self._timer is None:
+            self._timer = loop.call_later(
+                self.max_delay_s, lambda: loop.create_task(self._flush_in_background())
+            )
+
+    async def _flush_in_background(self) -> None:
+        try:
+            await self.session.portal.within(self.flush)
+        except Exception as exc:  # noqa: BLE001 - a background task: say it, never raise
+            self.session.warn_once("feedback", f"measured runs not posted: {_reason(exc)}")
+
+    async def flush(self, client: KperfClient) -> None:
+        """Post the waiting runs (runs the device refuses are dropped, the rest kept for the
+        next flush when the service is unreachable), then recalibrate if it is due."""
+        if self._flushing is None:
+            self._flushing = asyncio.Lock()
+        async with self._flushing:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            runs, self._pending = self._pending, []
+            if runs:
+                await self._post(client, runs)
+            if self.since_recalibration >= self.recalibrate_every:
+                await self._recalibrate(client)
+
+    async def _post(self, client: KperfClient, runs: list[dict[str, Any]]) -> None:
+        session = self.session
+        for _ in range(2):  # once more without the runs the device refused
+            try:
+                added = await client.add_measurements(session.device, GEMM_WS, runs)
+            except KperfError as exc:
+                refused = _refused_runs(exc, len(runs))
+                if exc.status != 422 or not refused:
+                    session.warn_once("feedback", f"measured runs refused: {exc}")
+                    return
+                session.warn_once(
+                    "feedback", f"{len(refused)} measured run(s) refused by the device: {exc}"
+                )
+                runs = [run for index, run in enumerate(runs) if index not in refused]
+                if not runs:
+                    return
+                continue
+            except Exception:
+                self._pending[:0] = runs  # unreachable: try again with the next batch
+                raise
+            self.posted += added.added
+            self.since_recalibration += added.added
+            return
+
+    async def _recalibrate(self, client: KperfClient) -> None:
+        session = self.session
+        device = session.device
+        body = {"model": GEMM_WS}
+        if session.name is not None and device != session.name:
+            body["name"] = session.name
+        try:
+            answer = await client.recalibrate(device, body)
+        except KperfError as exc:
+            session.warn_once("feedback", f"recalibrating {device} failed: {exc}")
+            self.since_recalibration = 0  # not again at once: after the next runs
+            return
+        self.since_recalibration = 0
+        self.recalibrations += 1
+        session._moved_to(session.name if session.name is not None else answer.device)
+        logger.info("kperf: %s recalibrated from its runs: now %s", device, answer.device)
+
+
+def _refused_runs(exc: KperfError, count: int) -> set[int]:
+    """Positions of the runs a 422 names (``measurements.3.tile_m``)."""
+    refused = set()
+    for field, _ in exc.field_errors:
+        parts = field.split(".")
+        if len(parts) >= 2 and parts[0] == "measurements" and parts[1].isdigit():
+            if int(parts[1]) < count:
+                refused.add(int(parts[1]))
+    return refused
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within the timeout: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def kperf_prune(
+    url: str,
+    device: str,
+    *,
+    top_k: int | None = None,
+    probability_mass: float | None = None,
+    **session_options: Any,
+) -> KperfPrune:
+    """``early_config_prune`` of a new :class:`KperfTriton` session (its ``session``
+    attribute; ``install_listener(prune.session)`` feeds the same device)."""
+    return KperfTriton(url, device, **session_options).prune(
+        top_k=top_k, probability_mass=probability_mass
+    )
+
+
+def install_listener(session: KperfTriton, **options: Any) -> KperfListener:
+    """Install ``session``'s listener as ``triton.knobs.autotuning.listener``."""
+    return session.install_listener(**options)

@@ -118,6 +118,7 @@ class KperfTriton:
         names: TritonNames | None = None,
         default_dtype: str = "fp16",
         name: str | None = None,
+        compute_capability: str | None = None,
     ) -> None:
         if not device:
             raise ValueError("device: give a profile id or name (GET /devices), e.g. 'h100'")
@@ -132,6 +133,10 @@ class KperfTriton:
         self.default_dtype = default_dtype
         self.name = name
         self._device = device
+        #: the GPU's compute capability ("8.6"): how num_stages maps to a buffer depth
+        #: (triton_configs.buffer_depth_of); asked of the device's profile when not given
+        self._capability = compute_capability
+        self._capability_known = compute_capability is not None
         self._lock = threading.Lock()
         self._rankings: dict[tuple[Any, ...], Ranking] = {}
         self._warned: set[str] = set()
@@ -165,6 +170,24 @@ class KperfTriton:
 
     def _mark_down(self) -> None:
         self._down_until = time.monotonic() + self.retry_after_s
+
+    # ------------------------------------------------------------------ the GPU
+
+    async def capability(self, client: KperfClient) -> str | None:
+        """The device's compute capability, from its profile (GET /devices/{id}) the first
+        time; None when the profile does not say (num_stages is then the depth)."""
+        if not self._capability_known:
+            detail = (await client.device(self.device)).model_dump(mode="json")
+            value = detail.get("compute_capability")
+            self._capability = value if isinstance(value, str) else None
+            self._capability_known = True
+        return self._capability
+
+    def capability_now(self) -> str | None:
+        """:meth:`capability` from Triton's thread (raises on failure, like :meth:`rank`)."""
+        if self._capability_known:
+            return self._capability
+        return self.portal.call(self.capability, self.timeout_s)
 
     # ------------------------------------------------------------------ ranking
 
@@ -334,11 +357,14 @@ class KperfPrune:
 
     def _keep(self, problem: Problem, configs: list[TritonConfig]) -> list[TritonConfig]:
         names = self.session.names
+        if self.session._service_down():
+            return configs
+        capability = self.session.capability_now()
         mapped: list[tuple[int, Tiling]] = []  # (config index, tiling), in request order
         request: list[dict[str, Any]] = []
         unjudged: list[int] = []
         for index, config in enumerate(configs):
-            found = tiling_and_params(config, names)
+            found = tiling_and_params(config.all_kwargs(), names, capability)
             if found is None:
                 unjudged.append(index)
                 continue
@@ -350,8 +376,6 @@ class KperfPrune:
                 f"no config has tile sizes named {names.tile_m}, {names.tile_n}, "
                 f"{names.tile_k} and a depth named {names.buffer_depth}; keeping all configs",
             )
-            return configs
-        if self.session._service_down():
             return configs
         ranking = self.session.rank(problem, request)
         tilings = [tiling for _, tiling in mapped]
@@ -415,9 +439,9 @@ class KperfListener:
         if problem is None:
             logger.debug("kperf: a tuning of another kernel (%s): not recorded", kwargs.get("fn"))
             return
-        runs = measured_runs(problem, timings.items(), session.names)
-        if runs and session.feedback is not None:
-            session.feedback.add(runs)
+        if configs and session.feedback is not None:
+            plain = [(config.all_kwargs(), timing) for config, timing in timings.items()]
+            session.feedback.add((problem, plain))
 
     def install(self) -> bool:
         """Install as ``triton.knobs.autotuning.listener`` (chained to the previous one);
@@ -458,8 +482,15 @@ def _listener_hook_problem(knobs: Any) -> str | None:
     return None
 
 
+#: one tuning's timings as the listener hands them over: the problem, and per benchmarked
+#: config its ``all_kwargs()`` and Triton's timing
+Tuning = tuple[Problem, list[tuple[dict[str, Any], Any]]]
+
+
 class Feedback:
-    """The batch of measured runs waiting to be posted, on the portal's loop thread."""
+    """Tunings waiting to be posted as runs, on the portal's loop thread: posted when
+    ``batch_size`` configs are waiting or ``max_delay_s`` after the first; every
+    ``recalibrate_every`` runs recorded, the device is refit."""
 
     def __init__(
         self,
@@ -467,7 +498,7 @@ class Feedback:
         recalibrate_every: int,
         batch_size: int,
         max_delay_s: float,
-        max_pending: int = 10_000,
+        max_waiting_runs: int = 10_000,
     ) -> None:
         if recalibrate_every < 1:
             raise ValueError(f"recalibrate_every: at least 1 run, got {recalibrate_every}")
@@ -479,25 +510,25 @@ class Feedback:
         self.recalibrate_every = recalibrate_every
         self.batch_size = batch_size
         self.max_delay_s = max_delay_s
-        self.max_pending = max_pending
-        self._pending: list[dict[str, Any]] = []
+        self.max_waiting_runs = max_waiting_runs
+        self._tunings: list[Tuning] = []  # not yet runs: the depth needs the device's GPU
+        self._runs: list[dict[str, Any]] = []  # runs not yet recorded by the service
         self._timer: asyncio.TimerHandle | None = None
         self._flushing: asyncio.Lock | None = None
         self.since_recalibration = 0
-        #: what happened, for tests and the curious: runs posted, recalibrations made
+        #: what happened, for tests and the curious: runs recorded, recalibrations made
         self.posted = 0
         self.recalibrations = 0
 
-    def add(self, runs: list[dict[str, Any]]) -> None:
-        """Hand runs over (any thread): queued on the loop, posted when the batch is full or
-        ``max_delay_s`` after its first run."""
-        self.session.portal.call_soon(lambda: self._take(runs))
+    def add(self, tuning: Tuning) -> None:
+        """Hand one tuning over (any thread)."""
+        self.session.portal.call_soon(lambda: self._take(tuning))
 
-    def _take(self, runs: list[dict[str, Any]]) -> None:
-        self._pending.extend(runs)
-        del self._pending[: max(0, len(self._pending) - self.max_pending)]  # oldest go first
+    def _take(self, tuning: Tuning) -> None:
+        self._tunings.append(tuning)
         loop = asyncio.get_running_loop()
-        if len(self._pending) >= self.batch_size:
+        waiting = len(self._runs) + sum(len(timings) for _, timings in self._tunings)
+        if waiting >= self.batch_size:
             loop.create_task(self._flush_in_background())
         elif self._timer is None:
             self._timer = loop.call_later(
@@ -511,40 +542,43 @@ class Feedback:
             self.session.warn_once("feedback", f"measured runs not posted: {_reason(exc)}")
 
     async def flush(self, client: KperfClient) -> None:
-        """Post the waiting runs (runs the device refuses are dropped, the rest kept for the
-        next flush when the service is unreachable), then recalibrate if it is due."""
+        """Post what is waiting, then recalibrate if due. Runs the device refuses are
+        dropped; when the service cannot be reached they wait for the next flush."""
         if self._flushing is None:
             self._flushing = asyncio.Lock()
         async with self._flushing:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            runs, self._pending = self._pending, []
-            if runs:
-                await self._post(client, runs)
+            if self._tunings:
+                capability = await self.session.capability(client)
+                tunings, self._tunings = self._tunings, []
+                names = self.session.names
+                for problem, timings in tunings:
+                    self._runs += measured_runs(problem, timings, names, capability)
+                del self._runs[: max(0, len(self._runs) - self.max_waiting_runs)]  # oldest
+            if self._runs:
+                await self._post(client)
             if self.since_recalibration >= self.recalibrate_every:
                 await self._recalibrate(client)
 
-    async def _post(self, client: KperfClient, runs: list[dict[str, Any]]) -> None:
+    async def _post(self, client: KperfClient) -> None:
         session = self.session
         for _ in range(2):  # once more without the runs the device refused
             try:
-                added = await client.add_measurements(session.device, GEMM_WS, runs)
+                added = await client.add_measurements(session.device, GEMM_WS, self._runs)
             except KperfError as exc:
-                refused = _refused_runs(exc, len(runs))
+                refused = _refused_runs(exc, len(self._runs))
                 if exc.status != 422 or not refused:
                     session.warn_once("feedback", f"measured runs refused: {exc}")
+                    self._runs = []
                     return
                 session.warn_once(
                     "feedback", f"{len(refused)} measured run(s) refused by the device: {exc}"
                 )
-                runs = [run for index, run in enumerate(runs) if index not in refused]
-                if not runs:
-                    return
+                self._runs = [run for i, run in enumerate(self._runs) if i not in refused]
                 continue
-            except Exception:
-                self._pending[:0] = runs  # unreachable: try again with the next batch
-                raise
+            self._runs = []
             self.posted += added.added
             self.since_recalibration += added.added
             return

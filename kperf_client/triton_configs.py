@@ -2,11 +2,12 @@
 
 A ``triton.Config`` carries the kernel's meta-parameters in ``kwargs`` (``BLOCK_SIZE_M`` ...)
 and the compiler's in attributes (``num_warps``, ``num_stages`` ...); ``Config.all_kwargs()``
-merges both. Its tile sizes are the GeMM-WS tile (TM, TN, TK) and its ``num_stages`` the buffer
-depth: Triton's software pipeliner keeps ``num_stages`` copies of the A and B tiles in shared
-memory, which is the paper's circular buffer of ``buffer_depth`` stages. Everything else
-(``num_warps``, ``GROUP_SIZE_M``, ...) the model does not see: it travels as the candidate's
-opaque ``params``, and configs equal in tiles and depth form one group, kept or dropped together.
+merges both. Its tile sizes are the GeMM-WS tile (TM, TN, TK) and its ``num_stages`` sets the
+buffer depth, the paper's circular buffer of A and B tiles in shared memory: how many buffers
+Triton's software pipeliner allocates for ``num_stages`` depends on the GPU
+(:func:`buffer_depth_of`). Everything else (``num_warps``, ``GROUP_SIZE_M``, ...) the model does
+not see: it travels as the candidate's opaque ``params``, and configs equal in tiles and depth
+form one group, kept or dropped together.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ _DTYPE_SPELLINGS: tuple[tuple[str, str], ...] = (
 US_PER_MS = 1000.0
 
 
+#: the Config attribute holding the pipeliner's stage count
+NUM_STAGES = "num_stages"
+
+
 class TritonConfig(Protocol):
     """What is read of a ``triton.Config``."""
 
@@ -55,7 +60,8 @@ class TritonNames:
     tile_m: tuple[str, ...] = ("BLOCK_SIZE_M", "BLOCK_M")
     tile_n: tuple[str, ...] = ("BLOCK_SIZE_N", "BLOCK_N")
     tile_k: tuple[str, ...] = ("BLOCK_SIZE_K", "BLOCK_K")
-    buffer_depth: tuple[str, ...] = ("num_stages",)
+    #: ``num_stages`` is translated by :func:`buffer_depth_of`; any other name is the depth
+    buffer_depth: tuple[str, ...] = (NUM_STAGES,)
     m: str = "M"
     n: str = "N"
     k: str = "K"
@@ -101,13 +107,37 @@ def _first(values: Mapping[str, Any], names: Sequence[str]) -> tuple[str, Any] |
     return None
 
 
+def buffer_depth_of(num_stages: int, compute_capability: str | None) -> int:
+    """The A and B tile buffers Triton 3.9's software pipeliner allocates in shared memory for
+    ``num_stages`` on a GPU of this compute capability ("8.6"), i.e. the GeMM-WS buffer depth.
+
+    Read off the compiler itself (``tests/kperf_client/test_triton_configs.py`` compiles a
+    tiled matmul for sm_75, sm_86 and sm_90 and checks the shared memory it allocates):
+    before sm_80 (no asynchronous copy) the loads are not multi-buffered, one buffer; on sm_8x
+    (``cp.async``) ``num_stages - 1`` buffers, the stage being computed on reading the oldest;
+    from sm_90 (``wgmma``, TMA) ``num_stages`` buffers. Unknown capability: ``num_stages``."""
+    major = _major(compute_capability)
+    if major is None:
+        return num_stages
+    if major < 8:
+        return 1
+    if major < 9:
+        return max(1, num_stages - 1)
+    return num_stages
+
+
+def _major(compute_capability: str | None) -> int | None:
+    head = (compute_capability or "").split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
 def tiling_and_params(
-    config: TritonConfig, names: TritonNames
+    values: Mapping[str, Any], names: TritonNames, compute_capability: str | None = None
 ) -> tuple[Tiling, dict[str, Any]] | None:
-    """The config's tiling and the rest of its meta-parameters (``params``, JSON values), or
-    None when one of the tile sizes or the depth is missing or not a positive integer (a
-    config kperf cannot judge)."""
-    values = config.all_kwargs()
+    """A config's tiling and the rest of its meta-parameters (``params``, JSON values), from
+    its ``Config.all_kwargs()``; None when one of the tile sizes or the depth is missing or
+    not a positive integer (a config kperf cannot judge). ``num_stages`` becomes the buffer
+    depth of the GPU's compute capability (:func:`buffer_depth_of`)."""
     found = [
         _first(values, names.tile_m),
         _first(values, names.tile_n),
@@ -121,6 +151,8 @@ def tiling_and_params(
     except ValueError:
         return None
     used = {item[0] for item in found if item is not None}
+    if found[3] is not None and found[3][0] == NUM_STAGES:
+        sizes[3] = buffer_depth_of(sizes[3], compute_capability)
     params = {key: _json_value(value) for key, value in values.items() if key not in used}
     return Tiling(*sizes), params
 
@@ -234,16 +266,20 @@ def median_ms(timing: Any) -> float | None:
 
 
 def measured_runs(
-    problem: Problem, configs_timings: Iterable[tuple[TritonConfig, Any]], names: TritonNames
+    problem: Problem,
+    timings: Iterable[tuple[Mapping[str, Any], Any]],
+    names: TritonNames,
+    compute_capability: str | None = None,
 ) -> list[dict[str, Any]]:
-    """GeMM-WS measurements (POST /devices/{id}/measurements) of the benchmarked configs: one
-    per tiling, its fastest config's median time in us. The model predicts a tiling's time
-    without the parameters it does not see (num_warps ...), i.e. the best that tiling reaches,
-    so a slower config of the same tiling is not a measurement of it."""
+    """GeMM-WS measurements (POST /devices/{id}/measurements) of benchmarked configs, given as
+    (``Config.all_kwargs()``, Triton's timing): one per tiling, its fastest config's median
+    time in us. The model predicts a tiling's time without the parameters it does not see
+    (num_warps ...), i.e. the best that tiling reaches, so a slower config of the same tiling
+    is not a measurement of it."""
     fastest: dict[Tiling, float] = {}
-    for config, timing in configs_timings:
+    for values, timing in timings:
         time_ms = median_ms(timing)
-        mapped = tiling_and_params(config, names)
+        mapped = tiling_and_params(values, names, compute_capability)
         if time_ms is None or mapped is None:
             continue
         tiling = mapped[0]

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import itertools
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +20,7 @@ from kperf_client.triton_configs import (
     Problem,
     Tiling,
     TritonNames,
+    buffer_depth_of,
     dtype_of,
     measured_runs,
     median_ms,
@@ -58,7 +63,7 @@ def test_a_configs_tiles_depth_and_params() -> None:
         num_stages=4,
         num_warps=8,
     )
-    tiling, params = tiling_and_params(config, NAMES)  # type: ignore[misc]
+    tiling, params = tiling_and_params(config.all_kwargs(), NAMES)  # type: ignore[misc]
     assert tiling == Tiling(128, 64, 32, 4)
     # everything else Triton passes the kernel (Config.all_kwargs), untouched
     expected = {k: v for k, v in config.all_kwargs().items() if not k.startswith("BLOCK")}
@@ -68,10 +73,10 @@ def test_a_configs_tiles_depth_and_params() -> None:
 
 def test_the_short_names_and_configured_names() -> None:
     short = triton.Config({"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16}, num_stages=2)
-    assert tiling_and_params(short, NAMES)[0] == Tiling(64, 32, 16, 2)  # type: ignore[index]
+    assert tiling_and_params(short.all_kwargs(), NAMES)[0] == Tiling(64, 32, 16, 2)  # type: ignore[index]
     custom = triton.Config({"TM": 16, "TN": 16, "TK": 16, "DEPTH": 5}, num_stages=1)
     names = TritonNames(tile_m=("TM",), tile_n=("TN",), tile_k=("TK",), buffer_depth=("DEPTH",))
-    tiling, params = tiling_and_params(custom, names)  # type: ignore[misc]
+    tiling, params = tiling_and_params(custom.all_kwargs(), names)  # type: ignore[misc]
     assert tiling == Tiling(16, 16, 16, 5) and params["num_stages"] == 1
 
 
@@ -85,7 +90,7 @@ def test_the_short_names_and_configured_names() -> None:
     ],
 )
 def test_configs_kperf_cannot_judge(kwargs: dict[str, Any]) -> None:
-    assert tiling_and_params(triton.Config(kwargs), NAMES) is None
+    assert tiling_and_params(triton.Config(kwargs).all_kwargs(), NAMES) is None
 
 
 def test_the_problem_of_a_call() -> None:
@@ -180,7 +185,7 @@ def test_measured_runs_one_per_tiling_its_fastest_in_us() -> None:
         (triton.Config(tiles, num_stages=5, num_warps=8), [math.inf] * 3),  # failed: no run
         (triton.Config({"BLOCK": 64}), [0.1, 0.1, 0.1]),  # not a GEMM config: no run
     ]
-    runs = measured_runs(problem, timings, NAMES)
+    runs = measured_runs(problem, [(c.all_kwargs(), t) for c, t in timings], NAMES)
     by_depth = {run["buffer_depth"]: run for run in runs}
     assert sorted(by_depth) == [3, 4]
     assert by_depth[3]["measured_time_us"] == pytest.approx(200.0)  # ms -> us, the fastest
@@ -193,4 +198,94 @@ def test_measured_runs_one_per_tiling_its_fastest_in_us() -> None:
 def test_every_config_of_a_product_maps_back_to_its_tiling() -> None:
     for m, n, k, depth in itertools.product((16, 64), (32, 128), (16, 256), (1, 8)):
         config = triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_stages=depth)
-        assert tiling_and_params(config, NAMES)[0] == Tiling(m, n, k, depth)  # type: ignore[index]
+        assert tiling_and_params(config.all_kwargs(), NAMES)[0] == Tiling(m, n, k, depth)  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("num_stages", "capability", "depth"),
+    [
+        (3, "7.5", 1),  # Turing: no cp.async, loads are not multi-buffered
+        (5, "7.0", 1),
+        (1, "8.6", 1),
+        (2, "8.0", 1),  # sm_8x: num_stages - 1 buffers
+        (4, "8.6", 3),
+        (1, "9.0", 1),
+        (3, "9.0", 3),  # sm_90 and later: num_stages buffers
+        (4, "10.0", 4),
+        (3, None, 3),  # unknown GPU: num_stages as given
+        (3, "unknown", 3),
+    ],
+)
+def test_buffer_depth_of_num_stages(num_stages: int, capability: str | None, depth: int) -> None:
+    assert buffer_depth_of(num_stages, capability) == depth
+    config = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_stages=num_stages)
+    mapped = tiling_and_params(config.all_kwargs(), NAMES, capability)
+    assert mapped is not None and mapped[0].buffer_depth == depth
+    # a depth given under another name is the depth itself
+    names = TritonNames(buffer_depth=("DEPTH",))
+    own = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "DEPTH": num_stages})
+    assert tiling_and_params(own.all_kwargs(), names, capability)[0].buffer_depth == num_stages  # type: ignore[index]
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_matmul_kernel(tmp_path: Path) -> Any:
+    """The README's Triton matmul kernel, alone in a module (the rest of the example needs
+    torch and a GPU): ``@triton.jit`` reads its source from a file."""
+    section = README.read_text(encoding="utf-8").split("## Triton: prune with kperf")[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None, "the README's Triton example is gone"
+    tree = ast.parse(code.group(1))
+    (kernel,) = [
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "matmul_kernel"
+    ]
+    body = ast.get_source_segment(code.group(1), kernel)
+    path = tmp_path / "readme_matmul.py"
+    path.write_text(f"import triton\nimport triton.language as tl\n\n\n@triton.jit\n{body}\n")
+    spec = importlib.util.spec_from_file_location("readme_matmul", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.matmul_kernel
+
+
+@pytest.mark.parametrize(
+    ("capability", "num_stages"), [("7.5", 3), ("8.6", 4), ("9.0", 3)]
+)
+def test_the_compiler_allocates_buffer_depth_tiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capability: str, num_stages: int
+) -> None:
+    """Triton compiles the README's kernel for the GPU (no GPU needed: its bundled ptxas) with
+    the shared memory of buffer_depth_of(num_stages) A and B tiles of fp16."""
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # silences a 3.9 notice
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = readme_matmul_kernel(tmp_path)
+    tm, tn, tk = 128, 128, 32
+    pointers = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
+    sizes = dict.fromkeys(("M", "N", "K", "stride_am", "stride_bk", "stride_cm"), "i32")
+    # as Triton's JIT specializes a call with contiguous tensors: unit strides are constants,
+    # the pointers and the other integers are multiples of 16
+    unit = {"stride_ak": 1, "stride_bn": 1, "stride_cn": 1}
+    meta = {"BLOCK_SIZE_M": tm, "BLOCK_SIZE_N": tn, "BLOCK_SIZE_K": tk, "GROUP_SIZE_M": 8}
+    constants = {**unit, **meta}
+    signature = {**pointers, **sizes, **dict.fromkeys(constants, "constexpr")}
+    signature = {name: signature[name] for name in kernel.arg_names}
+    aligned = [kernel.arg_names.index(name) for name in (*pointers, *sizes)]
+    source = ASTSource(
+        kernel,
+        signature,
+        constexprs=constants,
+        attrs={(i,): [["tt.divisibility", 16]] for i in aligned},
+    )
+    major, minor = map(int, capability.split("."))
+    compiled = triton.compile(
+        source,
+        target=GPUTarget("cuda", 10 * major + minor, 32),
+        options={"num_stages": num_stages, "num_warps": 4},
+    )
+    tile_bytes = (tm * tk + tk * tn) * 2
+    assert compiled.metadata.shared == buffer_depth_of(num_stages, capability) * tile_bytes

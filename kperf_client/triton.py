@@ -73,6 +73,8 @@ logger = logging.getLogger(__name__)
 #: kept groups when neither top_k nor probability_mass is given: the groups that together
 #: hold this share of the posterior probability of being the fastest
 DEFAULT_PROBABILITY_MASS = 0.9
+#: /optimize-tiling's default solver budget, s (a server's maximum is at least that)
+DEFAULT_TIME_LIMIT_S = 10.0
 #: the GeMM-WS measurements model name of /devices/{id}/measurements
 GEMM_WS = "gemm-ws"
 
@@ -207,8 +209,9 @@ class KperfTriton:
             "dtype": problem.dtype,
             "device": device,
             "candidates": list(candidates),
-            # the service answers within its own budget, inside ours
-            "time_limit_s": max(0.1, 0.5 * self.timeout_s),
+            # the service answers within its own budget, inside ours (and within the
+            # service's default budget, which every server's maximum allows)
+            "time_limit_s": min(DEFAULT_TIME_LIMIT_S, max(0.1, 0.5 * self.timeout_s)),
         }
 
         async def ask(client: KperfClient) -> dict[str, Any]:
@@ -344,12 +347,12 @@ class KperfPrune:
         try:
             kept = self._keep(problem, configs)
         except Exception as exc:  # noqa: BLE001 - never raise into Triton
-            self.session._mark_down()
+            if _service_trouble(exc):
+                self.session._mark_down()
             self.session.warn_once(
                 "prune",
                 f"{self.session.portal.url} did not rank the configs ({_reason(exc)}); keeping "
-                f"all {len(configs)} configs (the service is asked again after "
-                f"{self.session.retry_after_s:g} s)",
+                f"all {len(configs)} configs",
             )
             kept = configs
         self.session.remember_pruned(problem, kept)
@@ -610,6 +613,14 @@ def _refused_runs(exc: KperfError, count: int) -> set[int]:
             if int(parts[1]) < count:
                 refused.add(int(parts[1]))
     return refused
+
+
+def _service_trouble(exc: BaseException) -> bool:
+    """Whether ``exc`` says the service cannot answer now (unreachable, slow, overloaded:
+    wait before asking again), rather than that it refused this one request."""
+    if isinstance(exc, KperfError):
+        return exc.status >= 500 or exc.status == 429
+    return True
 
 
 def _reason(exc: BaseException) -> str:

@@ -196,7 +196,9 @@ async def _model_not_served_handler(request: Request, exc: Exception) -> JSONRes
 async def _invalid_space_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, InvalidSearchSpace)
     # exc.field is relative to search_space ("tile_m"), or "search_space" for the whole space
-    field = exc.field if exc.field == "search_space" else f"search_space.{exc.field}"
+    # (a candidate list's errors name their own field, "candidates...")
+    relative = exc.field != "search_space" and not exc.field.startswith("candidates")
+    field = f"search_space.{exc.field}" if relative else exc.field
     return field_error(422, "Invalid search space", field, exc.reason)
 
 
@@ -206,7 +208,7 @@ async def _infeasible_space_handler(request: Request, exc: Exception) -> JSONRes
         422,
         "Infeasible search space",
         exc.reason,
-        [{"field": "search_space", "reason": exc.reason, "rejected": exc.rejected}],
+        [{"field": exc.field, "reason": exc.reason, "rejected": exc.rejected}],
     )
 
 

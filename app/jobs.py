@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from app.convert import candidates as candidates_convert
 from app.convert import optimize as optimize_convert
 from app.convert import predict as predict_convert
 from app.schemas.calibrate import CalibrationFit
@@ -37,6 +38,7 @@ from device_profiles import DeviceProfile
 from device_profiles.provenance import provenance
 from perfmodel.gemm_ws import Tiling, simulate
 from perfmodel.manybsp import predict_kernel
+from solver.candidates import CandidateProblem
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
@@ -78,13 +80,18 @@ def optimize_job(
     ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline)."""
     request = OptimizeTilingRequest.model_validate(request_json)
     profile = _profile(profile_json)
-    device, problem = optimize_convert.to_problem(request, profile)
+    device, problem = candidates_convert.problem_of(request, profile)
     from app.convert import explore  # numpy: worker side only
 
-    solved = explore.solve(request, profile, problem, time_limit_s)
-    answer = optimize_convert.to_response(
-        request, device, problem, solved, provenance(profile, "gemm-ws")
-    )
+    origin = provenance(profile, "gemm-ws")
+    if isinstance(problem, CandidateProblem):
+        solved, ranking = explore.solve_candidates(request, profile, problem, time_limit_s)
+        answer = candidates_convert.to_candidates_response(
+            request, device, problem, solved, ranking, origin
+        )
+    else:
+        solved = explore.solve(request, profile, problem, time_limit_s)
+        answer = optimize_convert.to_response(request, device, problem, solved, origin)
     return EncodedAnswer(
         _OPTIMIZE_JSON.dump_json(answer),
         cacheable=answer.status == "optimal",
@@ -264,7 +271,7 @@ def timeline_svg_job(
     """Worker side of the SVG answer of POST /optimize-tiling: simulate the ranked candidate
     (the answer keeps no per-stage events) and draw its timeline."""
     request = OptimizeTilingRequest.model_validate(request_json)
-    device, problem = optimize_convert.to_problem(request, _profile(profile_json))
+    device, problem = candidates_convert.problem_of(request, _profile(profile_json))
     tiling = Tiling(
         candidate["tile_m"], candidate["tile_n"], candidate["tile_k"], candidate["buffer_depth"]
     )

@@ -23,7 +23,12 @@ from app.convert import candidates as candidates_convert
 from app.convert import optimize as optimize_convert
 from app.convert import predict as predict_convert
 from app.schemas.calibrate import CalibrationFit
-from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
+from app.schemas.optimize import (
+    DEFAULT_TOP_K,
+    OptimizeTilingRequest,
+    OptimizeTilingResponse,
+    SearchSpaceSpec,
+)
 from app.schemas.predict import PredictKernelRequest
 from app.service import (
     CachedAnswer,
@@ -104,8 +109,17 @@ def canonical_optimize_request(request: OptimizeTilingRequest) -> dict[str, Any]
 
     ``time_limit_s`` only decides whether the answer is complete; incomplete ("timeout")
     answers are never cached, so it stays out of the key.
+    A search space's request keeps its former key: ``top_k`` and ``search_space`` left null
+    are their defaults spelled out, and no ``candidates``. A candidate list's key holds every
+    entry, ``params`` included (they are echoed).
     """
-    return request.model_dump(mode="json", exclude={"time_limit_s"})
+    canonical = request.model_dump(mode="json", exclude={"time_limit_s"})
+    if request.candidates is None:
+        del canonical["candidates"]
+        canonical["top_k"] = request.top_k or DEFAULT_TOP_K
+        space = request.search_space or SearchSpaceSpec()
+        canonical["search_space"] = space.model_dump(mode="json")
+    return canonical
 
 
 async def optimize_via_pool(

@@ -304,12 +304,28 @@ def overall_time_closed_form_ns(
 ) -> int:
     """:func:`simulate`'s ``overall_time_ns`` in O(1): the closed form of Sm(S), then the wave
     and overall times of §2.1.1/§2.2. ``table`` reuses one machine's duration table."""
+    return simulate_closed_form(shape, tiling, machine, wave_model, table).overall_time_ns
+
+
+def simulate_closed_form(
+    shape: GemmShape,
+    tiling: Tiling,
+    machine: GemmWsMachine,
+    wave_model: WaveTimeModel = WaveTimeModel.PAPER,
+    table: DurationTable | None = None,
+) -> Simulation:
+    """:func:`simulate` in O(1), without the per-stage events (``events`` is empty): the closed
+    form of Sm(S), the wave and overall times of §2.1.1/§2.2 and the total MATH wait of §3.2.
+    ``table`` reuses one machine's duration table."""
     durations = (table or DurationTable(machine)).stage(tiling)
-    last_math_start = last_math_start_closed_form_ns(
-        durations, stage_count(shape, tiling), tiling.buffer_depth
-    )
+    stages = stage_count(shape, tiling)
+    last_math_start = last_math_start_closed_form_ns(durations, stages, tiling.buffer_depth)
+    waves = wave_count(shape, tiling, machine.sm_count)
     wave = wave_time_ns(last_math_start, durations, machine, wave_model)
-    return overall_time_ns(wave, wave_count(shape, tiling, machine.sm_count), machine)
+    # §3.2: sum_i Wait(i) telescopes to Sm(S) - (S - 1) T_MATH, times W waves
+    wait = waves * (last_math_start - (stages - 1) * durations.t_math_ns)
+    overall = overall_time_ns(wave, waves, machine)
+    return Simulation(shape, tiling, durations, waves, stages, wave, overall, wait, events=())
 
 
 def wave_time_ns(

@@ -29,18 +29,15 @@ import z3
 
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import (
+    ELEMENT_BYTES,
     DurationTable,
     GemmShape,
     GemmWsMachine,
     Simulation,
     Tiling,
     WaveTimeModel,
-    last_math_start_closed_form_ns,
-    overall_time_ns,
     simulate,
-    stage_count,
-    wave_count,
-    wave_time_ns,
+    simulate_closed_form,
 )
 from solver.bounds import TripleBound, triple_bounds
 from solver.encoding import Encoding, encode
@@ -81,8 +78,8 @@ class CandidateProblem:
     def __post_init__(self) -> None:
         if not self.tilings:
             raise ModelInputError("candidates", "the list of candidates is empty")
-        if self.element_bytes not in (1, 2, 4, 8):
-            raise ValueError("element_bytes must be 1, 2, 4 or 8")
+        if self.element_bytes not in ELEMENT_BYTES.values():
+            raise ValueError(f"element_bytes must be one of {sorted(ELEMENT_BYTES.values())}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,32 +128,6 @@ def reject(problem: CandidateProblem) -> tuple[dict[Tiling, tuple[int, ...]], li
             )
         )
     return {t: tuple(i) for t, i in members.items()}, rejected
-
-
-def closed_form_simulation(
-    problem: CandidateProblem, tiling: Tiling, table: DurationTable
-) -> Simulation:
-    """:func:`perfmodel.gemm_ws.simulate` without the per-stage events: the closed form of
-    Sm(S) (docs/model-notes.md GeMM-WS 7; property-tested equal to the simulator), O(1)."""
-    shape, machine = problem.shape, problem.machine
-    durations = table.stage(tiling)
-    stages = stage_count(shape, tiling)
-    last_math_start = last_math_start_closed_form_ns(durations, stages, tiling.buffer_depth)
-    waves = wave_count(shape, tiling, machine.sm_count)
-    wave = wave_time_ns(last_math_start, durations, machine, problem.wave_model)
-    # §3.2: sum_i Wait(i) telescopes to Sm(S) - (S - 1) T_MATH, times W waves
-    wait = waves * (last_math_start - (stages - 1) * durations.t_math_ns)
-    return Simulation(
-        shape=shape,
-        tiling=tiling,
-        durations=durations,
-        waves=waves,
-        stages=stages,
-        wave_time_ns=wave,
-        overall_time_ns=overall_time_ns(wave, waves, machine),
-        total_math_wait_ns=wait,
-        events=(),
-    )
 
 
 def _depth_space(problem: CandidateProblem, tilings: Sequence[Tiling]) -> SearchSpace:
@@ -276,7 +247,10 @@ def _ranked(problem: CandidateProblem, order: Sequence[Tiling]) -> list[Simulati
     """Rank 1 simulated stage by stage (its events feed the timeline), the rest in O(1)."""
     table = DurationTable(problem.machine)
     best = simulate(problem.shape, order[0], problem.machine, problem.wave_model)
-    return [best] + [closed_form_simulation(problem, t, table) for t in order[1:]]
+    return [best] + [
+        simulate_closed_form(problem.shape, t, problem.machine, problem.wave_model, table)
+        for t in order[1:]
+    ]
 
 
 def _certified(
@@ -362,11 +336,20 @@ def _z3_search(
         solver, _objectives(enc, space, bounds), deadline, ranks, enc.tiling_of, enc.is_tiling
     )
     table = DurationTable(problem.machine)
-    ranked = [closed_form_simulation(problem, t, table) for t in ranking.found]
+    ranked = [
+        simulate_closed_form(problem.shape, t, problem.machine, problem.wave_model, table)
+        for t in ranking.found
+    ]
     if not ranking.proven:
         found = set(ranking.found)
         rest = [
-            closed_form_simulation(problem, Tiling(b.tile_m, b.tile_n, b.tile_k, d), table)
+            simulate_closed_form(
+                problem.shape,
+                Tiling(b.tile_m, b.tile_n, b.tile_k, d),
+                problem.machine,
+                problem.wave_model,
+                table,
+            )
             for b in bounds
             for d in depths[b.tile_m, b.tile_n, b.tile_k]
         ]

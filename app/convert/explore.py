@@ -16,13 +16,12 @@ from app.convert.optimize import Solved, dtype_ratios, gemm_ws_machine
 from app.schemas.optimize import DEFAULT_TOP_K, OptimizeTilingRequest, ShortlistOut
 from device_profiles import DeviceProfile
 from perfmodel.belief import FigureBelief
-from perfmodel.gemm_ws import DurationTable, GemmWsMachine, simulate
+from perfmodel.gemm_ws import DurationTable, GemmWsMachine, simulate, simulate_closed_form
 from perfmodel.gemm_ws_scoring import Configurations
 from solver import SolverMode, TilingProblem, optimize_tiling
 from solver.candidates import (
     CandidateProblem,
     CandidateRanking,
-    closed_form_simulation,
     rank_candidates,
 )
 from solver.explore import (
@@ -150,7 +149,8 @@ def solve_candidates(
         raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
     table = DurationTable(problem.machine)
     candidates = (result.best,) + tuple(
-        closed_form_simulation(problem, t, table) for t in picks.tilings[1:]
+        simulate_closed_form(problem.shape, t, problem.machine, problem.wave_model, table)
+        for t in picks.tilings[1:]
     )
     uncertainty = tuple(
         zip(picks.probability_best, picks.interval_low_us, picks.interval_high_us, strict=True)

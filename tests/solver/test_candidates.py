@@ -7,13 +7,10 @@ from __future__ import annotations
 import dataclasses
 import random
 
-import numpy as np
 import pytest
 
 import solver.optimize as optimize_module
-from perfmodel import gemm_ws_scoring as scoring
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, Tiling, WaveTimeModel, simulate
-from perfmodel.gemm_ws_scoring import Scores
 from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, optimize_tiling
 from solver.bounds import summarize, triple_bounds
 from solver.candidates import (
@@ -24,6 +21,7 @@ from solver.candidates import (
 from solver.errors import CertificateMismatch
 from solver.optimize import SolverMode
 from tests.gemm_ws_cases import A6000, TABLE_1, brute_force_order
+from tests.solver.test_certified import _wrong_scorer
 
 _TILES = (8, 16, 24, 32, 48, 64, 96, 128, 256)
 
@@ -165,20 +163,6 @@ def test_only_the_listed_depths_are_candidates() -> None:
     ranking = rank_candidates(CandidateProblem(shape, A6000, listed, enforce_shared_memory=False))
     assert {s.tiling for s in ranking.result.candidates} == set(listed)
     assert [c.outcome for c in ranking.result.statistics.certificate] == ["unsat"]
-
-
-def _wrong_scorer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A scorer that ranks the true best candidate last."""
-    real = scoring.score_configurations
-
-    def wrong(*args: object, **kwargs: object) -> Scores:
-        scores = real(*args, **kwargs)  # type: ignore[arg-type]
-        best = int(np.argmin(scores.overall_time_ns[0]))
-        time_ns = scores.overall_time_ns.copy()
-        time_ns[:, best] = np.iinfo(np.int64).max // 4
-        return Scores(time_ns, scores.total_math_wait_ns)
-
-    monkeypatch.setattr(scoring, "score_configurations", wrong)
 
 
 _LISTED = tuple(

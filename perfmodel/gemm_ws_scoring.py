@@ -139,8 +139,16 @@ class Figures:
 
     def _machine(self, columns: dict[str, FloatArray], draw: int) -> GemmWsMachine:
         """Draw ``draw`` as a machine (for the exact fallbacks of the few undecided roundings)."""
-        values = {name: float(column[draw]) for name, column in columns.items()}
-        return GemmWsMachine(self.sm_count, **values)
+        value = {name: float(column[draw]) for name, column in columns.items()}
+        return GemmWsMachine(
+            self.sm_count,
+            t_init_us=value["t_init_us"],
+            t_epilogue_us=value["t_epilogue_us"],
+            load_startup_latency_us=value["load_startup_latency_us"],
+            compute_startup_latency_us=value["compute_startup_latency_us"],
+            load_throughput_elements_per_us=value["load_throughput_elements_per_us"],
+            compute_throughput_macs_per_us=value["compute_throughput_macs_per_us"],
+        )
 
 
 #: the drawn figures, in GemmWsMachine's field order

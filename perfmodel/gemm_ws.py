@@ -15,6 +15,7 @@ floating-point rounding error (docs/model-notes.md).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,6 +121,9 @@ class GemmShape:
                 raise ValueError(f"{name} must be at least 1")
 
 
+# cached: exact rational arithmetic costs ~30 us a call, and a machine's T_INIT and T_EPILOGUE
+# are converted once per configuration scored one by one (a candidate list's ranks)
+@functools.lru_cache(maxsize=1024)
 def us_to_ns(value_us: float | Fraction) -> int:
     """Round a duration to the nearest nanosecond, halves up (deterministic, platform-free)."""
     scaled = Fraction(value_us) * NS_PER_US

@@ -305,16 +305,18 @@ async def optimize_svg_via_pool(
     """The answer (cache, else a solve), then the timeline of its ranked candidate; returns
     the SVG and whether the answer drawn came from the cache."""
     answer, hit = await optimize_model_via_pool(service, request, profile)
-    if candidate_rank > len(answer.candidates):
+    # by rank, not position: a candidate list's group shares one rank over several entries
+    ranked = next((c for c in answer.candidates if c.rank == candidate_rank), None)
+    if ranked is None:
+        ranks = answer.candidates[-1].rank
         raise RequestedItemMissing(
             "candidate_rank",
-            f"the shortlist has {len(answer.candidates)} candidates; ask for 1.."
-            f"{len(answer.candidates)} (or raise top_k)",
+            f"the shortlist has {ranks} ranks; ask for 1..{ranks} (or raise top_k)",
         )
     kwargs = {
         "request_json": request.model_dump(mode="json"),
         "profile_json": _profile_json(profile),
-        "candidate": answer.candidates[candidate_rank - 1].model_dump(mode="json"),
+        "candidate": ranked.model_dump(mode="json"),
         "rank": candidate_rank,
     }
     return await _render_job(service, timeline_svg_job, kwargs, answer_was_computed=not hit), hit

@@ -231,3 +231,22 @@ def test_the_largest_list_is_answered(client: TestClient) -> None:
     assert answer["status"] == "optimal"
     ranked = len(answer["candidates"]) + len(answer["infeasible"])
     assert ranked == MAX_CANDIDATES
+
+
+def test_the_picture_of_a_rank_is_its_groups_tiling(client: TestClient) -> None:
+    """candidate_rank counts ranks: a group of two entries at rank 1 leaves rank 2 third."""
+    tilings = [Tiling(128, 128, 32, 4), Tiling(128, 128, 32, 4), Tiling(64, 64, 64, 3)]
+    body = _body(tilings, shortlist="exploit")
+    answer = client.post("/optimize-tiling", json=body).json()
+    assert [c["rank"] for c in answer["candidates"]] == [1, 1, 2]
+    second = answer["candidates"][2]
+    svg = client.post(
+        "/optimize-tiling?candidate_rank=2", json=body, headers={"accept": "image/svg+xml"}
+    )
+    assert svg.status_code == 200
+    drawn = f"{second['tile_m']}×{second['tile_n']}×{second['tile_k']}, buffer depth "
+    assert f"{drawn}{second['buffer_depth']}, rank 2" in svg.text
+    beyond = client.post(
+        "/optimize-tiling?candidate_rank=3", json=body, headers={"accept": "image/svg+xml"}
+    )
+    assert beyond.status_code == 404

@@ -6,7 +6,7 @@ the ``infeasible`` list). Used by the routes (early 4xx checks) and by the worke
 
 from __future__ import annotations
 
-import json
+from pydantic_core import to_json
 
 from app.convert.optimize import (
     Solved,
@@ -40,7 +40,8 @@ def problem_of(
         raise ModelInputError("candidates", "give either search_space or candidates, not both")
     device, machine = request_machine(request, profile)
     for index, candidate in enumerate(request.candidates):
-        size = len(_compact(candidate.params).encode()) if candidate.params is not None else 0
+        # compact UTF-8 JSON, as the answer echoes it
+        size = len(to_json(candidate.params)) if candidate.params is not None else 0
         if size > MAX_CANDIDATE_PARAMS_BYTES:
             raise InvalidSearchSpace(
                 f"candidates.{index}.params",
@@ -57,10 +58,6 @@ def problem_of(
         element_bytes=ELEMENT_BYTES[request.dtype],
         wave_model=WaveTimeModel(request.wave_time_model),
     )
-
-
-def _compact(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def configurations_of(problem: TilingProblem | CandidateProblem) -> int:

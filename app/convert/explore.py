@@ -147,9 +147,12 @@ def solve_candidates(
         return Solved(ranking.result, shortlist), ranking
     if picks.tilings[0] != result.best.tiling:
         raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
+    # the ranking simulated its ranks already; only explored picks beyond them are new
+    known = {s.tiling: s for s in result.candidates}
     table = DurationTable(problem.machine)
     candidates = (result.best,) + tuple(
-        simulate_closed_form(problem.shape, t, problem.machine, problem.wave_model, table)
+        known.get(t)
+        or simulate_closed_form(problem.shape, t, problem.machine, problem.wave_model, table)
         for t in picks.tilings[1:]
     )
     uncertainty = tuple(

@@ -23,6 +23,8 @@ COPY solver ./solver
 COPY perfmodel ./perfmodel
 COPY device_profiles ./device_profiles
 COPY render ./render
+# the kperf command (kperf serve): the user-side package holds the command line
+COPY kperf_client ./kperf_client
 # A regular (not editable) install of the service alone. pip trusts the system CA store, which
 # the offline base extends with the site's CAs. pip itself is not needed at run time, nor are
 # the test suites that numpy, scipy and matplotlib ship inside their packages (~55 MB).

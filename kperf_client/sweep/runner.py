@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
-from app.client import KperfClient
 from app.settings import Settings
-from app.sweep.journal import Journal
-from app.sweep.shapes import Shape
+from kperf_client.client import KperfClient
+from kperf_client.sweep.journal import Journal
+from kperf_client.sweep.shapes import Shape
 
 BATCH_PATH = "/optimize-tiling/batch"
 _ITEM_FIELD = re.compile(r"^(?:body\.)?problems\.(\d+)(?:\.|$)")

@@ -1,7 +1,7 @@
 """kperf command line: ``serve``, ``optimize``, ``batch``, ``sweep``, ``predict``, ``devices``,
 ``calibrate``, ``recalibrate``, ``measurements add|list``.
 
-Every command except ``serve`` goes through :class:`app.client.KperfClient`: against
+Every command except ``serve`` goes through :class:`kperf_client.client.KperfClient`: against
 ``--url`` when given, else against an in-process instance of the service (same validation,
 limits and errors). Output is a human-readable table; ``--json`` prints the raw JSON for scripts.
 Exit codes: 0 success, 1 the service refused the request (its problem+json is shown), 2 usage.
@@ -23,9 +23,9 @@ from typing import Any, TextIO
 
 import httpx
 
-from app.client import KperfClient, KperfError
 from app.schemas.calibrate import CalibrateResponse
 from app.settings import Settings
+from kperf_client.client import KperfClient, KperfError
 
 
 def _cell(value: Any) -> str:
@@ -173,7 +173,7 @@ def _load_problems(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The problems of a JSON document (a list, or ``{"problems": [...]}``) or of JSON lines
     (read as ``kperf sweep`` reads them: comments and blank lines skipped), and a
     ``FILE:LINE: reason`` for each line that is not a problem."""
-    from app.sweep import BadLine, read_shapes
+    from kperf_client.sweep import BadLine, read_shapes
 
     text = path.read_text(encoding="utf-8")
     stripped = text.lstrip()
@@ -247,8 +247,16 @@ async def _batch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 async def _sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Exit 0 when every shape has an answer, 1 when any line failed, 3 when interrupted."""
-    from app.sweep import BadLine, Journal, JournalLocked, Shape, Sweep, SweepOptions, read_shapes
-    from app.sweep.console import progress_bar, summary_table
+    from kperf_client.sweep import (
+        BadLine,
+        Journal,
+        JournalLocked,
+        Shape,
+        Sweep,
+        SweepOptions,
+        read_shapes,
+    )
+    from kperf_client.sweep.console import progress_bar, summary_table
 
     parsed = read_shapes(args.file, args.format)
     shapes = [s for s in parsed if isinstance(s, Shape)]

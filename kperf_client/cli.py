@@ -23,9 +23,8 @@ from typing import Any, TextIO
 
 import httpx
 
-from app.schemas.calibrate import CalibrateResponse
-from app.settings import Settings
 from kperf_client.client import KperfClient, KperfError
+from kperf_client.models import CalibrateResponse
 
 
 def _cell(value: Any) -> str:
@@ -59,7 +58,7 @@ def _client(args: argparse.Namespace) -> KperfClient:
     settings = None
     if args.url is None:
         # in-process: one worker is plenty for a single command and starts faster
-        settings = Settings(workers=1, log_level="WARNING")
+        settings = {"workers": 1, "log_level": "WARNING"}
     # the bearer token of a server run for a team (README, "Run it for a team")
     return KperfClient(args.url, settings=settings, token=os.environ.get("KPERF_TOKEN") or None)
 
@@ -70,9 +69,11 @@ def _client(args: argparse.Namespace) -> KperfClient:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    # the server, only here: the other commands are HTTP clients (no server install needed)
     from app import logging as kperf_logging
     from app.main import create_app
     from app.malloc import pin_mmap_threshold
+    from app.settings import Settings
     from app.slow_clients import guarded_protocol
 
     overrides = {
@@ -387,22 +388,20 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
                 return 0
             out.write(f"{profile.id}: {profile.name} ({profile.architecture or '-'})\n")
             rows: list[tuple[Any, ...]] = []
-            for section in ("hardware", "gemm_ws"):
-                figures = getattr(profile, section, None)
-                if figures is None:
-                    continue
-                for name, figure in figures:
+            sections = {"hardware": profile.hardware, "gemm_ws": profile.gemm_ws or {}}
+            for section, figures in sections.items():
+                for name, figure in figures.items():
                     if figure is not None:
-                        prior = getattr(figure, "prior", None)
+                        prior = figure.prior
                         belief = f"{prior.median:.4g} x/ e^{prior.sigma_log:g}" if prior else "-"
                         value = f"{figure.value:.6g}" + (" (estimate)" if figure.estimate else "")
                         rows.append((f"{section}.{name}", value, belief, figure.source))
             out.write(_table(("figure", "value", "prior", "source"), rows) + "\n")
             for model, need in profile.needs_calibration.items():
                 out.write(f"{model}: {need.status}\n")
-                for label, figures in (("calibrate", need.figures), ("cite", need.missing)):
-                    if figures:
-                        out.write(f"  {label}: {', '.join(f.figure for f in figures)}\n")
+                for label, needs in (("calibrate", need.figures), ("cite", need.missing)):
+                    if needs:
+                        out.write(f"  {label}: {', '.join(f.figure for f in needs)}\n")
                 if need.calibrate is not None:
                     out.write(f"  call: {need.calibrate.cli}\n")
             return 0

@@ -5,7 +5,7 @@ other field the service sends (``extra="allow"``): a newer server that adds fiel
 validates, ``model_dump`` still returns the whole answer, and an undeclared field is still
 reachable as an attribute (as plain JSON). Values the server constrains (enums, bounds) are
 read as their JSON type: validating them is the server's job, and a newer value must not break
-an older client. tests/test_client_contract.py checks every field here against the server's
+an older client. tests/kperf_client/test_contract.py checks every field here against the server's
 OpenAPI document (name, JSON type, required-ness), so a renamed or retyped field fails a test.
 """
 

@@ -3,8 +3,10 @@
 
 Every command except ``serve`` goes through :class:`kperf_client.client.KperfClient`: against
 ``--url`` when given, else against an in-process instance of the service (same validation,
-limits and errors). Output is a human-readable table; ``--json`` prints the raw JSON for scripts.
-Exit codes: 0 success, 1 the service refused the request (its problem+json is shown), 2 usage.
+limits and errors; that, and ``serve``, need the server installed: ``kperf[server]``). Output is
+a human-readable table; ``--json`` prints the raw JSON for scripts. Exit codes: 0 success, 1 the
+service refused the request (its problem+json is shown), 2 usage (or no server installed for a
+command without ``--url``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from kperf_client.client import KperfClient, KperfError
+from kperf_client.client import KperfClient, KperfError, ServerNotInstalled, server_imports
 from kperf_client.models import CalibrateResponse
 
 
@@ -67,14 +69,15 @@ def _client(args: argparse.Namespace) -> KperfClient:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     # the server, only here: the other commands are HTTP clients (no server install needed)
-    from app import logging as kperf_logging
-    from app.main import create_app
-    from app.malloc import pin_mmap_threshold
-    from app.settings import Settings
-    from app.slow_clients import guarded_protocol
+    with server_imports("kperf serve"):
+        import uvicorn
+
+        from app import logging as kperf_logging
+        from app.main import create_app
+        from app.malloc import pin_mmap_threshold
+        from app.settings import Settings
+        from app.slow_clients import guarded_protocol
 
     overrides = {
         "host": args.host,
@@ -793,7 +796,11 @@ def main(
     err = err if err is not None else sys.stderr
     args = build_parser().parse_args(argv)
     if args.kind == "sync":
-        code: int = args.handler(args)
+        try:
+            code: int = args.handler(args)
+        except ServerNotInstalled as exc:
+            err.write(f"error: {exc}\n")
+            return 2
         return code
     handler: Callable[..., Coroutine[Any, Any, int]] = args.handler
     call_args = (args, out, err) if args.kind == "out_err" else (args, out)
@@ -808,7 +815,7 @@ def main(
             for field, reason in exc.field_errors:
                 err.write(f"  {field}: {reason}\n")
         return 1
-    except RunsFileError as exc:
+    except (RunsFileError, ServerNotInstalled) as exc:
         err.write(f"error: {exc}\n")
         return 2
     except (OSError, httpx.HTTPError) as exc:

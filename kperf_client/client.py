@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -46,6 +46,28 @@ Body = BaseModel | Mapping[str, Any]
 
 IN_PROCESS_URL = "http://kperf.in-process"
 SVG_MEDIA_TYPE = "image/svg+xml"
+
+
+class ServerNotInstalled(RuntimeError):
+    """The server is needed (in-process mode, ``kperf serve``) but only the user side is
+    installed: ``pip install 'kperf[server]'``, or talk to a running service by its URL."""
+
+    def __init__(self, purpose: str, missing: str | None) -> None:
+        self.missing = missing
+        super().__init__(
+            f"{purpose} needs the server, which is not installed (no module {missing!r}): "
+            "pip install 'kperf[server]', or give the URL of a running service"
+        )
+
+
+@contextlib.contextmanager
+def server_imports(purpose: str) -> Iterator[None]:
+    """Around the lazy imports of the server: a missing server module becomes
+    :class:`ServerNotInstalled`, saying what to install."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        raise ServerNotInstalled(purpose, exc.name) from exc
 
 
 class KperfError(Exception):
@@ -139,8 +161,9 @@ class KperfClient:
             headers["Authorization"] = f"Bearer {self.token}"
         if self.base_url is None:
             # only the in-process mode needs the server (the kperf[server] install)
-            from app.main import create_app
-            from app.settings import Settings
+            with server_imports("the in-process service (no URL)"):
+                from app.main import create_app
+                from app.settings import Settings
 
             settings = self.settings
             if not isinstance(settings, Settings):

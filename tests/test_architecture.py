@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import inspect
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -230,3 +233,34 @@ def test_the_user_side_loads_no_server_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "usage: kperf" in out.stdout
     assert out.stdout.strip().splitlines()[-1] == "LOADED"
+
+
+def _third_party_imports(tree: ast.AST) -> set[str]:
+    """Top-level names of every non-standard-library module a file imports."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return {n for n in names if n not in sys.stdlib_module_names and n != "kperf_client"}
+
+
+def _distributions(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_the_user_side_needs_only_the_base_dependencies() -> None:
+    """Issue 18: ``pip install kperf`` (no extra) has every distribution kperf_client imports;
+    the server's dependencies are in the ``server`` extra."""
+    project = tomllib.loads((KPERF_CLIENT_DIR.parent / "pyproject.toml").read_text())["project"]
+    base = _distributions(project["dependencies"])
+    server = _distributions(project["optional-dependencies"]["server"])
+    providers = importlib.metadata.packages_distributions()
+    needed: set[str] = set()
+    for path in sorted(KPERF_CLIENT_DIR.rglob("*.py")):
+        for module in _third_party_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if not _is_server_module(module):  # the server's: only in the lazy spots, above
+                needed.update(d.lower().replace("_", "-") for d in providers.get(module, [module]))
+    assert sorted(needed - base) == []
+    assert base.isdisjoint(server) and {"fastapi", "z3-solver", "numpy"} <= server

@@ -76,9 +76,10 @@ class Contract:
                     problems.append(f"{where}: the server may send null, the client refuses it")
                 continue
             # whatever the server may send, one of the client's types must read it
-            tries = [self.check_one(option, branch, where) for option in options]
+            tries: list[list[str]] = [self.check_one(o, branch, where) for o in options]
             if all(tries):
-                problems.extend(min(tries, key=len))
+                fewest: list[str] = min(tries, key=len)
+                problems.extend(fewest)
         return problems
 
     def check_one(self, annotation: Any, schema: dict[str, Any], where: str) -> list[str]:

@@ -31,6 +31,7 @@ from app.service import RequestedItemMissing, RequestFieldError, RequestStateCon
 from app.store import CapExceeded, StoreUnavailable
 from app.store.resilient import without_address
 from device_profiles import ModelNotServed, UnknownDevice, is_calibratable
+from device_profiles.schema import INCONSISTENT_LENGTHS
 from perfmodel.errors import ModelInputError, PTXSyntaxError
 from solver.errors import (
     CertificateMismatch,
@@ -76,11 +77,21 @@ def _validation_entry(error: dict[str, Any]) -> dict[str, Any]:
     return {"field": _field_path(loc), "reason": str(error.get("msg", "invalid"))}
 
 
+#: validation errors of rules no JSON schema can state, and the problem title they get (a
+#: client that validated its body against the OpenAPI document learns the body is
+#: well-formed but inconsistent)
+_CONTENT_RULE_TITLES = {INCONSISTENT_LENGTHS: "Inconsistent lengths"}
+
+
 async def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [_validation_entry(e) for e in exc.errors()]
+    raw = exc.errors()
+    errors = [_validation_entry(e) for e in raw]
     detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors) or "invalid request"
-    return problem_response(422, "Invalid request", detail, errors)
+    titles = {_CONTENT_RULE_TITLES.get(str(e.get("type")), "Invalid request") for e in raw}
+    # a content-rule title only when every error is that rule's
+    title = titles.pop() if len(titles) == 1 else "Invalid request"
+    return problem_response(422, title, detail, errors)
 
 
 #: what a framework HTTP error is about: the URL path (404), the method (405), else the body

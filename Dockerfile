@@ -23,12 +23,15 @@ COPY solver ./solver
 COPY perfmodel ./perfmodel
 COPY device_profiles ./device_profiles
 COPY render ./render
-# A regular (not editable) install of the service alone. pip trusts the system CA store, which
-# the offline base extends with the site's CAs. pip itself is not needed at run time, nor are
-# the test suites that numpy, scipy and matplotlib ship inside their packages (~55 MB).
+# the kperf command (kperf serve): the user-side package holds the command line
+COPY kperf_client ./kperf_client
+# A regular (not editable) install of the service alone: the server extra, no dev tools. pip
+# trusts the system CA store, which the offline base extends with the site's CAs. pip itself
+# is not needed at run time, nor are the test suites that numpy, scipy and matplotlib ship
+# inside their packages (~55 MB).
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then \
         export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi \
-    && /opt/kperf/bin/pip install -q . \
+    && /opt/kperf/bin/pip install -q '.[server]' \
     && /opt/kperf/bin/pip uninstall -q -y pip setuptools \
     && find /opt/kperf/lib -depth -type d -name tests -path '*/site-packages/*' \
         -exec rm -rf {} +

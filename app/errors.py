@@ -31,6 +31,7 @@ from app.service import RequestedItemMissing, RequestFieldError, RequestStateCon
 from app.store import CapExceeded, StoreUnavailable
 from app.store.resilient import without_address
 from device_profiles import ModelNotServed, UnknownDevice, is_calibratable
+from device_profiles.schema import INCONSISTENT_LENGTHS
 from perfmodel.errors import ModelInputError, PTXSyntaxError
 from solver.errors import (
     CertificateMismatch,
@@ -76,11 +77,21 @@ def _validation_entry(error: dict[str, Any]) -> dict[str, Any]:
     return {"field": _field_path(loc), "reason": str(error.get("msg", "invalid"))}
 
 
+#: validation errors of rules no JSON schema can state, and the problem title they get (a
+#: client that validated its body against the OpenAPI document learns the body is
+#: well-formed but inconsistent)
+_CONTENT_RULE_TITLES = {INCONSISTENT_LENGTHS: "Inconsistent lengths"}
+
+
 async def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [_validation_entry(e) for e in exc.errors()]
+    raw = exc.errors()
+    errors = [_validation_entry(e) for e in raw]
     detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors) or "invalid request"
-    return problem_response(422, "Invalid request", detail, errors)
+    titles = {_CONTENT_RULE_TITLES.get(str(e.get("type")), "Invalid request") for e in raw}
+    # a content-rule title only when every error is that rule's
+    title = titles.pop() if len(titles) == 1 else "Invalid request"
+    return problem_response(422, title, detail, errors)
 
 
 #: what a framework HTTP error is about: the URL path (404), the method (405), else the body
@@ -196,7 +207,9 @@ async def _model_not_served_handler(request: Request, exc: Exception) -> JSONRes
 async def _invalid_space_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, InvalidSearchSpace)
     # exc.field is relative to search_space ("tile_m"), or "search_space" for the whole space
-    field = exc.field if exc.field == "search_space" else f"search_space.{exc.field}"
+    # (a candidate list's errors name their own field, "candidates...")
+    relative = exc.field != "search_space" and not exc.field.startswith("candidates")
+    field = f"search_space.{exc.field}" if relative else exc.field
     return field_error(422, "Invalid search space", field, exc.reason)
 
 
@@ -206,7 +219,7 @@ async def _infeasible_space_handler(request: Request, exc: Exception) -> JSONRes
         422,
         "Infeasible search space",
         exc.reason,
-        [{"field": "search_space", "reason": exc.reason, "rejected": exc.rejected}],
+        [{"field": exc.field, "reason": exc.reason, "rejected": exc.rejected}],
     )
 
 

@@ -19,10 +19,16 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from app.convert import candidates as candidates_convert
 from app.convert import optimize as optimize_convert
 from app.convert import predict as predict_convert
 from app.schemas.calibrate import CalibrationFit
-from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
+from app.schemas.optimize import (
+    DEFAULT_TOP_K,
+    OptimizeTilingRequest,
+    OptimizeTilingResponse,
+    SearchSpaceSpec,
+)
 from app.schemas.predict import PredictKernelRequest
 from app.service import (
     CachedAnswer,
@@ -37,6 +43,7 @@ from device_profiles import DeviceProfile
 from device_profiles.provenance import provenance
 from perfmodel.gemm_ws import Tiling, simulate
 from perfmodel.manybsp import predict_kernel
+from solver.candidates import CandidateProblem
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
@@ -78,13 +85,18 @@ def optimize_job(
     ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline)."""
     request = OptimizeTilingRequest.model_validate(request_json)
     profile = _profile(profile_json)
-    device, problem = optimize_convert.to_problem(request, profile)
+    device, problem = candidates_convert.problem_of(request, profile)
     from app.convert import explore  # numpy: worker side only
 
-    solved = explore.solve(request, profile, problem, time_limit_s)
-    answer = optimize_convert.to_response(
-        request, device, problem, solved, provenance(profile, "gemm-ws")
-    )
+    origin = provenance(profile, "gemm-ws")
+    if isinstance(problem, CandidateProblem):
+        solved, ranking = explore.solve_candidates(request, profile, problem, time_limit_s)
+        answer = candidates_convert.to_candidates_response(
+            request, device, problem, solved, ranking, origin
+        )
+    else:
+        solved = explore.solve(request, profile, problem, time_limit_s)
+        answer = optimize_convert.to_response(request, device, problem, solved, origin)
     return EncodedAnswer(
         _OPTIMIZE_JSON.dump_json(answer),
         cacheable=answer.status == "optimal",
@@ -97,8 +109,17 @@ def canonical_optimize_request(request: OptimizeTilingRequest) -> dict[str, Any]
 
     ``time_limit_s`` only decides whether the answer is complete; incomplete ("timeout")
     answers are never cached, so it stays out of the key.
+    A search space's request keeps its former key: ``top_k`` and ``search_space`` left null
+    are their defaults spelled out, and no ``candidates``. A candidate list's key holds every
+    entry, ``params`` included (they are echoed).
     """
-    return request.model_dump(mode="json", exclude={"time_limit_s"})
+    canonical = request.model_dump(mode="json", exclude={"time_limit_s"})
+    if request.candidates is None:
+        del canonical["candidates"]
+        canonical["top_k"] = request.top_k or DEFAULT_TOP_K
+        space = request.search_space or SearchSpaceSpec()
+        canonical["search_space"] = space.model_dump(mode="json")
+    return canonical
 
 
 async def optimize_via_pool(
@@ -264,7 +285,7 @@ def timeline_svg_job(
     """Worker side of the SVG answer of POST /optimize-tiling: simulate the ranked candidate
     (the answer keeps no per-stage events) and draw its timeline."""
     request = OptimizeTilingRequest.model_validate(request_json)
-    device, problem = optimize_convert.to_problem(request, _profile(profile_json))
+    device, problem = candidates_convert.problem_of(request, _profile(profile_json))
     tiling = Tiling(
         candidate["tile_m"], candidate["tile_n"], candidate["tile_k"], candidate["buffer_depth"]
     )
@@ -284,16 +305,18 @@ async def optimize_svg_via_pool(
     """The answer (cache, else a solve), then the timeline of its ranked candidate; returns
     the SVG and whether the answer drawn came from the cache."""
     answer, hit = await optimize_model_via_pool(service, request, profile)
-    if candidate_rank > len(answer.candidates):
+    # by rank, not position: a candidate list's group shares one rank over several entries
+    ranked = next((c for c in answer.candidates if c.rank == candidate_rank), None)
+    if ranked is None:
+        ranks = answer.candidates[-1].rank
         raise RequestedItemMissing(
             "candidate_rank",
-            f"the shortlist has {len(answer.candidates)} candidates; ask for 1.."
-            f"{len(answer.candidates)} (or raise top_k)",
+            f"the shortlist has {ranks} ranks; ask for 1..{ranks} (or raise top_k)",
         )
     kwargs = {
         "request_json": request.model_dump(mode="json"),
         "profile_json": _profile_json(profile),
-        "candidate": answer.candidates[candidate_rank - 1].model_dump(mode="json"),
+        "candidate": ranked.model_dump(mode="json"),
         "rank": candidate_rank,
     }
     return await _render_job(service, timeline_svg_job, kwargs, answer_was_computed=not hit), hit

@@ -167,7 +167,7 @@ def _main_script_imports() -> list[str]:
     Each new worker runs the main script again (multiprocessing's fix-up of ``__main__``); that
     is quick only when the fork server has already imported what the script imports. Measured
     with bench/bench_recovery.py: a replacement took about 0.6 s without this (``kperf``
-    imports ``app.cli``, which imports the HTTP client and builds an app).
+    imports ``kperf_client.cli``, which imports the HTTP client and builds an app).
     """
     main = sys.modules.get("__main__")
     names: set[str] = set()

@@ -31,10 +31,10 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from app.sweep import Journal, Shape, Sweep, SweepOptions, SweepStats  # noqa: E402
-from app.sweep.shapes import problem_digest  # noqa: E402
 from bench.bench_large_answers import start_server, stop_server  # noqa: E402
 from bench.common import append_results, command_line  # noqa: E402
+from kperf_client.sweep import Journal, Shape, Sweep, SweepOptions, SweepStats  # noqa: E402
+from kperf_client.sweep.shapes import problem_digest  # noqa: E402
 from tests.app.redis_helpers import RedisServer  # noqa: E402
 from tests.app.service_helpers import metric_value  # noqa: E402
 

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
 
@@ -126,6 +127,14 @@ class GemmWsSection(_Strict):
 
 
 ManyBspUnit = Literal["SPs", "DPU", "SFU", "LDST"]
+
+#: the error type of lists whose lengths must agree: a rule no JSON schema keyword can state
+#: (none relates two arrays' lengths), so requests name it apart from schema violations
+INCONSISTENT_LENGTHS = "inconsistent_lengths"
+
+#: the profile formats this loader reads, oldest first
+ProfileSchemaVersion = Literal[1, 2, 3]
+PROFILE_SCHEMA_VERSIONS: tuple[ProfileSchemaVersion, ...] = (1, 2, 3)
 
 #: the GeMM-WS pipeline models (perfmodel.gemm_ws_async.PipelineModel spells the same values)
 PipelineModelName = Literal["paper", "async-copy"]
@@ -304,7 +313,10 @@ class CalibrationPosterior(_Strict):
             or len(self.covariance_log) != p
             or any(len(row) != p for row in self.covariance_log)
         ):
-            raise ValueError("mean_log and covariance_log must match figures in length")
+            raise PydanticCustomError(
+                INCONSISTENT_LENGTHS,
+                "mean_log and covariance_log must match figures in length",
+            )
         return self
 
 
@@ -363,7 +375,7 @@ class GemmWsDtypeRatios(_Strict):
 
 
 class DeviceProfile(_Strict):
-    schema_version: Literal[1, 2, 3]
+    schema_version: ProfileSchemaVersion
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=MAX_ID_CHARS)
     name: str = Field(max_length=MAX_NAME_CHARS)
     architecture: str | None = Field(None, max_length=MAX_NAME_CHARS)

@@ -15,6 +15,7 @@ floating-point rounding error (docs/model-notes.md).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,6 +121,9 @@ class GemmShape:
                 raise ValueError(f"{name} must be at least 1")
 
 
+# cached: exact rational arithmetic costs ~30 us a call, and a machine's T_INIT and T_EPILOGUE
+# are converted once per configuration scored one by one (a candidate list's ranks)
+@functools.lru_cache(maxsize=1024)
 def us_to_ns(value_us: float | Fraction) -> int:
     """Round a duration to the nearest nanosecond, halves up (deterministic, platform-free)."""
     scaled = Fraction(value_us) * NS_PER_US
@@ -304,12 +308,28 @@ def overall_time_closed_form_ns(
 ) -> int:
     """:func:`simulate`'s ``overall_time_ns`` in O(1): the closed form of Sm(S), then the wave
     and overall times of §2.1.1/§2.2. ``table`` reuses one machine's duration table."""
+    return simulate_closed_form(shape, tiling, machine, wave_model, table).overall_time_ns
+
+
+def simulate_closed_form(
+    shape: GemmShape,
+    tiling: Tiling,
+    machine: GemmWsMachine,
+    wave_model: WaveTimeModel = WaveTimeModel.PAPER,
+    table: DurationTable | None = None,
+) -> Simulation:
+    """:func:`simulate` in O(1), without the per-stage events (``events`` is empty): the closed
+    form of Sm(S), the wave and overall times of §2.1.1/§2.2 and the total MATH wait of §3.2.
+    ``table`` reuses one machine's duration table."""
     durations = (table or DurationTable(machine)).stage(tiling)
-    last_math_start = last_math_start_closed_form_ns(
-        durations, stage_count(shape, tiling), tiling.buffer_depth
-    )
+    stages = stage_count(shape, tiling)
+    last_math_start = last_math_start_closed_form_ns(durations, stages, tiling.buffer_depth)
+    waves = wave_count(shape, tiling, machine.sm_count)
     wave = wave_time_ns(last_math_start, durations, machine, wave_model)
-    return overall_time_ns(wave, wave_count(shape, tiling, machine.sm_count), machine)
+    # §3.2: sum_i Wait(i) telescopes to Sm(S) - (S - 1) T_MATH, times W waves
+    wait = waves * (last_math_start - (stages - 1) * durations.t_math_ns)
+    overall = overall_time_ns(wave, waves, machine)
+    return Simulation(shape, tiling, durations, waves, stages, wave, overall, wait, events=())
 
 
 def wave_time_ns(

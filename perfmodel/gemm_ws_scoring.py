@@ -110,35 +110,57 @@ class Figures:
             compute_throughput_macs_per_us=machine.compute_throughput_macs_per_us,
         )
 
+    def columns(self) -> dict[str, FloatArray]:
+        """Each drawn figure as a (D,) float64 array, validated as GemmWsMachine validates one
+        machine (throughputs > 0, times >= 0, all finite), without building D machines."""
+        arrays = {
+            name: np.asarray(getattr(self, name), dtype=np.float64).reshape(-1)
+            for name in _DRAWN_FIGURES
+        }
+        count = max(a.shape[0] for a in arrays.values())
+        if any(a.shape[0] not in (1, count) for a in arrays.values()):
+            raise ValueError("every drawn figure must be a scalar or hold the same D draws")
+        if self.sm_count < 1:
+            raise ValueError("sm_count must be at least 1")
+        for name, values in arrays.items():
+            positive = name in _THROUGHPUT_FIGURES
+            valid = np.isfinite(values) & ((values > 0) if positive else (values >= 0))
+            if not np.all(valid):
+                kind = "a positive" if positive else "a non-negative"
+                bad = float(values[np.argmin(valid)])
+                raise ValueError(f"{name} must be {kind} finite number, got {bad}")
+        return {name: np.broadcast_to(a, (count,)) for name, a in arrays.items()}
+
     def draws(self) -> list[GemmWsMachine]:
         """One machine per draw (validated: throughputs > 0, times >= 0, all finite)."""
-        arrays = [
-            np.asarray(v, dtype=np.float64).reshape(-1)
-            for v in (
-                self.t_init_us,
-                self.t_epilogue_us,
-                self.load_startup_latency_us,
-                self.compute_startup_latency_us,
-                self.load_throughput_elements_per_us,
-                self.compute_throughput_macs_per_us,
-            )
-        ]
-        count = max(a.shape[0] for a in arrays)
-        if any(a.shape[0] not in (1, count) for a in arrays):
-            raise ValueError("every drawn figure must be a scalar or hold the same D draws")
-        columns = [np.broadcast_to(a, (count,)) for a in arrays]
-        return [
-            GemmWsMachine(
-                self.sm_count,
-                t_init_us=float(columns[0][d]),
-                t_epilogue_us=float(columns[1][d]),
-                load_startup_latency_us=float(columns[2][d]),
-                compute_startup_latency_us=float(columns[3][d]),
-                load_throughput_elements_per_us=float(columns[4][d]),
-                compute_throughput_macs_per_us=float(columns[5][d]),
-            )
-            for d in range(count)
-        ]
+        columns = self.columns()
+        count = columns["t_init_us"].shape[0]
+        return [self._machine(columns, d) for d in range(count)]
+
+    def _machine(self, columns: dict[str, FloatArray], draw: int) -> GemmWsMachine:
+        """Draw ``draw`` as a machine (for the exact fallbacks of the few undecided roundings)."""
+        value = {name: float(column[draw]) for name, column in columns.items()}
+        return GemmWsMachine(
+            self.sm_count,
+            t_init_us=value["t_init_us"],
+            t_epilogue_us=value["t_epilogue_us"],
+            load_startup_latency_us=value["load_startup_latency_us"],
+            compute_startup_latency_us=value["compute_startup_latency_us"],
+            load_throughput_elements_per_us=value["load_throughput_elements_per_us"],
+            compute_throughput_macs_per_us=value["compute_throughput_macs_per_us"],
+        )
+
+
+#: the drawn figures, in GemmWsMachine's field order
+_DRAWN_FIGURES = (
+    "t_init_us",
+    "t_epilogue_us",
+    "load_startup_latency_us",
+    "compute_startup_latency_us",
+    "load_throughput_elements_per_us",
+    "compute_throughput_macs_per_us",
+)
+_THROUGHPUT_FIGURES = ("load_throughput_elements_per_us", "compute_throughput_macs_per_us")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +175,12 @@ def _durations_ns(
     work: IntArray,
     throughput: FloatArray,
     startup_us: FloatArray,
-    exact: list[Callable[[int], int]],
+    exact: Callable[[int], Callable[[int], int]],
 ) -> IntArray:
     """round_half_up(1000 * (work / throughput + startup)) for every draw (rows) and distinct
     work (columns), exact: float64 where it decides the rounding, DurationTable elsewhere.
-    ``exact`` holds, per draw, a callable work -> ns evaluated on rationals."""
+    ``exact(d)`` gives draw d's callable work -> ns evaluated on rationals (built only for
+    the draws that need one)."""
     w = work.astype(np.float64)[None, :]
     term = 1000.0 * w / throughput[:, None]
     start = 1000.0 * startup_us[:, None]
@@ -170,7 +193,23 @@ def _durations_ns(
     undecided = (value - floor < margin) | (floor + 1.0 - value < margin)
     result = floor.astype(np.int64)
     for d, j in zip(*np.nonzero(undecided), strict=True):
-        result[d, j] = exact[int(d)](int(work[j]))
+        result[d, j] = exact(int(d))(int(work[j]))
+    return result
+
+
+def _times_ns(values_us: FloatArray) -> IntArray:
+    """us_to_ns of every value, exact: float64 where it decides the rounding, us_to_ns (on
+    the rationals the floats denote) elsewhere."""
+    scaled = 1000.0 * values_us
+    value = scaled + 0.5
+    if not np.all(value < MAX_SCORED_TIME_NS):
+        raise ScoreOverflow("a time exceeds the scorer's int64 range")
+    floor = np.floor(value)
+    margin = _FLOAT_RELATIVE_ERROR * scaled + 1e-9
+    undecided = (value - floor < margin) | (floor + 1.0 - value < margin)
+    result = floor.astype(np.int64)
+    for d in np.nonzero(undecided)[0]:
+        result[d] = us_to_ns(float(values_us[d]))
     return result
 
 
@@ -198,23 +237,25 @@ def score_configurations(
 ) -> Scores:
     """Overall time and total MATH wait (§2.1.1, §3.2) of every configuration under every
     figure draw; ``simulate(shape, tiling, machine, wave_model)`` on each pair, vectorised."""
-    machines = figures.draws()
-    tables = [DurationTable(m) for m in machines]
+    columns = figures.columns()
+    tables: dict[int, DurationTable] = {}
+
+    def table(draw: int) -> DurationTable:
+        if draw not in tables:
+            tables[draw] = DurationTable(figures._machine(columns, draw))
+        return tables[draw]
+
     tm, tn, tk, depth = configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
     if configs.count and min(int(a.min()) for a in (tm, tn, tk, depth)) < 1:
         raise ValueError("tile sizes and buffer depths must be at least 1")
-
-    def column(name: str) -> FloatArray:
-        values = np.asarray([getattr(m, name) for m in machines], dtype=np.float64)
-        return values
 
     # T_LOAD for each distinct tile size in elements, T_MATH for each distinct MAC count (§2.2)
     load_work, load_index = np.unique(np.concatenate([tm * tk, tk * tn]), return_inverse=True)
     load_ns = _durations_ns(
         load_work,
-        column("load_throughput_elements_per_us"),
-        column("load_startup_latency_us"),
-        [t.load_ns for t in tables],
+        columns["load_throughput_elements_per_us"],
+        columns["load_startup_latency_us"],
+        lambda d: table(d).load_ns,
     )
     count = configs.count
     t_load_a = load_ns[:, load_index[:count]]
@@ -222,9 +263,9 @@ def score_configurations(
     math_work, math_index = np.unique(tm * tn * tk, return_inverse=True)
     t_math = _durations_ns(
         math_work,
-        column("compute_throughput_macs_per_us"),
-        column("compute_startup_latency_us"),
-        [t.math_ns for t in tables],
+        columns["compute_throughput_macs_per_us"],
+        columns["compute_startup_latency_us"],
+        lambda d: table(d).math_ns,
     )[:, math_index]
 
     stages = -(-shape.k // tk)  # S = ceil(K / TK) (§2.1.2)
@@ -237,8 +278,8 @@ def score_configurations(
     if not np.all(estimate < MAX_SCORED_TIME_NS):
         raise ScoreOverflow("an overall time exceeds the scorer's int64 range")
     last_math_start = _paper_pipeline_closed_form(t_load_a, t_load_b, t_math, stages, depth)
-    t_epilogue = np.asarray([us_to_ns(m.t_epilogue_us) for m in machines], dtype=np.int64)
-    t_init = np.asarray([us_to_ns(m.t_init_us) for m in machines], dtype=np.int64)
+    t_epilogue = _times_ns(columns["t_epilogue_us"])
+    t_init = _times_ns(columns["t_init_us"])
     # wave time = Sm(S) + T_EPILOGUE (§2.2), + the last T_MATH in the include-last-math model
     wave = last_math_start + t_epilogue[:, None]
     if wave_model is WaveTimeModel.INCLUDE_LAST_MATH:

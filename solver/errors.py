@@ -22,10 +22,14 @@ class InvalidSearchSpace(ValueError):
 
 
 class InfeasibleSearchSpace(ValueError):
-    def __init__(self, reason: str, rejected: dict[str, int]) -> None:
+    def __init__(
+        self, reason: str, rejected: dict[str, int], *, field: str = "search_space"
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.rejected = rejected
+        #: the request field holding the configurations: "search_space" or "candidates"
+        self.field = field
 
 
 class SolverTimeout(RuntimeError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.belief import FigureBelief
-from perfmodel.gemm_ws import GemmWsMachine, Tiling
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, WaveTimeModel
 from perfmodel.gemm_ws_scoring import (
     Configurations,
     Figures,
@@ -95,7 +95,36 @@ def explore_problem(
     configs = _feasible(problem)
     if configs is None:
         return None
-    shape, machine, wave_model = problem.shape, problem.machine, problem.wave_model
+    return explore_configurations(
+        problem.shape,
+        problem.machine,
+        problem.wave_model,
+        configs,
+        belief,
+        top_k,
+        mode,
+        ratios=ratios,
+        draws=draws,
+        seed=seed,
+    )
+
+
+def explore_configurations(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    wave_model: WaveTimeModel,
+    configs: Configurations,
+    belief: FigureBelief,
+    top_k: int,
+    mode: ShortlistMode,
+    *,
+    ratios: tuple[float, float] = (1.0, 1.0),
+    draws: int = DRAWS,
+    seed: int = 0,
+) -> ExploredShortlist | None:
+    """The shortlist of ``configs`` (distinct, feasible) under ``belief``, as
+    :func:`explore_problem` (an explicit candidate list's path); None when a draw's times
+    overflow the scorer."""
     try:
         point = score_configurations(shape, configs, Figures.of_machine(machine), wave_model)
         figures = drawn_figures(machine, belief.draws(np.random.default_rng(seed), draws), ratios)

@@ -28,7 +28,8 @@ class ShortlistMode(StrEnum):
 class Shortlist:
     """``ranked`` holds candidate (column) indices, best first; per candidate column:
     ``probability_best`` (share of draws in which it is fastest; ties go to the better point
-    rank) and the 10-90 % interval of its predicted time over the draws."""
+    rank) and the 10-90 % interval of its predicted time over the draws (NaN for a column
+    not ranked: quantiles cost a sort per column, and only the ranked ones are reported)."""
 
     ranked: tuple[int, ...]
     probability_best: NDArray[np.float64]
@@ -61,7 +62,6 @@ def shortlist(
     by_rank = times[:, point_order]
     winners = point_order[np.argmin(by_rank, axis=1)]
     probability = np.bincount(winners, minlength=candidates) / max(draws, 1)
-    low, high = interval_of(times, point_times)
     first = int(point_order[0])
     if mode is ShortlistMode.EXPLOIT:
         ranked = point_order[:top_k]
@@ -70,6 +70,9 @@ def shortlist(
         order = np.lexsort((rank_of, -probability))
         rest = [int(c) for c in order if c != first]
         ranked = np.array([first, *rest[: top_k - 1]], dtype=np.intp)
+    low, high = np.full(candidates, np.nan), np.full(candidates, np.nan)
+    point = None if point_times is None else np.asarray(point_times)[ranked]
+    low[ranked], high[ranked] = interval_of(times[:, ranked], point)
     return Shortlist(
         ranked=tuple(int(c) for c in ranked),
         probability_best=probability.astype(np.float64),

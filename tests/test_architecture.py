@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import inspect
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -126,3 +129,148 @@ def test_device_profiles_modules_import_no_circle() -> None:
         if isinstance(node, ast.ImportFrom) and node.module
     }
     assert not {m for m in imported if m.startswith("device_profiles")}
+
+
+# ---------------------------------------------------------------------------- user side (issue 18)
+
+KPERF_CLIENT_DIR = Path(__file__).resolve().parents[1] / "kperf_client"
+#: the server's packages and the dependencies only the server installs (kperf[server])
+SERVER_MODULES = (
+    "app",
+    "solver",
+    "perfmodel",
+    "device_profiles",
+    "render",
+    "fastapi",
+    "fastapi_offline",
+    "starlette",
+    "uvicorn",
+    "pydantic_settings",
+    "prometheus_client",
+    "redis",
+    "z3",
+    "numpy",
+    "scipy",
+    "matplotlib",
+)
+#: the only places the user side may reach the server, lazily: `kperf serve` runs it, and the
+#: in-process client (no --url) builds it (kperf_client/client.py, module docstring)
+LAZY_SERVER_IMPORTS = {
+    ("cli.py", "_serve"),
+    ("client.py", "KperfClient.__aenter__"),
+}
+
+
+def _is_server_module(name: str) -> bool:
+    return any(name == m or name.startswith(f"{m}.") for m in SERVER_MODULES)
+
+
+def _server_imports(tree: ast.AST, scope: str = "") -> list[tuple[str, str]]:
+    """(enclosing function, module) of every server import, skipping ``if TYPE_CHECKING:``
+    blocks (annotations only, never run)."""
+    found: list[tuple[str, str]] = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            found += [f for child in node.orelse for f in _server_imports(child, scope)]
+            continue
+        if isinstance(node, ast.Import):
+            found += [(scope, a.name) for a in node.names if _is_server_module(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if _is_server_module(node.module):
+                found.append((scope, node.module))
+        inner = scope
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            inner = f"{scope}.{node.name}" if scope else node.name
+        found += _server_imports(node, inner)
+    return found
+
+
+def test_the_user_side_imports_nothing_of_the_server() -> None:
+    """Issue 18: kperf_client installs and runs without the server, except where documented."""
+    offenders = []
+    for path in sorted(KPERF_CLIENT_DIR.rglob("*.py")):
+        relative = path.relative_to(KPERF_CLIENT_DIR).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for scope, module in _server_imports(tree):
+            if (relative, scope) not in LAZY_SERVER_IMPORTS:
+                offenders.append(f"{relative}:{scope or '<module>'}: {module}")
+    assert offenders == []
+
+
+def test_the_static_check_sees_lazy_and_type_checking_imports() -> None:
+    source = (
+        "import numpy\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from app.settings import Settings\n"
+        "class C:\n    async def m(self):\n        from app.main import create_app\n"
+        "def f():\n    import z3\n"
+    )
+    assert _server_imports(ast.parse(source)) == [
+        ("", "numpy"),
+        ("C.m", "app.main"),
+        ("f", "z3"),
+    ]
+
+
+def test_the_user_side_loads_no_server_module() -> None:
+    """Importing the client, the CLI and the sweep, and running ``kperf --help`` (and a
+    command's help), loads none of the server's packages nor its heavy dependencies."""
+    code = (
+        "import sys\n"
+        "import kperf_client.client, kperf_client.cli, kperf_client.sweep\n"
+        "import kperf_client.sweep.console\n"
+        "for argv in (['--help'], ['devices', '--help'], ['sweep', '--help']):\n"
+        "    try:\n"
+        "        kperf_client.cli.main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"loaded = sorted(m for m in sys.modules if m.split('.')[0] in {SERVER_MODULES!r})\n"
+        "print('LOADED', ','.join(loaded))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "usage: kperf" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "LOADED"
+
+
+def _third_party_imports(tree: ast.AST) -> set[str]:
+    """Top-level names of every non-standard-library module a file imports."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return {n for n in names if n not in sys.stdlib_module_names and n != "kperf_client"}
+
+
+def _distributions(requirements: list[str]) -> set[str]:
+    return {
+        re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requirements
+    }
+
+
+def test_the_user_side_needs_only_the_base_dependencies() -> None:
+    """Issue 18: ``pip install kperf`` (no extra) has every distribution kperf_client imports,
+    but for a plug-in module's own tool, which its extra installs (kperf_client/triton.py:
+    ``kperf[triton]``, kernel_tuner.py: ``kperf[kernel-tuner]``); the server's dependencies
+    are in the ``server`` extra."""
+    project = tomllib.loads((KPERF_CLIENT_DIR.parent / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    base = _distributions(project["dependencies"])
+    server = _distributions(extras["server"])
+    providers = importlib.metadata.packages_distributions()
+    missing = []
+    for path in sorted(KPERF_CLIENT_DIR.rglob("*.py")):
+        plugin_extra = extras.get(path.stem.replace("_", "-"), [])
+        allowed = base | _distributions(plugin_extra) if path.parent == KPERF_CLIENT_DIR else base
+        for module in _third_party_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if _is_server_module(module):
+                continue  # the server's: only in the lazy spots, checked above
+            for dist in providers.get(module, [module]):
+                if dist.lower().replace("_", "-") not in allowed:
+                    missing.append(f"{path.relative_to(KPERF_CLIENT_DIR)}: {module} ({dist})")
+    assert missing == []
+    assert base.isdisjoint(server) and {"fastapi", "z3-solver", "numpy"} <= server

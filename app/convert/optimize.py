@@ -13,6 +13,7 @@ from app.schemas.optimize import (
     OptimizeTilingRequest,
     OptimizeTilingResponse,
     RankedCandidate,
+    SearchSpaceSpec,
     SearchSummaryOut,
     ShortlistOut,
     SolverStats,
@@ -42,6 +43,7 @@ from solver import (
     TilingResult,
     values_from_range,
 )
+from solver.candidates import CandidateProblem
 from solver.optimize import check_mode
 
 #: most stages a timeline may list: S = ceil(K / TK) for the largest K (2^20) and the smallest
@@ -99,6 +101,33 @@ def to_problem(
     """The core problem on ``profile`` (what ``request.device`` resolved to: the service
     resolves calibrated ids and names, ``Service.resolve_profile``; None looks up a shipped
     id) or on the inline ``device_params``; returns (device id or "inline", problem)."""
+    device, machine = request_machine(request, profile)
+    spec = request.search_space or SearchSpaceSpec()
+    space = SearchSpace(
+        tile_m=_values("tile_m", spec.tile_m),
+        tile_n=_values("tile_n", spec.tile_n),
+        tile_k=_values("tile_k", spec.tile_k),
+        buffer_depth=_values("buffer_depth", spec.buffer_depth),
+        enforce_shared_memory=spec.enforce_shared_memory,
+    )
+    check_timeline(request, space.tile_k[0])
+    # the pure Z3 search's own space limit, up front (422 before a worker is taken)
+    check_mode(space, SolverMode(request.solver))
+    problem = TilingProblem(
+        shape=GemmShape(request.m, request.n, request.k),
+        machine=machine,
+        space=space,
+        element_bytes=ELEMENT_BYTES[request.dtype],
+        wave_model=WaveTimeModel(request.wave_time_model),
+    )
+    return device, problem
+
+
+def request_machine(
+    request: OptimizeTilingRequest, profile: DeviceProfile | None = None
+) -> tuple[str, GemmWsMachine]:
+    """(device id or "inline", GeMM-WS figures for the request's dtype): from ``profile``
+    (see :func:`to_problem`) or the inline ``device_params``."""
     if request.device is not None and request.device_params is not None:
         raise ModelInputError("device", "give either device or device_params, not both")
     if request.device is not None:
@@ -112,31 +141,18 @@ def to_problem(
         raise ModelInputError(
             "device", "give a device profile id (GET /devices) or inline device_params"
         )
-    spec = request.search_space
-    space = SearchSpace(
-        tile_m=_values("tile_m", spec.tile_m),
-        tile_n=_values("tile_n", spec.tile_n),
-        tile_k=_values("tile_k", spec.tile_k),
-        buffer_depth=_values("buffer_depth", spec.buffer_depth),
-        enforce_shared_memory=spec.enforce_shared_memory,
-    )
-    stages = -(-request.k // space.tile_k[0])  # the most stages any candidate has
+    return device, machine
+
+
+def check_timeline(request: OptimizeTilingRequest, smallest_tile_k: int) -> None:
+    """Refuse a timeline longer than MAX_TIMELINE_STAGES stages (ModelInputError)."""
+    stages = -(-request.k // smallest_tile_k)  # the most stages any candidate has
     if request.include_timeline and stages > MAX_TIMELINE_STAGES:
         raise ModelInputError(
             "include_timeline",
             f"a timeline of up to {stages} stages (k / smallest tile_k) exceeds the limit of "
             f"{MAX_TIMELINE_STAGES}; drop include_timeline or allow larger tile_k values",
         )
-    # the pure Z3 search's own space limit, up front (422 before a worker is taken)
-    check_mode(space, SolverMode(request.solver))
-    problem = TilingProblem(
-        shape=GemmShape(request.m, request.n, request.k),
-        machine=machine,
-        space=space,
-        element_bytes=ELEMENT_BYTES[request.dtype],
-        wave_model=WaveTimeModel(request.wave_time_model),
-    )
-    return device, problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +200,7 @@ def _prediction(
 def to_response(
     request: OptimizeTilingRequest,
     device: str,
-    problem: TilingProblem,
+    problem: TilingProblem | CandidateProblem,
     solved: Solved,
     origin: Provenance | None = None,
 ) -> OptimizeTilingResponse:

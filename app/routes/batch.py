@@ -8,7 +8,7 @@ import json
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import TypeAdapter
 
-from app.convert.optimize import to_problem
+from app.convert.candidates import configurations_of, problem_of
 from app.errors import HANDLERS
 from app.jobs import optimize_model_via_pool, request_profile
 from app.routes.access import read_access
@@ -54,7 +54,7 @@ async def _solve_one(
     try:
         # fail fast on bad devices/search spaces, no worker needed
         profile = await request_profile(service, problem)
-        service.check_search_space(to_problem(problem, profile)[1].space.size)
+        service.check_search_space(configurations_of(problem_of(problem, profile)[1]))
         async with slots:
             answer, hit = await optimize_model_via_pool(service, problem, profile, admitted=True)
     except Exception as exc:  # noqa: BLE001 - each item carries its own error

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from app.convert.optimize import to_problem
+from app.convert.candidates import configurations_of, problem_of
 from app.jobs import optimize_svg_via_pool, optimize_via_pool, request_profile
 from app.negotiation import (
     NOT_ACCEPTABLE_RESPONSE,
@@ -53,7 +53,7 @@ async def optimize(
     """
     # bad device or search space: answer 4xx without taking a worker
     profile = await request_profile(service, request)
-    service.check_search_space(to_problem(request, profile)[1].space.size)
+    service.check_search_space(configurations_of(problem_of(request, profile)[1]))
     if picture_requested(http_request.headers.get("accept")):
         svg, hit = await optimize_svg_via_pool(service, request, profile, candidate_rank)
         return svg_response(svg, hit)

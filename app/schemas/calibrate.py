@@ -186,29 +186,60 @@ TimeLimit = Annotated[
 ]
 
 
+def _of_model(model: str, measured: str, base_params: dict[str, Any] | None) -> dict[str, Any]:
+    """One branch of the schemas below: runs, fitted figures and (when ``base_params`` is
+    given) the inline base figures of ``model``'s kind."""
+    properties: dict[str, Any] = {
+        "model": {"const": model},
+        "measurements": {"items": {"required": [measured]}},
+        "fit": {"items": {"enum": list(FIGURES[model])}},
+    }
+    if base_params is not None:
+        properties["base_device_params"] = base_params
+    return {"properties": properties}
+
+
+#: measured field of each model's runs (each kind forbids the other's fields, so requiring
+#: its measured field picks the kind)
+_MEASURED = (("gemm-ws", "measured_time_us"), ("many-bsp", "measured_cycles"))
+
+
+def _base_params_of(model: str) -> dict[str, Any]:
+    # inline base figures of the model's kind: a device profile (many-bsp) has
+    # schema_version, which gemm-ws's device_params forbid
+    return (
+        {"type": "object", "required": ["schema_version"]}
+        if model == "many-bsp"
+        else {"type": "object", "not": {"required": ["schema_version"]}}
+    )
+
+
 #: the schema of a body with ``model``, ``measurements`` and ``fit``: the runs are the
-#: model's kind (each kind forbids the other's fields, so requiring its measured field picks
-#: the kind) and the figures fitted are the model's (anyOf: with no model, either model's)
+#: model's kind and the figures fitted are the model's (anyOf: with no model, either model's)
 MEASUREMENTS_OF_MODEL_SCHEMA: dict[str, Any] = {
+    "anyOf": [_of_model(model, measured, None) for model, measured in _MEASURED]
+}
+
+
+def _calibrate_branch(model: str, measured: str, base: str) -> dict[str, Any]:
+    """A /calibrate body of ``model`` whose base is ``base`` (the other base field null)."""
+    branch = _of_model(model, measured, _base_params_of(model))
+    other = "base_device_params" if base == "base_device" else "base_device"
+    branch["properties"][other] = {"type": "null"}
+    if base == "base_device":
+        branch["properties"]["base_device"] = {"type": "string"}
+    branch["required"] = [base]
+    return branch
+
+
+#: /calibrate's: as above, and exactly one base, ``base_device`` or ``base_device_params``
+#: of the model's kind. One flat anyOf of model x base: an anyOf for the base beside the
+#: model's (allOf of two anyOfs) made schemathesis' generation take minutes.
+CALIBRATE_SCHEMA: dict[str, Any] = {
     "anyOf": [
-        {
-            "properties": {
-                "model": {"const": model},
-                "measurements": {"items": {"required": [measured]}},
-                "fit": {"items": {"enum": list(FIGURES[model])}},
-                # inline base figures of the model's kind: a device profile (many-bsp) has
-                # schema_version, which gemm-ws's device_params forbid
-                "base_device_params": {
-                    "anyOf": [
-                        {"type": "null"},
-                        {"required": ["schema_version"]}
-                        if model == "many-bsp"
-                        else {"not": {"required": ["schema_version"]}},
-                    ]
-                },
-            }
-        }
-        for model, measured in (("gemm-ws", "measured_time_us"), ("many-bsp", "measured_cycles"))
+        _calibrate_branch(model, measured, base)
+        for model, measured in _MEASURED
+        for base in ("base_device", "base_device_params")
     ]
 }
 
@@ -235,9 +266,7 @@ class _ModelChecks(RequestModel):
 class CalibrateRequest(_ModelChecks):
     """Fit a model's figures of a base profile to measured runs: a new calibrated profile."""
 
-    # not stated in the schema: exactly one of base_device / base_device_params (an anyOf for
-    # it beside the model's made schemathesis' generation take minutes); still a 422
-    model_config = ConfigDict(json_schema_extra=MEASUREMENTS_OF_MODEL_SCHEMA)
+    model_config = ConfigDict(json_schema_extra=CALIBRATE_SCHEMA)
 
     model: CalibrationModel = Field(description="the performance model whose figures to fit")
     base_device: str | None = Field(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -98,8 +98,47 @@ class GemmWsDeviceParams(RequestModel):
     )
 
 
+# --- explicit candidate lists (issue 18) ---------------------------------------------------
+#: most entries a request's ``candidates`` list may hold
+MAX_CANDIDATES = 4096
+#: largest ``params`` object of one candidate, compact JSON in UTF-8 bytes (checked by the
+#: conversion: no JSON schema keyword bounds an object's encoded size)
+MAX_CANDIDATE_PARAMS_BYTES = 1024
+#: the shortlist length of a search space when top_k is not given (a candidate list ranks
+#: every feasible candidate instead)
+DEFAULT_TOP_K = 5
+
+#: ``search_space`` and ``candidates`` exclude each other: at most one of them non-null
+SPACE_OR_CANDIDATES_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"properties": {"search_space": {"type": "null"}}},
+        {"properties": {"candidates": {"type": "null"}}},
+    ]
+}
+
+
+class CandidateIn(RequestModel):
+    """One tiling of an explicit candidate list (elements; buffer depth in stages), with an
+    opaque ``params`` object (e.g. a Triton config's num_warps) echoed untouched."""
+
+    tile_m: int = Field(ge=1, le=MAX_TILE, description="TM, elements")
+    tile_n: int = Field(ge=1, le=MAX_TILE, description="TN, elements")
+    tile_k: int = Field(ge=1, le=MAX_TILE, description="TK, elements")
+    buffer_depth: int = Field(
+        ge=1, le=MAX_BUFFER_DEPTH, description="stages held by the shared-memory circular buffer"
+    )
+    params: dict[str, Any] | None = Field(
+        default=None,
+        description="opaque JSON object echoed untouched in the answer (at most "
+        f"{MAX_CANDIDATE_PARAMS_BYTES} bytes as compact UTF-8 JSON, else 422); candidates "
+        "with equal tiles and buffer depth but other params form one group",
+    )
+
+
 class OptimizeTilingRequest(RequestModel):
-    model_config = ConfigDict(json_schema_extra=ONE_DEVICE_SCHEMA)
+    model_config = ConfigDict(
+        json_schema_extra={"allOf": [ONE_DEVICE_SCHEMA, SPACE_OR_CANDIDATES_SCHEMA]}
+    )
 
     m: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
     n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
@@ -113,8 +152,25 @@ class OptimizeTilingRequest(RequestModel):
     device_params: GemmWsDeviceParams | None = Field(
         default=None, description="inline machine figures instead of a profile"
     )
-    search_space: SearchSpaceSpec = Field(default_factory=SearchSpaceSpec)
-    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, description="length of the shortlist")
+    search_space: SearchSpaceSpec | None = Field(
+        default=None,
+        description="candidate values per dimension (null: the default space); not with candidates",
+    )
+    candidates: list[CandidateIn] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_CANDIDATES,
+        description=f"explicit tilings to rank instead of a search space (1..{MAX_CANDIDATES} "
+        "entries; not with search_space): the answer ranks exactly these, lists the ones a "
+        "hardware constraint rejects under 'infeasible', and Z3 proves the best among them",
+    )
+    top_k: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOP_K,
+        description=f"length of the shortlist, in ranks (null: {DEFAULT_TOP_K} for a search "
+        "space, every feasible candidate for a candidate list)",
+    )
     time_limit_s: float = Field(
         default=DEFAULT_TIME_LIMIT_S,
         ge=MIN_TIME_LIMIT_S,
@@ -190,7 +246,9 @@ class TilingPrediction(BaseModel):
     probability_best: float | None = Field(
         default=None,
         description="share of posterior draws of the device's figures in which this tiling is "
-        "the fastest of the space (null when the space was too large to draw over)",
+        "the fastest of the space (null when the space was too large to draw over); for a "
+        "candidate list, the share of its group (candidates with equal tiles and buffer depth "
+        "share one rank and prediction), summing to 1 over the groups",
     )
     interval_low_us: float | None = Field(
         default=None, description="10 % quantile of the predicted time over the draws, us"
@@ -198,6 +256,30 @@ class TilingPrediction(BaseModel):
     interval_high_us: float | None = Field(
         default=None, description="90 % quantile of the predicted time over the draws, us"
     )
+    input_index: int | None = Field(
+        default=None,
+        description="position of this candidate in the request's candidates list (null for "
+        "a search space)",
+    )
+    params: dict[str, Any] | None = Field(
+        default=None, description="the candidate's params, as the request gave them"
+    )
+
+
+class InfeasibleCandidate(BaseModel):
+    """A requested candidate that a hardware constraint rejects (not ranked)."""
+
+    input_index: int = Field(description="position in the request's candidates list")
+    tile_m: int = Field(description="TM, elements")
+    tile_n: int = Field(description="TN, elements")
+    tile_k: int = Field(description="TK, elements")
+    buffer_depth: int = Field(description="stages held by the shared-memory circular buffer")
+    params: dict[str, Any] | None = Field(description="the candidate's params, as given")
+    constraint: str = Field(
+        description="the constraint that rejects it, named as in search.rejected (e.g. "
+        "'shared_memory_per_block')"
+    )
+    reason: str = Field(description="why, with the figures compared (bytes)")
 
 
 class RankedCandidate(TilingPrediction):
@@ -276,7 +358,15 @@ class OptimizeTilingResponse(BaseModel):
     device: str = Field(description="profile id, or 'inline' for device_params")
     dtype: Dtype
     best: TilingPrediction
-    candidates: list[RankedCandidate]
+    candidates: list[RankedCandidate] = Field(
+        description="the shortlist, best first; for a candidate list every requested entry of "
+        "the ranked groups, in request order within a group"
+    )
+    infeasible: list[InfeasibleCandidate] | None = Field(
+        default=None,
+        description="requested candidates a hardware constraint rejects, in request order "
+        "(null for a search space)",
+    )
     search: SearchSummaryOut
     solver: SolverStats
     shortlist: ShortlistOut | None = Field(

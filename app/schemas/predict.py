@@ -2,30 +2,46 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
+from pydantic_core import PydanticCustomError
 
 from app.schemas.base import ONE_DEVICE_SCHEMA, ProfileProvenanceOut, RequestModel
 from app.schemas.devices import drop_read_only_keys
 from device_profiles import DeviceProfile
-from device_profiles.schema import MAX_ID_CHARS, MAX_TEXT_CHARS
+from device_profiles.schema import (
+    INCONSISTENT_LENGTHS,
+    MAX_ID_CHARS,
+    MAX_TEXT_CHARS,
+    PROFILE_SCHEMA_VERSIONS,
+)
 
 
 def _inline_profile(value: object) -> object:
     """Before-validator of an inline profile: without what GET /devices/{id} adds, and strict.
 
     DeviceProfile (device_profiles/) keeps pydantic's lax mode for its files; figures sent in a
-    request get the strict types of every other request field.
+    request get the strict types of every other request field. Validated as the JSON it came
+    in as: strict JSON reads an ISO 8601 string as the datetime its schema says
+    (``calibration.created_at``), which strict Python validation of the parsed dict refuses.
+    Read at the current schema version: the version gates of profile files (estimate flags
+    from 2, priors and dtype ratios from 3) keep old files from being half-read, and a
+    request body, read whole, has nothing to gate.
     """
     value = drop_read_only_keys(value)
     if not isinstance(value, dict):
         return value
+    if "schema_version" in value and value["schema_version"] in PROFILE_SCHEMA_VERSIONS:
+        value = {**value, "schema_version": PROFILE_SCHEMA_VERSIONS[-1]}
     try:
-        return DeviceProfile.model_validate(value, strict=True)
+        return DeviceProfile.model_validate_json(json.dumps(value), strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "device_params"
+        if first["type"] == INCONSISTENT_LENGTHS:
+            raise PydanticCustomError(INCONSISTENT_LENGTHS, f"{where}: {first['msg']}") from None
         raise ValueError(f"{where}: {first['msg']}") from None
 
 

@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
 from perfmodel.belief import Posterior, Prior
+from perfmodel.errors import ModelInputError
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
@@ -213,12 +214,14 @@ def _map_from(
     n = measured.size
 
     def fun(theta: FloatArray) -> FloatArray:
-        r = relative_residuals(model, internal_of(specs, theta), measured) / noise_scale
-        return np.concatenate([r, (theta - mu) / sigma])
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            r = relative_residuals(model, internal_of(specs, theta), measured) / noise_scale
+        return np.concatenate([_finite(r), (theta - mu) / sigma])
 
     def jac(theta: FloatArray) -> FloatArray:
-        data = _theta_jacobian(model, specs, theta, measured) / noise_scale
-        return np.vstack([data, np.diag(1.0 / sigma)])
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            data = _theta_jacobian(model, specs, theta, measured) / noise_scale
+        return np.vstack([_finite(data), np.diag(1.0 / sigma)])
 
     theta = np.clip(theta0, bounds[0], bounds[1])
     # Squares first: every run pulls in proportion to its error, so a start far from the
@@ -238,6 +241,23 @@ def _map_from(
         )
         theta = np.asarray(result.x, dtype=np.float64)
     return theta, float(result.cost)
+
+
+#: stands in for a residual or derivative that overflowed (figures whose predictions exceed
+#: float64 for runs of a few cycles): large enough that no fit keeps such a start, small
+#: enough that the solver's squares and products of it (the loss's z = r^2, J^T J, the
+#: scaled Jacobian it decomposes) stay far within float64
+OVERFLOW_RESIDUAL = 1e30
+
+
+def _finite(values: FloatArray) -> FloatArray:
+    """``values`` clipped to +-OVERFLOW_RESIDUAL, NaN counted as the bound: least_squares
+    refuses a non-finite residual or Jacobian (and squares what it gets), and a start in an
+    overflowing region must lose, not fail."""
+    out: FloatArray = np.clip(
+        np.nan_to_num(values, nan=OVERFLOW_RESIDUAL), -OVERFLOW_RESIDUAL, OVERFLOW_RESIDUAL
+    )
+    return out
 
 
 #: wide starts spread each figure log-uniformly over its prior median x / WIDE_START_FACTOR
@@ -311,6 +331,14 @@ def fit_posterior(
     # low-noise multistart finds regimes (Many-BSP's steps, max(L, T)) the prior's pull hid.
     noise_scale = LOW_NOISE_START
     theta = best_from([*starts, best_from(starts, NOISE_PRIOR)], noise_scale)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        predicted = problem.model.predict(internal_of(specs, theta))
+    if not np.all(np.isfinite(predicted / measured)):
+        raise ModelInputError(
+            "measurements",
+            "no figures within the priors' range predict these runs in finite time (every "
+            "start of the fit overflowed); check the runs' units and the base figures",
+        )
     for _ in range(NOISE_ITERATIONS):
         weighted, information = _information(problem, theta, noise_scale)
         effective = _effective_figures(information, prior_precision)

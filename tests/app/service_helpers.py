@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.client import KperfClient
 from app.settings import Settings
+from kperf_client.client import KperfClient
 
 REPO = Path(__file__).resolve().parents[2]
 A6000 = "rtx-a6000"
@@ -96,7 +96,7 @@ def start_server(
         address = []
     env.update(env_overrides or {})
     kperf = Path(sys.executable).with_name("kperf")
-    command = [str(kperf)] if kperf.exists() else [sys.executable, "-m", "app.cli"]
+    command = [str(kperf)] if kperf.exists() else [sys.executable, "-m", "kperf_client.cli"]
     # the server's JSON log, for post-mortems: removed by stop_server unless
     # KEEP_KPERF_TEST_LOGS=1 (not a KPERF_ variable: clean_environ would drop it)
     log_path = server_log_path(port)

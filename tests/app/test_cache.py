@@ -11,9 +11,9 @@ import pytest
 
 import app.jobs
 from app.cache import Body, MemoryLRU, ResultCache, cache_key
-from app.client import KperfClient
 from app.store import MemoryStore, StoreUnavailable, make_store
 from app.store.sqlite_store import PURGE_EVERY_PUTS, SqliteStore
+from kperf_client.client import KperfClient
 from tests.app import pool_jobs
 from tests.app.service_helpers import (
     clean_environ,

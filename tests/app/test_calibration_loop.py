@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from app.client import KperfClient
+from kperf_client.client import KperfClient
 from perfmodel.gemm_ws import GemmShape
 from solver.search_space import SearchSpace
 from tests.app.calibration_helpers import TRUE_GEMM, measured, true_time_us

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from kperf_client.cli import main
 from tests.app.service_helpers import (
     REPO,
     clean_environ,

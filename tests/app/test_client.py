@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.client import KperfClient, KperfError
+from kperf_client.client import KperfClient, KperfError
 from tests.app.service_helpers import (
     A6000,
     clean_environ,

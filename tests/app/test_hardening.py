@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from app.client import KperfClient
 from app.errors import BodyDecodeError
 from app.routes.json_body import decode_json_body
+from kperf_client.client import KperfClient
 from tests.app.service_helpers import (
     clean_environ,
     free_port,
@@ -219,7 +219,7 @@ def test_pool_background_failure_at_shutdown_is_retrieved() -> None:
     ],
 )
 def test_cli_table_cells_print_floats_without_binary_noise(value: Any, cell: str) -> None:
-    from app.cli import _table
+    from kperf_client.cli import _table
 
     assert _table(("v",), [(value,)]).splitlines()[2] == cell
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
-from app.client import KperfClient
 from app.convert.predict import encode_view, to_core, to_response
 from app.schemas.predict import PredictKernelRequest, PredictKernelResponse
 from bench.bench_large_answers import RSS_HEADROOM_BYTES, measure_concurrent_hits
 from bench.load_test import percentile
+from kperf_client.client import KperfClient
 from perfmodel.manybsp import predict_kernel
 from tests.app.service_helpers import (
     clean_environ,

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.cli import main
-from app.client import KperfClient
 from app.jobs import calibration_svg_via_pool
 from app.main import create_app
 from app.negotiation import prefers_svg
 from app.service import RequestFieldError
 from app.settings import Settings
+from kperf_client.cli import main
+from kperf_client.client import KperfClient
 from render.timeline import FIRST_STAGES, LAST_STAGES, MAX_STAGES_DRAWN
 from tests.app.service_helpers import REPO, clean_environ, make_settings
 from tests.paper_cases import paper_case, paper_http_body

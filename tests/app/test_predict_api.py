@@ -184,6 +184,39 @@ def test_inline_device_params(client: TestClient) -> None:
     assert r.json()["predicted_cycles"] == pytest.approx(13311, rel=0.05)  # §6
 
 
+def test_inline_calibrated_profile_with_its_iso_8601_timestamp(client: TestClient) -> None:
+    # a calibrated profile's GET body carries calibration.created_at as the ISO 8601 string
+    # its schema documents (format date-time); sent back inline it must be read as one
+    profile = client.get("/devices/940mx").json()
+    profile["calibration"] = {
+        "base_device": "940mx",
+        "base_digest": "0" * 64,
+        "root_device": "940mx",
+        "model": "many-bsp",
+        "fitted": ["many_bsp.mu"],
+        "measurement_count": 3,
+        "measurements_digest": "0" * 64,
+        "created_at": "2026-11-25T10:00:00Z",
+        "training_error": {"mean_abs_pct": 1.0, "max_abs_pct": 2.0},
+        "method": "MAP",
+    }
+    named = client.post("/predict-kernel", json=knn_body(device="940mx")).json()
+    r = client.post("/predict-kernel", json=knn_body(device=None, device_params=profile))
+    assert r.status_code == 200, r.text
+    assert r.json()["predicted_cycles"] == named["predicted_cycles"]
+    # lengths that must agree: a rule no schema keyword states, a problem type of its own
+    profile["calibration"]["posterior"] = {"figures": [], "mean_log": [0.0], "covariance_log": []}
+    r = client.post("/predict-kernel", json=knn_body(device=None, device_params=profile))
+    assert r.status_code == 422
+    assert r.json()["type"].endswith("/inconsistent-lengths")
+    assert "calibration.posterior" in r.json()["errors"][0]["reason"]
+    del profile["calibration"]["posterior"]
+    profile["calibration"]["created_at"] = "yesterday"
+    r = client.post("/predict-kernel", json=knn_body(device=None, device_params=profile))
+    assert r.status_code == 422
+    assert "created_at" in r.text
+
+
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

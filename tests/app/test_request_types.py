@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from app.client import KperfClient
 from app.schemas.base import RequestModel
 from app.schemas.batch import OptimizeTilingBatchRequest
 from app.schemas.optimize import OptimizeTilingRequest
 from app.schemas.predict import PredictKernelRequest
 from device_profiles import get_profile
+from kperf_client.client import KperfClient
 from tests.app.service_helpers import clean_environ, in_app, problem
 from tests.paper_cases import paper_case, paper_http_body
 

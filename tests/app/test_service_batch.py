@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.client import KperfClient, KperfError
+from kperf_client.client import KperfClient, KperfError
 from tests.app.service_helpers import (
     clean_environ,
     in_app,

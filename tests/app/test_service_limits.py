@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import app.jobs
-from app.client import KperfClient, KperfError
+from kperf_client.client import KperfClient, KperfError
 from tests.app import pool_jobs
 from tests.app.service_helpers import (
     clean_environ,

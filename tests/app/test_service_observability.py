@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from app.client import KperfClient
 from app.errors import HANDLERS
 from app.logging import JsonFormatter, request_id_var
 from app.service import Service
+from kperf_client.client import KperfClient
 from tests.app.service_helpers import (
     clean_environ,
     in_app,

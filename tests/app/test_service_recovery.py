@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import app.jobs
-from app.client import KperfClient
+from kperf_client.client import KperfClient
 from tests.app import pool_jobs
 from tests.app.service_helpers import clean_environ, in_app, make_settings, metric_value, problem
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import redis
 
-from app.client import KperfClient
+from kperf_client.client import KperfClient
 from tests.app.redis_helpers import RedisServer, redis_server, redis_url
 from tests.app.service_helpers import (
     clean_environ,

@@ -15,7 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
-from app.sweep import BadLine, Journal, JournalLocked, Shape, Sweep, SweepOptions, read_shapes
+from kperf_client.sweep import (
+    BadLine,
+    Journal,
+    JournalLocked,
+    Shape,
+    Sweep,
+    SweepOptions,
+    read_shapes,
+)
 from tests.app.service_helpers import A6000, clean_environ, live_server
 
 __all__ = ["clean_environ", "live_server"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -16,6 +17,7 @@ from perfmodel.gemm_ws import (
     last_math_start_closed_form_ns,
     overall_time_closed_form_ns,
     simulate,
+    simulate_closed_form,
     stage_durations,
     us_to_ns,
     wave_count,
@@ -135,6 +137,8 @@ def test_closed_form_equals_the_stage_by_stage_simulation(
     closed = last_math_start_closed_form_ns(sim.durations, sim.stages, tiling.buffer_depth)
     assert closed == sim.events[-1].math_start_ns
     assert overall_time_closed_form_ns(shape, tiling, machine, wave_model) == sim.overall_time_ns
+    without_events = dataclasses.replace(sim, events=())
+    assert simulate_closed_form(shape, tiling, machine, wave_model) == without_events
 
 
 def test_invalid_machine_and_tiling_are_refused() -> None:

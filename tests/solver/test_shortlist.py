@@ -39,7 +39,14 @@ def test_probability_best_is_the_share_of_draws_won(case: tuple) -> None:
     result = shortlist(times, order, top_k)
     assert result.probability_best == pytest.approx(_count_wins(times, order))
     assert result.probability_best.sum() == pytest.approx(1.0)
-    assert np.all(result.interval_low <= result.interval_high)
+    ranked = list(result.ranked)
+    assert np.all(result.interval_low[ranked] <= result.interval_high[ranked])
+    # the intervals are the draws' 10-90 % quantiles of the ranked columns, and only theirs
+    low, high = np.quantile(times[:, ranked], [0.1, 0.9], axis=0)
+    assert result.interval_low[ranked] == pytest.approx(low)
+    assert result.interval_high[ranked] == pytest.approx(high)
+    others = [c for c in range(times.shape[1]) if c not in ranked]
+    assert np.all(np.isnan(result.interval_low[others]))
 
 
 @given(_cases())

@@ -2,7 +2,9 @@
 
 ``KperfClient(url)`` talks to a running server; ``KperfClient()`` builds the application in
 this process (its worker pool included) and talks to it through ``httpx.ASGITransport``, so the
-same code paths, limits and error bodies apply either way::
+same code paths, limits and error bodies apply either way. Only that in-process mode imports the
+server (``app``, installed by ``pip install 'kperf[server]'``), inside ``__aenter__``; answers
+are read into the client's own views (:mod:`kperf_client.models`)::
 
     async with KperfClient() as client:
         answer = await client.optimize({"m": 4096, "n": 4096, "k": 4096, "device": "rtx-a6000"})
@@ -13,29 +15,59 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 from pydantic import BaseModel
-from starlette.types import ASGIApp, Message
 
-from app.schemas.batch import OptimizeTilingBatchResponse
-from app.schemas.calibrate import (
-    CalibrateRequest,
+from kperf_client.models import (
     CalibrateResponse,
+    DeviceDetail,
+    DeviceList,
     MeasurementRecord,
     MeasurementsAdded,
-    RecalibrateRequest,
+    OptimizeTilingBatchResponse,
+    OptimizeTilingResponse,
 )
-from app.schemas.devices import DeviceDetail, DeviceList
-from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
-from app.settings import Settings
+
+if TYPE_CHECKING:  # the in-process mode's settings; never imported at run time from here
+    from app.settings import Settings
+
+#: the ASGI interface (asgiref's spec), spelled out so the client needs no server package
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
+#: a request body: a mapping, or any pydantic model (only the fields set on it are sent)
+Body = BaseModel | Mapping[str, Any]
 
 IN_PROCESS_URL = "http://kperf.in-process"
 SVG_MEDIA_TYPE = "image/svg+xml"
+
+
+class ServerNotInstalled(RuntimeError):
+    """The server is needed (in-process mode, ``kperf serve``) but only the user side is
+    installed: ``pip install 'kperf[server]'``, or talk to a running service by its URL."""
+
+    def __init__(self, purpose: str, missing: str | None) -> None:
+        self.missing = missing
+        super().__init__(
+            f"{purpose} needs the server, which is not installed (no module {missing!r}): "
+            "pip install 'kperf[server]', or give the URL of a running service"
+        )
+
+
+@contextlib.contextmanager
+def server_imports(purpose: str) -> Iterator[None]:
+    """Around the lazy imports of the server: a missing server module becomes
+    :class:`ServerNotInstalled`, saying what to install."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        raise ServerNotInstalled(purpose, exc.name) from exc
 
 
 class KperfError(Exception):
@@ -106,12 +138,13 @@ class KperfClient:
         self,
         base_url: str | None = None,
         *,
-        settings: Settings | None = None,
+        settings: Settings | Mapping[str, Any] | None = None,
         timeout_s: float = 180.0,
         request_id: str | None = None,
         token: str | None = None,
     ) -> None:
         self.base_url = base_url
+        #: in-process mode only: an ``app.settings.Settings``, or a mapping of its fields
         #: bearer token sent with every request (a server with KPERF_TOKENS_FILE wants one)
         self.token = token
         self.settings = settings
@@ -127,9 +160,15 @@ class KperfClient:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         if self.base_url is None:
-            from app.main import create_app  # only the in-process mode needs the server
+            # only the in-process mode needs the server (the kperf[server] install)
+            with server_imports("the in-process service (no URL)"):
+                from app.main import create_app
+                from app.settings import Settings
 
-            app = create_app(self.settings if self.settings is not None else Settings())
+            settings = self.settings
+            if not isinstance(settings, Settings):
+                settings = Settings(**(settings or {}))
+            app = create_app(settings)
             self.app = app
             await self._stack.enter_async_context(_Lifespan(app))
             transport: httpx.AsyncBaseTransport = httpx.ASGITransport(app=app)
@@ -199,7 +238,7 @@ class KperfClient:
         response = await self._call("GET", f"/devices/{device_id}")
         return DeviceDetail.model_validate(response.json())
 
-    async def optimize(self, request: OptimizeTilingRequest | Mapping[str, Any]) -> OptimizeAnswer:
+    async def optimize(self, request: Body) -> OptimizeAnswer:
         body = _request_json(request)
         response = await self._call("POST", "/optimize-tiling", body)
         return OptimizeAnswer(
@@ -208,9 +247,7 @@ class KperfClient:
             response.headers.get("x-request-id"),
         )
 
-    async def optimize_batch(
-        self, problems: Sequence[OptimizeTilingRequest | Mapping[str, Any]]
-    ) -> OptimizeTilingBatchResponse:
+    async def optimize_batch(self, problems: Sequence[Body]) -> OptimizeTilingBatchResponse:
         body = {"problems": [_request_json(p) for p in problems]}
         response = await self._call("POST", "/optimize-tiling/batch", body)
         return OptimizeTilingBatchResponse.model_validate(response.json())
@@ -220,9 +257,7 @@ class KperfClient:
         body: dict[str, Any] = (await self._call("POST", "/predict-kernel", dict(request))).json()
         return body
 
-    async def optimize_svg(
-        self, request: OptimizeTilingRequest | Mapping[str, Any], candidate_rank: int = 1
-    ) -> bytes:
+    async def optimize_svg(self, request: Body, candidate_rank: int = 1) -> bytes:
         """POST /optimize-tiling as a picture: the timeline of the candidate at that rank."""
         response = await self._call(
             "POST",
@@ -238,13 +273,13 @@ class KperfClient:
         response = await self._call("POST", "/predict-kernel", dict(request), accept=SVG_MEDIA_TYPE)
         return response.content
 
-    async def calibrate(self, request: CalibrateRequest | Mapping[str, Any]) -> CalibrateResponse:
+    async def calibrate(self, request: Body) -> CalibrateResponse:
         """POST /calibrate: a new calibrated profile; its id is ``answer.device``."""
         response = await self._call("POST", "/calibrate", _request_json(request))
         return CalibrateResponse.model_validate(response.json())
 
     async def add_measurements(
-        self, device: str, model: str, measurements: Sequence[BaseModel | Mapping[str, Any]]
+        self, device: str, model: str, measurements: Sequence[Body]
     ) -> MeasurementsAdded:
         """POST /devices/{device}/measurements: append measured runs of ``model``."""
         body = {"model": model, "measurements": [_request_json(m) for m in measurements]}
@@ -256,16 +291,14 @@ class KperfClient:
         response = await self._call("GET", f"/devices/{device}/measurements")
         return MeasurementRecord.model_validate(response.json())
 
-    async def recalibrate(
-        self, device: str, request: RecalibrateRequest | Mapping[str, Any] | None = None
-    ) -> CalibrateResponse:
+    async def recalibrate(self, device: str, request: Body | None = None) -> CalibrateResponse:
         """POST /devices/{device}/recalibrate: refit from every recorded run."""
         body = None if request is None else _request_json(request)
         response = await self._call("POST", f"/devices/{device}/recalibrate", body)
         return CalibrateResponse.model_validate(response.json())
 
 
-def _request_json(request: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+def _request_json(request: Body) -> dict[str, Any]:
     if isinstance(request, BaseModel):
         # only what the caller set: unset fields take the server's defaults
         return request.model_dump(mode="json", exclude_unset=True)

@@ -1,10 +1,12 @@
 """kperf command line: ``serve``, ``optimize``, ``batch``, ``sweep``, ``predict``, ``devices``,
 ``calibrate``, ``recalibrate``, ``measurements add|list``.
 
-Every command except ``serve`` goes through :class:`app.client.KperfClient`: against
+Every command except ``serve`` goes through :class:`kperf_client.client.KperfClient`: against
 ``--url`` when given, else against an in-process instance of the service (same validation,
-limits and errors). Output is a human-readable table; ``--json`` prints the raw JSON for scripts.
-Exit codes: 0 success, 1 the service refused the request (its problem+json is shown), 2 usage.
+limits and errors; that, and ``serve``, need the server installed: ``kperf[server]``). Output is
+a human-readable table; ``--json`` prints the raw JSON for scripts. Exit codes: 0 success, 1 the
+service refused the request (its problem+json is shown), 2 usage (or no server installed for a
+command without ``--url``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ from typing import Any, TextIO
 
 import httpx
 
-from app.client import KperfClient, KperfError
-from app.schemas.calibrate import CalibrateResponse
-from app.settings import Settings
+from kperf_client.client import KperfClient, KperfError, ServerNotInstalled, server_imports
+from kperf_client.models import CalibrateResponse
 
 
 def _cell(value: Any) -> str:
@@ -59,7 +60,7 @@ def _client(args: argparse.Namespace) -> KperfClient:
     settings = None
     if args.url is None:
         # in-process: one worker is plenty for a single command and starts faster
-        settings = Settings(workers=1, log_level="WARNING")
+        settings = {"workers": 1, "log_level": "WARNING"}
     # the bearer token of a server run for a team (README, "Run it for a team")
     return KperfClient(args.url, settings=settings, token=os.environ.get("KPERF_TOKEN") or None)
 
@@ -68,12 +69,15 @@ def _client(args: argparse.Namespace) -> KperfClient:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    # the server, only here: the other commands are HTTP clients (no server install needed)
+    with server_imports("kperf serve"):
+        import uvicorn
 
-    from app import logging as kperf_logging
-    from app.main import create_app
-    from app.malloc import pin_mmap_threshold
-    from app.slow_clients import guarded_protocol
+        from app import logging as kperf_logging
+        from app.main import create_app
+        from app.malloc import pin_mmap_threshold
+        from app.settings import Settings
+        from app.slow_clients import guarded_protocol
 
     overrides = {
         "host": args.host,
@@ -173,7 +177,7 @@ def _load_problems(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The problems of a JSON document (a list, or ``{"problems": [...]}``) or of JSON lines
     (read as ``kperf sweep`` reads them: comments and blank lines skipped), and a
     ``FILE:LINE: reason`` for each line that is not a problem."""
-    from app.sweep import BadLine, read_shapes
+    from kperf_client.sweep import BadLine, read_shapes
 
     text = path.read_text(encoding="utf-8")
     stripped = text.lstrip()
@@ -247,8 +251,16 @@ async def _batch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 async def _sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Exit 0 when every shape has an answer, 1 when any line failed, 3 when interrupted."""
-    from app.sweep import BadLine, Journal, JournalLocked, Shape, Sweep, SweepOptions, read_shapes
-    from app.sweep.console import progress_bar, summary_table
+    from kperf_client.sweep import (
+        BadLine,
+        Journal,
+        JournalLocked,
+        Shape,
+        Sweep,
+        SweepOptions,
+        read_shapes,
+    )
+    from kperf_client.sweep.console import progress_bar, summary_table
 
     parsed = read_shapes(args.file, args.format)
     shapes = [s for s in parsed if isinstance(s, Shape)]
@@ -379,22 +391,20 @@ async def _devices(args: argparse.Namespace, out: TextIO) -> int:
                 return 0
             out.write(f"{profile.id}: {profile.name} ({profile.architecture or '-'})\n")
             rows: list[tuple[Any, ...]] = []
-            for section in ("hardware", "gemm_ws"):
-                figures = getattr(profile, section, None)
-                if figures is None:
-                    continue
-                for name, figure in figures:
+            sections = {"hardware": profile.hardware, "gemm_ws": profile.gemm_ws or {}}
+            for section, figures in sections.items():
+                for name, figure in figures.items():
                     if figure is not None:
-                        prior = getattr(figure, "prior", None)
+                        prior = figure.prior
                         belief = f"{prior.median:.4g} x/ e^{prior.sigma_log:g}" if prior else "-"
                         value = f"{figure.value:.6g}" + (" (estimate)" if figure.estimate else "")
                         rows.append((f"{section}.{name}", value, belief, figure.source))
             out.write(_table(("figure", "value", "prior", "source"), rows) + "\n")
             for model, need in profile.needs_calibration.items():
                 out.write(f"{model}: {need.status}\n")
-                for label, figures in (("calibrate", need.figures), ("cite", need.missing)):
-                    if figures:
-                        out.write(f"  {label}: {', '.join(f.figure for f in figures)}\n")
+                for label, needs in (("calibrate", need.figures), ("cite", need.missing)):
+                    if needs:
+                        out.write(f"  {label}: {', '.join(f.figure for f in needs)}\n")
                 if need.calibrate is not None:
                     out.write(f"  call: {need.calibrate.cli}\n")
             return 0
@@ -786,7 +796,11 @@ def main(
     err = err if err is not None else sys.stderr
     args = build_parser().parse_args(argv)
     if args.kind == "sync":
-        code: int = args.handler(args)
+        try:
+            code: int = args.handler(args)
+        except ServerNotInstalled as exc:
+            err.write(f"error: {exc}\n")
+            return 2
         return code
     handler: Callable[..., Coroutine[Any, Any, int]] = args.handler
     call_args = (args, out, err) if args.kind == "out_err" else (args, out)
@@ -801,7 +815,7 @@ def main(
             for field, reason in exc.field_errors:
                 err.write(f"  {field}: {reason}\n")
         return 1
-    except RunsFileError as exc:
+    except (RunsFileError, ServerNotInstalled) as exc:
         err.write(f"error: {exc}\n")
         return 2
     except (OSError, httpx.HTTPError) as exc:

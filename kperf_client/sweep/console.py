@@ -18,7 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from app.sweep.runner import ProgressHook, SweepStats
+from kperf_client.sweep.runner import ProgressHook, SweepStats
 
 
 @contextmanager

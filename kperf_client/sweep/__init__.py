@@ -4,9 +4,9 @@
 ``runner`` sends batches with retries, ``console`` draws progress and the closing summary.
 """
 
-from app.sweep.journal import Journal, JournalLocked
-from app.sweep.runner import Sweep, SweepOptions, SweepStats
-from app.sweep.shapes import BadLine, Shape, read_shapes
+from kperf_client.sweep.journal import Journal, JournalLocked
+from kperf_client.sweep.runner import Sweep, SweepOptions, SweepStats
+from kperf_client.sweep.shapes import BadLine, Shape, read_shapes
 
 __all__ = [
     "BadLine",

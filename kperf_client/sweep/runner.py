@@ -21,10 +21,9 @@ from typing import Any
 
 import httpx
 
-from app.client import KperfClient
-from app.settings import Settings
-from app.sweep.journal import Journal
-from app.sweep.shapes import Shape
+from kperf_client.client import KperfClient
+from kperf_client.sweep.journal import Journal
+from kperf_client.sweep.shapes import Shape
 
 BATCH_PATH = "/optimize-tiling/batch"
 _ITEM_FIELD = re.compile(r"^(?:body\.)?problems\.(\d+)(?:\.|$)")
@@ -191,7 +190,7 @@ class Sweep:
             self._clients.append(await stack.enter_async_context(client))
         if not self.options.urls:
             # in-process service (its own worker pool), quiet unless something goes wrong
-            local = KperfClient(settings=Settings(log_level="WARNING"), timeout_s=timeout_s)
+            local = KperfClient(settings={"log_level": "WARNING"}, timeout_s=timeout_s)
             self._clients.append((await stack.enter_async_context(local)).http)
 
     async def run(self, shapes: Sequence[Shape], stop: asyncio.Event | None = None) -> SweepStats:

@@ -250,9 +250,7 @@ def readme_matmul_kernel(tmp_path: Path) -> Any:
     return module.matmul_kernel
 
 
-@pytest.mark.parametrize(
-    ("capability", "num_stages"), [("7.5", 3), ("8.6", 4), ("9.0", 3)]
-)
+@pytest.mark.parametrize(("capability", "num_stages"), [("7.5", 3), ("8.6", 4), ("9.0", 3)])
 def test_the_compiler_allocates_buffer_depth_tiles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capability: str, num_stages: int
 ) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import inspect
 import logging
 import threading
@@ -82,20 +83,28 @@ GEMM_WS = "gemm-ws"
 @dataclass(frozen=True, slots=True)
 class Ranking:
     """The service's answer for one list of candidates: positions in that list, best first,
-    with each one's ``probability_best`` (None when not drawn), and the infeasible positions."""
+    with each one's ``probability_best`` (None when not drawn), the infeasible positions, and
+    the positions the request schema refused (not judged)."""
 
     order: tuple[int, ...]
     probability_best: tuple[float | None, ...]
     infeasible: frozenset[int]
+    refused: frozenset[int] = frozenset()
 
 
-def ranking_of(answer: Mapping[str, Any]) -> Ranking:
-    """Read /optimize-tiling's answer to a ``candidates`` request."""
+def ranking_of(answer: Mapping[str, Any], positions: Sequence[int] | None = None) -> Ranking:
+    """Read /optimize-tiling's answer to a ``candidates`` request; ``positions``: where each
+    candidate sent stands in the caller's list (default: the same place)."""
+
+    def where(entry: Mapping[str, Any]) -> int:
+        index = int(entry["input_index"])
+        return index if positions is None else positions[index]
+
     ranked = sorted(answer["candidates"], key=lambda entry: int(entry["rank"]))
     return Ranking(
-        order=tuple(int(entry["input_index"]) for entry in ranked),
+        order=tuple(map(where, ranked)),
         probability_best=tuple(entry.get("probability_best") for entry in ranked),
-        infeasible=frozenset(int(entry["input_index"]) for entry in answer.get("infeasible", [])),
+        infeasible=frozenset(map(where, answer.get("infeasible", []))),
     )
 
 
@@ -208,17 +217,29 @@ class KperfTriton:
             "k": problem.k,
             "dtype": problem.dtype,
             "device": device,
-            "candidates": list(candidates),
             # the service answers within its own budget, inside ours (and within the
             # service's default budget, which every server's maximum allows)
             "time_limit_s": min(DEFAULT_TIME_LIMIT_S, max(0.1, 0.5 * self.timeout_s)),
         }
 
-        async def ask(client: KperfClient) -> dict[str, Any]:
-            answer = await client.optimize(body)
-            return answer.response.model_dump(mode="json")
+        async def ask(client: KperfClient) -> Ranking:
+            positions = list(range(len(candidates)))
+            for attempt in range(2):  # once more without the candidates the schema refused
+                sent = [candidates[p] for p in positions]
+                try:
+                    answer = await client.optimize({**body, "candidates": sent})
+                except KperfError as exc:
+                    refused = _refused_positions(exc, "candidates", len(sent))
+                    if attempt or exc.status != 422 or not refused or len(refused) == len(sent):
+                        raise
+                    positions = [p for i, p in enumerate(positions) if i not in refused]
+                    continue
+                ranking = ranking_of(answer.response.model_dump(mode="json"), positions)
+                left_out = frozenset(range(len(candidates))) - frozenset(positions)
+                return dataclasses.replace(ranking, refused=left_out)
+            raise AssertionError("unreachable")
 
-        ranking = ranking_of(self.portal.call(ask, self.timeout_s))
+        ranking = self.portal.call(ask, self.timeout_s)
         with self._lock:
             self._rankings[key] = ranking
         return ranking
@@ -391,17 +412,20 @@ class KperfPrune:
             )
             return configs
         kept_tilings = select_groups(list(ranked.items()), self.top_k, self.probability_mass)
-        seen = set(ranking.order) | ranking.infeasible
         best_first = sorted(
-            (
-                (kept_tilings.index(tiling), index)
-                for index, tiling in mapped
-                if tiling in kept_tilings
-            ),
+            (kept_tilings.index(tiling), index)
+            for index, tiling in mapped
+            if tiling in kept_tilings
         )
         kept = [index for _, index in best_first]
-        # neither ranked nor refused (a solve that ran out of time): not judged, kept
-        kept += [index for position, (index, _) in enumerate(mapped) if position not in seen]
+        # neither ranked nor infeasible (refused by the request's schema, e.g. oversized
+        # params, or left unranked by a solve out of time): not judged, kept
+        judged = set(ranking.order) | ranking.infeasible
+        kept += [
+            index
+            for position, (index, tiling) in enumerate(mapped)
+            if position not in judged and tiling not in kept_tilings
+        ]
         return [configs[index] for index in kept + unjudged]
 
 
@@ -571,7 +595,7 @@ class Feedback:
             try:
                 added = await client.add_measurements(session.device, GEMM_WS, self._runs)
             except KperfError as exc:
-                refused = _refused_runs(exc, len(self._runs))
+                refused = _refused_positions(exc, "measurements", len(self._runs))
                 if exc.status != 422 or not refused:
                     session.warn_once("feedback", f"measured runs refused: {exc}")
                     self._runs = []
@@ -604,12 +628,12 @@ class Feedback:
         logger.info("kperf: %s recalibrated from its runs: now %s", device, answer.device)
 
 
-def _refused_runs(exc: KperfError, count: int) -> set[int]:
-    """Positions of the runs a 422 names (``measurements.3.tile_m``)."""
+def _refused_positions(exc: KperfError, list_field: str, count: int) -> set[int]:
+    """Positions in a request's list that a 422 names (``measurements.3.tile_m``)."""
     refused = set()
     for field, _ in exc.field_errors:
         parts = field.split(".")
-        if len(parts) >= 2 and parts[0] == "measurements" and parts[1].isdigit():
+        if len(parts) >= 2 and parts[0] == list_field and parts[1].isdigit():
             if int(parts[1]) < count:
                 refused.add(int(parts[1]))
     return refused

@@ -466,14 +466,15 @@ def test_listener_from_the_key_without_our_prune(
 
 
 def test_importing_the_plugin_loads_no_triton_and_nothing_of_the_server() -> None:
-    """triton loads when a listener is installed, not on import; and the plug-in adds no
-    server module to what the client itself imports (the client's own independence is
-    tests/test_architecture.py's)."""
-    forbidden = ("triton", "app", "solver", "perfmodel", "device_profiles", "render", "fastapi")
+    """triton loads when a listener is installed, not on import (a prune function alone never
+    loads it), and nothing of the server or its dependencies comes with the plug-in."""
+    forbidden = (
+        *("triton", "app", "solver", "perfmodel", "device_profiles", "render"),
+        *("fastapi", "z3", "numpy", "scipy"),
+    )
     code = (
-        "import sys, kperf_client.client; before = set(sys.modules); import kperf_client.triton; "
-        f"print(','.join(sorted(m for m in set(sys.modules) - before "
-        f"if m.split('.')[0] in {forbidden!r})))"
+        "import sys, kperf_client.triton; "
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {forbidden!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
@@ -503,3 +504,24 @@ def test_a_triton_without_the_listener_contract_is_not_hooked(
     assert getattr(triton.knobs.autotuning, "listener", "absent") is before
     (warning,) = kperf_warnings(caplog)
     assert "listener not installed" in warning
+
+
+def test_a_candidate_the_service_refuses_is_kept_unjudged(
+    live_server: str, sessions: list[KperfTriton], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A config whose params the request schema refuses (over 1 KiB of JSON) is left out of
+    the ranking, not the whole ranking: it is kept, unjudged, after the ranked groups."""
+    kwargs = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 8}
+    big = triton.Config({**kwargs, "NOTE": "x" * 2000}, num_stages=3)
+    session = new_session(sessions, live_server, A6000)
+    tuner = triton.autotune(
+        configs=[*CONFIGS[:-1], big, CONFIGS[-1]],
+        key=["M", "N", "K"],
+        prune_configs_by={"early_config_prune": session.prune(top_k=2)},
+    )(matmul_kernel)
+    a, b, c = tensors()
+    kept = prune_as_triton_does(tuner, (a, b, c, 3072, 3072, 3072))
+    answer = server_ranking(live_server, {"m": 3072, "n": 3072, "k": 3072, "dtype": "fp16"}, A6000)
+    ranked_groups = expected_kept(answer, top_k=2)[:-1]
+    assert kept == [*ranked_groups, big, CONFIGS[-1]]
+    assert kperf_warnings(caplog) == []

@@ -198,7 +198,12 @@ def test_prune_reads_the_dtype_and_caches_answers(
     # the same (M, N, K, dtype) again: answered from the process' cache, no request
     asked: list[Any] = []
     original = session.portal.call
-    monkeypatch.setattr(session.portal, "call", lambda *a, **k: asked.append(a) or original(*a))
+
+    def counted(*args: Any) -> Any:
+        asked.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(session.portal, "call", counted)
     assert prune_as_triton_does(tuner, (a, b, c, 1000, 3000, 500)) == kept
     assert asked == []
     # M, N, K passed by keyword reach the prune function through Triton's kwargs

@@ -542,6 +542,7 @@ class Feedback:
         self._runs: list[dict[str, Any]] = []  # runs not yet recorded by the service
         self._timer: asyncio.TimerHandle | None = None
         self._flushing: asyncio.Lock | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self.since_recalibration = 0
         #: what happened, for tests and the curious: runs recorded, recalibrations made
         self.posted = 0
@@ -553,16 +554,21 @@ class Feedback:
 
     def _take(self, tuning: Tuning) -> None:
         self._tunings.append(tuning)
-        loop = asyncio.get_running_loop()
         waiting = len(self._runs) + sum(len(timings) for _, timings in self._tunings)
         if waiting >= self.batch_size:
-            loop.create_task(self._flush_in_background())
+            self._flush_in_background()
         elif self._timer is None:
-            self._timer = loop.call_later(
-                self.max_delay_s, lambda: loop.create_task(self._flush_in_background())
+            self._timer = asyncio.get_running_loop().call_later(
+                self.max_delay_s, self._flush_in_background
             )
 
-    async def _flush_in_background(self) -> None:
+    def _flush_in_background(self) -> None:
+        # the loop keeps only weak references to tasks: hold each until it is done
+        task = asyncio.get_running_loop().create_task(self._flush_logged())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush_logged(self) -> None:
         try:
             await self.session.portal.within(self.flush)
         except Exception as exc:  # noqa: BLE001 - a background task: say it, never raise

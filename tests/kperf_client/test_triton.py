@@ -530,3 +530,28 @@ def test_a_candidate_the_service_refuses_is_kept_unjudged(
     ranked_groups = expected_kept(answer, top_k=2)[:-1]
     assert kept == [*ranked_groups, big, CONFIGS[-1]]
     assert kperf_warnings(caplog) == []
+
+
+def test_a_full_batch_is_posted_in_the_background(
+    live_server: str, sessions: list[KperfTriton], launch: FakeLaunch
+) -> None:
+    """No flush asked: batch_size waiting configs post themselves from the loop thread."""
+    device = "v100"  # no other test posts runs to it; sm_70: one buffer whatever num_stages
+    session = new_session(sessions, live_server, device)
+    listener = session.install_listener(key_names=["M", "N", "K"], batch_size=2, max_delay_s=600)
+    try:
+        tuner = autotuner(lambda configs, named_args, **kw: CONFIGS[:2], do_bench=launch.do_bench)
+        a, b, c = tensors()
+        tuner.run(a, b, c, 640, 640, 640, grid=(1,))
+        deadline = time.monotonic() + 20
+        while not recorded_runs(live_server, device) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (run,) = recorded_runs(live_server, device)  # two num_warps of one tiling: one run
+        assert (run["tile_m"], run["tile_n"], run["tile_k"], run["buffer_depth"]) == (
+            128,
+            128,
+            32,
+            1,
+        )
+    finally:
+        listener.uninstall()

@@ -21,12 +21,12 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app import cli
 from app.main import create_app
 from app.profile_store import ProfileStore
 from app.settings import Settings
 from app.store import MemoryStore, ResilientStore, StoreUnavailable
 from device_profiles import DeviceProfile, default_profiles
+from kperf_client import cli
 from tests.app.calibration_helpers import gemm_ws_runs
 from tests.app.service_helpers import clean_environ
 

@@ -211,7 +211,7 @@ def fit_gemm_ws(
         machine = machine_with(base, values)
         return np.array(
             [
-                _service_prediction_us(machine, measurements[i], pipeline, wave_model, sm, ratios)
+                predict_run_us(machine, measurements[i], pipeline, sm, ratios, wave_model)
                 for i in rows
             ],
             dtype=np.float64,
@@ -242,16 +242,19 @@ def fit_gemm_ws(
     return _with_regime_warning(result, model, specs)
 
 
-def _service_prediction_us(
+def predict_run_us(
     machine: GemmWsMachine,
     run: GemmWsMeasurement,
-    pipeline: PipelineModel,
-    wave_model: WaveTimeModel,
-    limits: SmLimits,
-    ratios: Mapping[str, tuple[float, float]],
+    pipeline: PipelineModel = PipelineModel.PAPER,
+    limits: SmLimits | None = None,
+    ratios: Mapping[str, tuple[float, float]] | None = None,
+    wave_model: WaveTimeModel = WaveTimeModel.PAPER,
 ) -> float:
-    """The service's own integer-ns prediction of ``run`` under ``pipeline``, in us."""
-    at_dtype = scaled_throughputs(machine, ratios.get(run.dtype, (1.0, 1.0)))
+    """The service's own integer-ns prediction of ``run`` under ``pipeline`` in us, on
+    ``machine``'s reference figures scaled by the run dtype's ``ratios`` (absent: 1) and, for
+    async-copy, SMs of ``limits`` (default: one CTA per SM) with the run's threads/registers."""
+    limits = limits or SmLimits()
+    at_dtype = scaled_throughputs(machine, (ratios or {}).get(run.dtype, (1.0, 1.0)))
     shape, tiling = shape_and_tiling(run)
     if pipeline is PipelineModel.PAPER:
         ns = overall_time_closed_form_ns(

@@ -208,14 +208,8 @@ def fit_gemm_ws(
 
     def report(x: FloatArray, rows: IntArray) -> FloatArray:
         values = {s.name: s.to_value(float(xi)) for s, xi in zip(specs, x, strict=True)}
-        machine = machine_with(base, values)
-        return np.array(
-            [
-                predict_run_us(machine, measurements[i], pipeline, sm, ratios, wave_model)
-                for i in rows
-            ],
-            dtype=np.float64,
-        )
+        predict = _Predictor(machine_with(base, values), pipeline, sm, ratios, wave_model)
+        return np.array([predict(measurements[i]) for i in rows], dtype=np.float64)
 
     excess = [i for i, _ in shared_memory_excess(base, measurements)]
     warnings = (
@@ -253,23 +247,47 @@ def predict_run_us(
     """The service's own integer-ns prediction of ``run`` under ``pipeline`` in us, on
     ``machine``'s reference figures scaled by the run dtype's ``ratios`` (absent: 1) and, for
     async-copy, SMs of ``limits`` (default: one CTA per SM) with the run's threads/registers."""
-    limits = limits or SmLimits()
-    at_dtype = scaled_throughputs(machine, (ratios or {}).get(run.dtype, (1.0, 1.0)))
-    shape, tiling = shape_and_tiling(run)
-    if pipeline is PipelineModel.PAPER:
-        ns = overall_time_closed_form_ns(
-            shape, tiling, at_dtype, wave_model, DurationTable(at_dtype)
-        )
-    else:
-        ns = overall_time_async_closed_form_ns(
-            shape,
-            tiling,
-            at_dtype,
-            run_limits(limits, run),
-            ELEMENT_BYTES[run.dtype],
-            AsyncDurationTable(at_dtype),
-        )
-    return ns / 1000
+    return _Predictor(machine, pipeline, limits or SmLimits(), ratios or {}, wave_model)(run)
+
+
+class _Predictor:
+    """:func:`predict_run_us` for many runs on one machine: one duration table per dtype."""
+
+    def __init__(
+        self,
+        machine: GemmWsMachine,
+        pipeline: PipelineModel,
+        limits: SmLimits,
+        ratios: Mapping[str, tuple[float, float]],
+        wave_model: WaveTimeModel,
+    ) -> None:
+        self._machine, self._pipeline, self._limits = machine, pipeline, limits
+        self._ratios, self._wave_model = ratios, wave_model
+        self._tables: dict[str, tuple[GemmWsMachine, DurationTable, AsyncDurationTable]] = {}
+
+    def __call__(self, run: GemmWsMeasurement) -> float:
+        if run.dtype not in self._tables:
+            ratio = self._ratios.get(run.dtype, (1.0, 1.0))
+            at_dtype = scaled_throughputs(self._machine, ratio)
+            self._tables[run.dtype] = (
+                at_dtype,
+                DurationTable(at_dtype),
+                AsyncDurationTable(at_dtype),
+            )
+        at_dtype, table, async_table = self._tables[run.dtype]
+        shape, tiling = shape_and_tiling(run)
+        if self._pipeline is PipelineModel.PAPER:
+            ns = overall_time_closed_form_ns(shape, tiling, at_dtype, self._wave_model, table)
+        else:
+            ns = overall_time_async_closed_form_ns(
+                shape,
+                tiling,
+                at_dtype,
+                run_limits(self._limits, run),
+                ELEMENT_BYTES[run.dtype],
+                async_table,
+            )
+        return ns / 1000
 
 
 def _with_regime_warning(

@@ -15,7 +15,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.schemas.devices import drop_read_only_keys
 from app.settings import Settings
+from device_profiles import DeviceProfile
+from device_profiles.pipeline import default_pipeline_model
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
 from perfmodel.gemm_ws_async import SmLimits, simulate_async
 from tests.app.calibration_helpers import SHAPES, TILINGS, TRUE_GEMM, gemm_ws_runs
@@ -111,6 +114,9 @@ def test_async_copy_fit_recovers_the_hidden_device_and_the_profile_records_it(
             assert _async_time_us(machine, run) == pytest.approx(truth, rel=0.01)
     profile = client.get(f"/devices/{answer['device']}").json()
     assert profile["calibration"]["pipeline_model"] == "async-copy"
+    # answers on the calibrated profile default to the model it was fitted under
+    stored = DeviceProfile.model_validate(drop_read_only_keys(profile))
+    assert default_pipeline_model(stored) == "async-copy"
 
 
 def test_the_same_runs_under_paper_make_another_profile_that_fits_them_worse(

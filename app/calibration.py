@@ -58,6 +58,8 @@ from app.service import (
 )
 from app.store import StoreUnavailable
 from device_profiles import DeviceProfile
+from device_profiles.pipeline import default_pipeline_model
+from device_profiles.schema import PipelineModelName
 from perfmodel.errors import CalibrationInputError
 
 _MEASUREMENT_TYPES: dict[str, type[BaseModel]] = {
@@ -97,9 +99,11 @@ async def calibrate(
     base_field: str,
     tenant: str,
     moving_alias_from: str | None = None,
+    pipeline_model: PipelineModelName | None = None,
 ) -> CalibrateResponse:
     """Fit, store and name a calibrated profile of ``base`` (see the module docstring);
-    ``base_field`` is the request field that chose the base (named in its errors)."""
+    ``base_field`` is the request field that chose the base (named in its errors);
+    ``pipeline_model``: GeMM-WS's, resolved (None for Many-BSP)."""
     profiles = service.profile_store
     _check_count(service, len(measurements), "measurements")
     names = list(fit) if fit is not None else list(FIGURES[model])
@@ -107,7 +111,9 @@ async def calibrate(
     convert.check_ptx_sizes(model, measurements, service.settings.max_ptx_bytes)
     documents, order = convert.canonical(measurements)
     digest = convert.measurements_digest(documents)
-    device_id = convert.calibrated_id(root, base, model, names, digest, MODEL_VERSION)
+    device_id = convert.calibrated_id(
+        root, base, convert.fit_key(model, pipeline_model), names, digest, MODEL_VERSION
+    )
     if name is not None:
         # refuse a taken name before fitting; set_alias checks again when it writes
         await asyncio.to_thread(profiles.check_alias, name, device_id, moving_alias_from)
@@ -120,6 +126,7 @@ async def calibrate(
             fit=fit,
             folds=_folds(folds, len(documents)),
             time_limit_s=time_limit_s,
+            pipeline_model=pipeline_model,
         )
     except CalibrationInputError as exc:
         # the core names runs by their canonical position: name them as the caller sent them
@@ -136,6 +143,7 @@ async def calibrate(
         count=len(documents),
         digest=digest,
         created_at=datetime.now(UTC),
+        pipeline_model=pipeline_model,
     )
     created = await asyncio.to_thread(profiles.save, profile, model, documents, tenant)
     if name is not None:
@@ -146,6 +154,7 @@ async def calibrate(
         name=name,
         created=created,
         model=model,  # type: ignore[arg-type] # one of the CalibrationModel literals
+        pipeline_model=pipeline_model,
         base_device=base_id,
         unit=UNITS[model],
         measurement_count=len(documents),
@@ -186,6 +195,7 @@ async def calibrate_request(
         ),
         base_field="base_device" if request.base_device is not None else "base_device_params",
         tenant=principal.tenant,
+        pipeline_model=_pipeline_model(request.model, request.pipeline_model, base),
     )
 
 
@@ -292,6 +302,20 @@ async def delete_profile(service: Service, principal: Principal, device_ref: str
     return await asyncio.to_thread(profiles.delete_profile, record_id, tenant)
 
 
+def _pipeline_model(
+    model: str, requested: PipelineModelName | None, profile: DeviceProfile
+) -> PipelineModelName | None:
+    """The GeMM-WS pipeline model a fit runs under: the request's, else ``profile``'s default
+    (its calibration's, else by its figures and compute capability); None for Many-BSP."""
+    if model != "gemm-ws":
+        if requested is not None:
+            raise RequestFieldError(
+                "pipeline_model", f"pipeline_model applies to gemm-ws fits only, not {model}"
+            )
+        return None
+    return requested if requested is not None else default_pipeline_model(profile)
+
+
 def _recalibration_model(
     profile: DeviceProfile, record: dict[str, list[Any]], requested: str | None
 ) -> str:
@@ -360,6 +384,7 @@ async def recalibrate(
         base_field="device",
         tenant=tenant,
         moving_alias_from=profile.id,
+        pipeline_model=_pipeline_model(model, request.pipeline_model, profile),
     )
 
 

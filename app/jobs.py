@@ -406,14 +406,17 @@ def calibrate_job(
     measurements_json: list[dict[str, Any]],
     fit: list[str] | None,
     folds: int,
+    pipeline_model: str | None = None,
 ) -> dict[str, Any]:
     """Worker side of POST /calibrate and /recalibrate: fit ``model``'s figures of the base
-    profile (with a value for every figure, see fit_ready) to the runs, in canonical order.
-    The answer is small and never cached: a plain dict, validated by the parent."""
+    profile (with a value for every figure, see fit_ready) to the runs, in canonical order,
+    under ``pipeline_model`` (GeMM-WS). The answer is small and never cached: a plain dict,
+    validated by the parent."""
     from app.convert import calibration_core
 
     base = DeviceProfile.model_validate(base_json)
-    return calibration_core.fit(model, base, measurements_json, fit, folds).model_dump(mode="json")
+    answer = calibration_core.fit(model, base, measurements_json, fit, folds, pipeline_model)
+    return answer.model_dump(mode="json")
 
 
 def check_runs_job(model: str, base_json: dict[str, Any], measurements_json: list[Any]) -> None:
@@ -433,6 +436,7 @@ async def calibrate_via_pool(
     fit: list[str] | None,
     folds: int,
     time_limit_s: float,
+    pipeline_model: str | None = None,
 ) -> CalibrationFit:
     """The fit, in a worker (CPU-bound: least squares over every run, then k more fits)."""
     body = await run_job(
@@ -445,6 +449,7 @@ async def calibrate_via_pool(
             "measurements_json": documents,
             "fit": fit,
             "folds": folds,
+            "pipeline_model": pipeline_model,
         },
         time_limit_s,
         pass_time_limit=False,

@@ -1,14 +1,19 @@
-"""Both pipeline models on public measurements: the CUTLASS 2.x TF32 cp.async sweep on an RTX
-3090 (../shared/data/real-gemm/cutlass_tf32_rtx3090, 36 configs at 8192^3, stages 2-5).
+"""Both pipeline models on public measurements, calibrated by the product's own MAP fit
+(perfmodel.calibration.fit_gemm_ws, the same engine and cited priors as POST /calibrate):
+the CUTLASS 2.x TF32 cp.async sweep on an RTX 3090 (../shared/data/real-gemm/cutlass_tf32_rtx3090,
+36 configs at 8192^3, stages 2-5; threads per CTA from the warp tiles).
 
-Each model's six GeMM-WS figures are fitted on a random half of the configs (least squares on
-log time, scipy, the same generic fit for both models: perfmodel.calibration.fit_gemm_ws
-fits the paper model only), then scored on the other half (median |error|) and over all 36
-configs (does the predicted top 5 hold one within 3 % of the measured best?).
+Each model's six GeMM-WS figures are fitted on a random half of the configs, starting from and
+held by the priors of the rtx-a6000 profile (GA102 like the RTX 3090; its SM count replaced by
+the 3090's 82, runs as fp32 with the profile's fp32 ratios), then scored on the other half
+(median |error|) and over all 36 configs (does the predicted top 5 hold one within 3 % of the
+measured best?).
 
 Second part: the Kernel Tuner ``Xgemm`` caches (../shared/data/real-gemm/kt_xgemm_sgemm4096,
 fp32 4096^3, single-buffered: buffer depth 1): the best time per (MWG, NWG, KWG) tile, each
-model fitted on 8 random tiles, Spearman rank correlation over the other tiles.
+model fitted on 8 random tiles, Spearman rank correlation over the other tiles. Priors: the
+a100 profile's for the A100, the rtx-a6000 profile's for the three GeForce/TITAN GPUs (no
+Turing profile ships); each GPU's own SM count and SM limits.
 
 Usage: python -m bench.bench_pipeline_real [--splits N]
 """
@@ -17,90 +22,115 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import random
 import statistics
-from functools import partial
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from bench.common import command_line
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, overall_time_closed_form_ns
-from perfmodel.gemm_ws_async import SmLimits, overall_time_async_closed_form_ns
+from device_profiles import get_profile
+from device_profiles.pipeline import sm_limits
+from device_profiles.priors import gemm_ws_dtype_ratios, gemm_ws_priors
+from device_profiles.schema import DeviceProfile
+from perfmodel.calibration import GemmWsMeasurement, apply_gemm_ws, fit_gemm_ws
+from perfmodel.calibration.gemm_ws import predict_run_us
+from perfmodel.gemm_ws import GemmWsMachine
+from perfmodel.gemm_ws_async import PipelineModel, SmLimits
 
 DATA = (
     Path(__file__).resolve().parents[2]
     / "shared/data/real-gemm/cutlass_tf32_rtx3090/multisize_results.csv"
 )
 #: RTX 3090 (GA102, CC 8.6): 82 SMs (NVIDIA GeForce RTX 3090 specifications: 10,496 CUDA
-#: cores = 82 SMs x 128); 16 resident blocks, 100 KB shared memory per SM, 99 KB per block
-#: (CUDA C++ Programming Guide, technical specifications, CC 8.6)
+#: cores = 82 SMs x 128); 16 resident blocks, 100 KB shared memory, 1536 threads, 64 K
+#: registers per SM (CUDA C++ Programming Guide, technical specifications, CC 8.6: the
+#: rtx-a6000 profile's, also CC 8.6)
 SM_COUNT = 82
-LIMITS = SmLimits(max_blocks_per_sm=16, shared_memory_per_sm_bytes=102400)
-#: starting point of the fit (RTX A6000 figures of the paper, §4.2; the A6000 is also GA102)
-START = (1.68, 1.543, 0.77, 0.01, 152.96, 24610.0)
-
-Row = tuple[GemmShape, Tiling, float]
+MODELS = (PipelineModel.PAPER, PipelineModel.ASYNC_COPY)
 
 XGEMM = DATA.parents[1] / "kt_xgemm_sgemm4096/xgemm_sgemm4096_all.csv"
-#: (SMs, SM limits) per GPU of the Xgemm caches. SMs: NVIDIA A100 whitepaper (108), GeForce
-#: RTX 3090 (82), RTX 2080 Ti (68), TITAN RTX (72) specifications. Resident blocks and shared
-#: memory per SM: CUDA C++ Programming Guide, technical specifications (CC 8.0: 32, 164 KB;
-#: CC 8.6: 16, 100 KB; CC 7.5: 16, 64 KB).
-XGEMM_GPUS: dict[str, tuple[int, SmLimits]] = {
-    "A100": (108, SmLimits(32, 167936)),
-    "RTX_3090": (82, SmLimits(16, 102400)),
-    "RTX_2080_Ti": (68, SmLimits(16, 65536)),
-    "RTX_Titan": (72, SmLimits(16, 65536)),
+#: (profile whose priors are used, SMs, SM limits) per GPU of the Xgemm caches. SMs: NVIDIA
+#: A100 whitepaper (108), GeForce RTX 3090 (82), RTX 2080 Ti (68), TITAN RTX (72)
+#: specifications. Resident blocks and shared memory per SM: CUDA C++ Programming Guide,
+#: technical specifications (CC 8.0: 32, 164 KB; CC 8.6: 16, 100 KB; CC 7.5: 16, 64 KB).
+XGEMM_GPUS: dict[str, tuple[str, int, SmLimits]] = {
+    "A100": ("a100", 108, SmLimits(32, 167936)),
+    "RTX_3090": ("rtx-a6000", 82, SmLimits(16, 102400)),
+    "RTX_2080_Ti": ("rtx-a6000", 68, SmLimits(16, 65536)),
+    "RTX_Titan": ("rtx-a6000", 72, SmLimits(16, 65536)),
 }
 
 
-def _rows() -> list[Row]:
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """What a fit needs of a device: base figures, cited priors, dtype ratios, SM limits."""
+
+    base: GemmWsMachine
+    profile: DeviceProfile
+    limits: SmLimits
+
+    def fit(self, model: PipelineModel, train: list[GemmWsMeasurement], seed: int) -> GemmWsMachine:
+        result = fit_gemm_ws(
+            self.base,
+            train,
+            folds=0,
+            seed=seed,
+            priors=gemm_ws_priors(self.profile),
+            dtype_ratios=gemm_ws_dtype_ratios(self.profile),
+            pipeline_model=model,
+            limits=self.limits,
+        )
+        return apply_gemm_ws(self.base, result)
+
+    def predict(
+        self, model: PipelineModel, machine: GemmWsMachine, run: GemmWsMeasurement
+    ) -> float:
+        ratios = gemm_ws_dtype_ratios(self.profile)
+        return predict_run_us(machine, run, model, self.limits, ratios)
+
+
+def _device(profile_id: str, sm_count: int, limits: SmLimits | None = None) -> Device:
+    profile = get_profile(profile_id)
+    section = profile.gemm_ws
+    assert section is not None
+    base = GemmWsMachine(
+        sm_count=sm_count,
+        t_init_us=section.t_init_us.value,
+        t_epilogue_us=section.t_epilogue_us.value,
+        load_startup_latency_us=section.load_startup_latency_us.value,
+        compute_startup_latency_us=section.compute_startup_latency_us.value,
+        load_throughput_elements_per_us=section.load_throughput_elements_per_us.value,
+        compute_throughput_macs_per_us=section.compute_throughput_macs_per_us.value,
+    )
+    return Device(base, profile, limits or sm_limits(profile))
+
+
+def _rows() -> list[GemmWsMeasurement]:
     with open(DATA, encoding="utf-8") as f:
         return [
-            (
-                GemmShape(int(r["M"]), int(r["N"]), int(r["K"])),
-                Tiling(int(r["tb_m"]), int(r["tb_n"]), int(r["tb_k"]), int(r["stages"])),
+            GemmWsMeasurement(
+                int(r["M"]),
+                int(r["N"]),
+                int(r["K"]),
+                "fp32",
+                int(r["tb_m"]),
+                int(r["tb_n"]),
+                int(r["tb_k"]),
+                int(r["stages"]),
                 float(r["mean_time_ms"]) * 1000,
+                # one warp per warp tile of the threadblock tile
+                threads_per_cta=32
+                * (int(r["tb_m"]) // int(r["warp_m"]))
+                * (int(r["tb_n"]) // int(r["warp_n"])),
             )
             for r in csv.DictReader(f)
             if r["case"] == "case1"
         ]
 
 
-def _machine(x: np.ndarray, sm_count: int = SM_COUNT) -> GemmWsMachine:
-    # x: logs of the six GeMM-WS figures in GemmWsMachine field order (t_init_us first)
-    t = [float(v) for v in np.exp(x)]
-    return GemmWsMachine(sm_count, t[0], t[1], t[2], t[3], t[4], t[5])
-
-
-def _predict_us(
-    model: str,
-    machine: GemmWsMachine,
-    shape: GemmShape,
-    tiling: Tiling,
-    limits: SmLimits = LIMITS,
-) -> float:
-    if model == "paper":
-        return overall_time_closed_form_ns(shape, tiling, machine) / 1000
-    return overall_time_async_closed_form_ns(shape, tiling, machine, limits, 4) / 1000
-
-
-def _fit(
-    model: str, train: list[Row], sm_count: int = SM_COUNT, limits: SmLimits = LIMITS
-) -> GemmWsMachine:
-    def residuals(x: np.ndarray) -> np.ndarray:
-        machine = _machine(x, sm_count)
-        return np.array(
-            [np.log(_predict_us(model, machine, s, t, limits) / y) for s, t, y in train]
-        )
-
-    found = least_squares(residuals, np.log(np.array(START)), diff_step=1e-3, max_nfev=400)
-    return _machine(found.x, sm_count)
-
-
-def _xgemm_rows(gpu: str) -> list[Row]:
+def _xgemm_rows(gpu: str) -> list[GemmWsMeasurement]:
     best: dict[tuple[int, int, int], float] = {}
     with open(XGEMM, encoding="utf-8") as f:
         for r in csv.DictReader(f):
@@ -108,43 +138,48 @@ def _xgemm_rows(gpu: str) -> list[Row]:
                 continue
             key = (int(r["MWG"]), int(r["NWG"]), int(r["KWG"]))
             best[key] = min(best.get(key, float("inf")), float(r["time_ms"]) * 1000)
-    shape = GemmShape(4096, 4096, 4096)
-    return [(shape, Tiling(tm, tn, tk, 1), y) for (tm, tn, tk), y in sorted(best.items())]
+    return [
+        GemmWsMeasurement(4096, 4096, 4096, "fp32", tm, tn, tk, 1, y)
+        for (tm, tn, tk), y in sorted(best.items())
+    ]
 
 
-def _xgemm_rho(model: str, gpu: str, splits: int) -> tuple[int, float]:
-    sm_count, limits = XGEMM_GPUS[gpu]
+def _xgemm_rho(model: PipelineModel, gpu: str, splits: int) -> tuple[int, float]:
+    profile_id, sm_count, limits = XGEMM_GPUS[gpu]
+    device = _device(profile_id, sm_count, limits)
     rows = _xgemm_rows(gpu)
     rhos = []
     for seed in range(splits):
         order = list(range(len(rows)))
         random.Random(seed).shuffle(order)
         train, test = [rows[i] for i in order[:8]], [rows[i] for i in order[8:]]
-        machine = _fit(model, train, sm_count, limits)
-        predicted = [_predict_us(model, machine, s, t, limits) for s, t, _ in test]
-        rhos.append(_spearman(predicted, [y for _, _, y in test]))
+        machine = device.fit(model, train, seed)
+        predicted = [device.predict(model, machine, r) for r in test]
+        rhos.append(_spearman(predicted, [r.measured_time_us for r in test]))
     return len(rows), statistics.median(rhos)
 
 
-def _score(model: str, rows: list[Row], splits: int) -> tuple[float, int, list[float]]:
+def _score(
+    model: PipelineModel, rows: list[GemmWsMeasurement], splits: int
+) -> tuple[float, int, list[float]]:
+    device = _device("rtx-a6000", SM_COUNT)
     errors, hits, rhos = [], 0, []
-    best = min(y for _, _, y in rows)
+    best = min(r.measured_time_us for r in rows)
     for seed in range(splits):
         order = list(range(len(rows)))
         random.Random(seed).shuffle(order)
         train = [rows[i] for i in order[: len(rows) // 2]]
         test = [rows[i] for i in order[len(rows) // 2 :]]
-        machine = _fit(model, train)
-        predict = partial(_predict_row, model, machine)
-        errors += [abs(predict(r) / r[2] - 1) for r in test]
+        machine = device.fit(model, train, seed)
+
+        def predict(run: GemmWsMeasurement, machine: GemmWsMachine = machine) -> float:
+            return device.predict(model, machine, run)
+
+        errors += [abs(predict(r) / r.measured_time_us - 1) for r in test]
         top5 = sorted(rows, key=predict)[:5]
-        hits += any(y <= 1.03 * best for _, _, y in top5)
-        rhos.append(_spearman([predict(r) for r in test], [r[2] for r in test]))
+        hits += any(r.measured_time_us <= 1.03 * best for r in top5)
+        rhos.append(_spearman([predict(r) for r in test], [r.measured_time_us for r in test]))
     return statistics.median(errors), hits, rhos
-
-
-def _predict_row(model: str, machine: GemmWsMachine, row: Row) -> float:
-    return _predict_us(model, machine, row[0], row[1])
 
 
 def _spearman(a: list[float], b: list[float]) -> float:
@@ -170,10 +205,10 @@ def main() -> None:
         "| held-out Spearman rho (median) |"
     )
     print("|---|---|---|---|")
-    for model in ("paper", "async-copy"):
+    for model in MODELS:
         error, hits, rhos = _score(model, rows, args.splits)
         print(
-            f"| {model} | {error * 100:.1f} % | {hits}/{args.splits} "
+            f"| {model.value} | {error * 100:.1f} % | {hits}/{args.splits} "
             f"| {statistics.median(rhos):.2f} |"
         )
     if not XGEMM.exists():
@@ -184,8 +219,8 @@ def main() -> None:
     )
     print("|---|---|---|---|")
     for gpu in XGEMM_GPUS:
-        tiles, paper_rho = _xgemm_rho("paper", gpu, args.splits)
-        _, async_rho = _xgemm_rho("async-copy", gpu, args.splits)
+        tiles, paper_rho = _xgemm_rho(PipelineModel.PAPER, gpu, args.splits)
+        _, async_rho = _xgemm_rho(PipelineModel.ASYNC_COPY, gpu, args.splits)
         print(f"| {gpu} | {tiles} | {paper_rho:.2f} | {async_rho:.2f} |")
 
 

@@ -9,7 +9,8 @@ the async-copy variant. A calibrated profile answers under the model it was fitt
 
 from __future__ import annotations
 
-from device_profiles.schema import DeviceProfile, PipelineModelName
+from device_profiles.schema import DeviceProfile, PipelineModelName, PositiveFigure
+from perfmodel.gemm_ws_async import SmLimits
 
 #: first compute capability with asynchronous global-to-shared copies (cp.async, sm_80)
 ASYNC_COPY_FROM_COMPUTE_CAPABILITY = (8, 0)
@@ -35,3 +36,21 @@ def default_pipeline_model(profile: DeviceProfile | None) -> PipelineModelName:
     if estimated and capability is not None and capability >= ASYNC_COPY_FROM_COMPUTE_CAPABILITY:
         return "async-copy"
     return "paper"
+
+
+def sm_limits(profile: DeviceProfile, *, enforce_shared_memory: bool = True) -> SmLimits:
+    """The per-SM residency limits of ``profile``'s hardware section for the async-copy model
+    (docs/model-notes.md, async-copy 1 and 5): a profile without ``max_blocks_per_sm`` gets 1
+    CTA per SM; ``enforce_shared_memory`` false drops the shared-memory limit."""
+    hardware = profile.hardware
+
+    def whole(figure: PositiveFigure | None) -> int | None:
+        return int(figure.value) if figure is not None else None
+
+    shared = whole(hardware.shared_memory_per_sm_bytes) if enforce_shared_memory else None
+    return SmLimits(
+        max_blocks_per_sm=whole(hardware.max_blocks_per_sm) or 1,
+        shared_memory_per_sm_bytes=shared,
+        registers_per_sm=whole(hardware.registers_per_sm),
+        max_threads_per_sm=whole(hardware.max_threads_per_sm),
+    )

@@ -6,7 +6,11 @@
   DMA warp stalls on a full buffer, the middle of the pipeline is elided;
 * ``breakdown.svg``: the Many-BSP breakdown of the Hotspot worked example on the GTX 760 (§2);
 * ``calibration.svg``: a calibration fit on synthetic measurements (the model's times for a
-  set of GEMMs, perturbed by a fixed pattern): no measured data ships with the repository.
+  set of GEMMs, perturbed by a fixed pattern): no measured data ships with the repository;
+* ``pipeline-paper.svg`` and ``pipeline-async-copy.svg``: the same stage (64x64x32, depth 3,
+  6 stages; load 4,000 elements/us with a 2 us latency, MATH 10^5 MACs/us, inline figures)
+  under each pipeline model: one load at a time, its latency paid per tile, against loads
+  issued back to back with up to 3 in flight (README, "Pipeline models").
 
 Run from the repository root: ``.venv/bin/python docs/make_pictures.py [--out DIR]``. The
 pictures are deterministic for a given matplotlib version.
@@ -25,13 +29,35 @@ from app.convert.optimize import gemm_ws_machine  # noqa: E402
 from app.convert.predict import resolve_device, terms_of, to_core, to_response  # noqa: E402
 from app.schemas.predict import PredictKernelRequest  # noqa: E402
 from device_profiles import get_profile  # noqa: E402
-from perfmodel.gemm_ws import GemmShape, Tiling, simulate  # noqa: E402
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, simulate  # noqa: E402
+from perfmodel.gemm_ws_async import SmLimits, simulate_async  # noqa: E402
 from perfmodel.manybsp import predict_kernel  # noqa: E402
-from render import breakdown_svg, calibration_svg, timeline_svg  # noqa: E402
+from render import async_timeline_svg, breakdown_svg, calibration_svg, timeline_svg  # noqa: E402
 from tests.gemm_ws_cases import FAST_DMA  # noqa: E402
 from tests.paper_cases import paper_case, paper_http_body  # noqa: E402
 
-NAMES = ("timeline.svg", "timeline-math-bound.svg", "breakdown.svg", "calibration.svg")
+NAMES = (
+    "timeline.svg",
+    "timeline-math-bound.svg",
+    "breakdown.svg",
+    "calibration.svg",
+    "pipeline-paper.svg",
+    "pipeline-async-copy.svg",
+)
+#: the README's pipeline-models stage (inline figures, illustrative): issue d = 1.024 us,
+#: latency 2 us, MATH T = 1.311 us per 64x64x32 stage; one CTA per SM, so both models draw
+#: the same CTA
+PIPELINE_MACHINE = GemmWsMachine(
+    sm_count=84,
+    t_init_us=1.0,
+    t_epilogue_us=1.0,
+    load_startup_latency_us=2.0,
+    compute_startup_latency_us=0.0,
+    load_throughput_elements_per_us=4000.0,
+    compute_throughput_macs_per_us=1e5,
+    shared_memory_per_block_bytes=101376,
+)
+PIPELINE_SHAPE, PIPELINE_TILING = GemmShape(64, 64, 192), Tiling(64, 64, 32, 3)
 
 
 def pictures() -> dict[str, bytes]:
@@ -59,8 +85,16 @@ def pictures() -> dict[str, bytes]:
         predicted.append(time_us)
         measured.append(time_us * (1 + 0.06 * (((i * 37) % 11) - 5) / 5))  # within +-6 %
         labels.append(f"{m}×{n}×{k}")
+    paper = simulate(PIPELINE_SHAPE, PIPELINE_TILING, PIPELINE_MACHINE)
+    async_copy = simulate_async(
+        PIPELINE_SHAPE, PIPELINE_TILING, PIPELINE_MACHINE, SmLimits(1, 102400), 2
+    )
     return {
         "timeline.svg": timeline_svg(table_1, a6000, device="rtx-a6000", dtype="fp16", rank=1),
+        "pipeline-paper.svg": timeline_svg(paper, PIPELINE_MACHINE, device="inline", dtype="fp16"),
+        "pipeline-async-copy.svg": async_timeline_svg(
+            async_copy, PIPELINE_MACHINE, device="inline", dtype="fp16"
+        ),
         "timeline-math-bound.svg": timeline_svg(
             math_bound, FAST_DMA, device="inline", dtype="fp16"
         ),

@@ -573,6 +573,8 @@ def _fit_options(args: argparse.Namespace) -> dict[str, Any]:
         options["cross_validation_folds"] = args.folds
     if args.time_limit_s is not None:
         options["time_limit_s"] = args.time_limit_s
+    if args.pipeline_model is not None:
+        options["pipeline_model"] = args.pipeline_model
     return options
 
 
@@ -752,6 +754,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--fit", default=None, help="figures to fit, comma-separated")
         p.add_argument("--folds", type=int, default=None, help="cross-validation folds, 0 = off")
         p.add_argument("--time-limit-s", type=float, default=None, help="fitting budget")
+        p.add_argument(
+            "--pipeline-model",
+            default=None,
+            choices=["paper", "async-copy"],
+            help="gemm-ws: the pipeline model to fit under; default: the device's",
+        )
 
     models = ["gemm-ws", "many-bsp"]
     calibrate = sub.add_parser("calibrate", help="fit a device's figures to measured runs")

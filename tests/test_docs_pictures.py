@@ -9,7 +9,14 @@ from pathlib import Path
 from tests.render.svg import Svg
 
 REPO = Path(__file__).resolve().parents[1]
-NAMES = {"timeline.svg", "timeline-math-bound.svg", "breakdown.svg", "calibration.svg"}
+NAMES = {
+    "timeline.svg",
+    "timeline-math-bound.svg",
+    "breakdown.svg",
+    "calibration.svg",
+    "pipeline-paper.svg",
+    "pipeline-async-copy.svg",
+}
 
 
 def test_the_script_writes_each_picture_the_readme_shows(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from device_profiles.schema import (
     REQUIRED_GEMM_WS_FIGURES,
     CalibrationPosterior,
     CalibrationProvenance,
+    PipelineModelName,
 )
 from perfmodel.errors import ModelInputError
 
@@ -68,6 +69,15 @@ def calibrated_id(
     the runs and the service version (a release may fit differently)."""
     key = "\n".join([base.content_sha256(), model, ",".join(sorted(fit)), digest, model_version])
     return f"{root}-cal-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def fit_key(model: str, pipeline_model: str | None) -> str:
+    """The model part of a calibrated id's key: ``gemm-ws`` for a paper fit (the ids of
+    profiles fitted before the pipeline models existed stay what they were), with the pipeline
+    model appended for any other."""
+    if pipeline_model is None or pipeline_model == "paper":
+        return model
+    return f"{model}/{pipeline_model}"
 
 
 # ------------------------------------------------------------------------ base figures
@@ -279,6 +289,7 @@ def calibrated_profile(
     count: int,
     digest: str,
     created_at: datetime,
+    pipeline_model: PipelineModelName | None = None,
 ) -> DeviceProfile:
     """``base`` (as :func:`fit_ready` filled it) with every fitted figure at its MAP value,
     citing the fit, and the provenance with the posterior. A figure the runs did not determine
@@ -312,6 +323,7 @@ def calibrated_profile(
         base_digest=base_digest,
         root_device=root,
         model=model,  # type: ignore[arg-type] # one of the CalibrationModel literals
+        pipeline_model=pipeline_model,
         fitted=[f.name for f in fit.fitted],
         measurement_count=count,
         measurements_digest=digest,
@@ -336,7 +348,7 @@ def calibrated_profile(
             **base.model_dump(),
             "schema_version": max(base.schema_version, 2),
             "id": device_id,
-            "name": f"{base.name}, calibrated ({model})",
+            "name": f"{base.name}, calibrated ({fit_key(model, pipeline_model)})",
             "description": f"{base.name} with {model} figures fitted to {count} measured runs "
             f"on {day}; base profile {base_id}",
             section_name: {**section.model_dump(), **updates},

@@ -24,6 +24,7 @@ from app.schemas.calibrate import (
     ResidualOut,
 )
 from device_profiles import DeviceProfile
+from device_profiles.pipeline import sm_limits
 from device_profiles.priors import gemm_ws_dtype_ratios, gemm_ws_priors, many_bsp_priors
 from device_profiles.schema import CalibrationErrorSummary
 from perfmodel.calibration import (
@@ -38,6 +39,7 @@ from perfmodel.calibration import (
 )
 from perfmodel.errors import CalibrationInputError, ModelInputError
 from perfmodel.gemm_ws import GemmWsMachine
+from perfmodel.gemm_ws_async import PipelineModel
 from perfmodel.manybsp import DeviceFigures, device_from_profile
 
 
@@ -94,9 +96,11 @@ def fit(
     documents: Sequence[Mapping[str, Any]],
     names: Sequence[str] | None,
     folds: int,
+    pipeline_model: str | None = None,
 ) -> CalibrationFit:
     """Check the runs against ``base`` (:func:`check_runs` for GeMM-WS; the Many-BSP fit
-    analyses each run itself), then fit ``names`` (None: every figure of the model)."""
+    analyses each run itself), then fit ``names`` (None: every figure of the model); GeMM-WS
+    under ``pipeline_model`` (None: paper) on SMs of ``base``'s hardware limits."""
     if model == "gemm-ws":
         check_runs(model, base, documents)
         machine, gemm_runs = gemm_ws_core(base, documents)
@@ -108,6 +112,8 @@ def fit(
                 folds=folds,
                 priors=gemm_ws_priors(base),
                 dtype_ratios=gemm_ws_dtype_ratios(base),
+                pipeline_model=PipelineModel(pipeline_model or PipelineModel.PAPER),
+                limits=sm_limits(base),
             )
         )
     device, kernel_runs = many_bsp_core(base, documents)

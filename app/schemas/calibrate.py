@@ -14,9 +14,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     TypeAdapter,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -31,6 +33,7 @@ from device_profiles.schema import (
     MAX_LIST_ITEMS,
     MAX_NAME_CHARS,
     CalibrationErrorSummary,
+    PipelineModelName,
 )
 
 CalibrationModel = Literal["gemm-ws", "many-bsp"]
@@ -62,12 +65,43 @@ def _not_of_other_model(data: Any, other_keys: frozenset[str], other: str, this:
             )
 
 
+#: the largest thread block CUDA allows (CUDA C++ Programming Guide, technical specifications)
+MAX_THREADS_PER_CTA = 1024
+#: the most registers a thread can have (same table, compute capability 5.0 and later)
+MAX_REGISTERS_PER_THREAD = 255
+#: optional fields of a GeMM-WS run, left out of its canonical form when absent (so that the
+#: digest and the id of runs without them are what they were before they existed)
+_OPTIONAL_RUN_FIELDS = ("threads_per_cta", "registers_per_thread")
+
+
 class GemmWsMeasurementIn(GemmWsRun):
     """One measured GEMM run: the problem and tiling it ran with, and its time."""
 
     measured_time_us: float = Field(
         gt=0, le=1e12, allow_inf_nan=False, description="measured kernel time, us"
     )
+    threads_per_cta: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_THREADS_PER_CTA,
+        description="threads per CTA of the kernel, when known: with registers_per_thread it "
+        "limits the CTAs resident per SM under the async-copy pipeline model",
+    )
+    registers_per_thread: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REGISTERS_PER_THREAD,
+        description="registers per thread of the kernel (ptxas -v), when known; used with "
+        "threads_per_cta",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_options(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for name in _OPTIONAL_RUN_FIELDS:
+            if out.get(name, 0) is None:
+                del out[name]
+        return out
 
     @model_validator(mode="before")
     @classmethod
@@ -194,6 +228,8 @@ def _of_model(model: str, measured: str, base_params: dict[str, Any] | None) -> 
         "measurements": {"items": {"required": [measured]}},
         "fit": {"items": {"enum": list(FIGURES[model])}},
     }
+    if model != "gemm-ws":
+        properties["pipeline_model"] = {"type": "null"}  # a GeMM-WS choice only
     if base_params is not None:
         properties["base_device_params"] = base_params
     return {"properties": properties}
@@ -262,6 +298,30 @@ class _ModelChecks(RequestModel):
     def _folds(cls, folds: int) -> int:
         return _check_folds(folds)
 
+    @field_validator("pipeline_model", check_fields=False)
+    @classmethod
+    def _pipeline_of_gemm_ws(
+        cls, pipeline: PipelineModelName | None, info: ValidationInfo
+    ) -> PipelineModelName | None:
+        model = info.data.get("model")
+        if pipeline is not None and model is not None and model != "gemm-ws":
+            raise ValueError(
+                f"pipeline_model applies to gemm-ws fits only (model is {model!r}): leave it out"
+            )
+        return pipeline
+
+
+PipelineModelField = Annotated[
+    PipelineModelName | None,
+    Field(
+        description="gemm-ws only: the pipeline model the figures are fitted under, 'paper' "
+        "(eq. 1-3) or 'async-copy' (loads in flight, CTAs sharing an SM: docs/model-notes.md); "
+        "null: the base profile's default (its calibration's, else async-copy for estimated "
+        "figures of compute capability >= 8.0, else paper). The calibrated profile records it "
+        "and answers under it by default",
+    ),
+]
+
 
 class CalibrateRequest(_ModelChecks):
     """Fit a model's figures of a base profile to measured runs: a new calibrated profile."""
@@ -281,6 +341,7 @@ class CalibrateRequest(_ModelChecks):
     )
     name: Name = None
     fit: Fit = None
+    pipeline_model: PipelineModelField = None
     measurements: ModelMeasurements
     cross_validation_folds: Folds = DEFAULT_FOLDS
     time_limit_s: TimeLimit = DEFAULT_TIME_LIMIT_S
@@ -312,6 +373,7 @@ class RecalibrateRequest(_ModelChecks):
     )
     name: Name = None
     fit: Fit = None
+    pipeline_model: PipelineModelField = None
     cross_validation_folds: Folds = DEFAULT_FOLDS
     time_limit_s: TimeLimit = DEFAULT_TIME_LIMIT_S
 
@@ -410,6 +472,11 @@ class CalibrateResponse(CalibrationFit):
     name: str | None = Field(description="its alias, when one was asked for")
     created: bool = Field(description="false when the same base and runs had made it before")
     model: CalibrationModel
+    pipeline_model: PipelineModelName | None = Field(
+        default=None,
+        description="gemm-ws: the pipeline model the figures were fitted under (the profile's "
+        "default for /optimize-tiling); null for many-bsp",
+    )
     base_device: str = Field(description="id of the profile the fit started from")
     unit: Literal["us", "cycles"] = Field(description="unit of measured and predicted values")
     measurement_count: int = Field(description="runs the fit used")

@@ -21,6 +21,11 @@ from perfmodel.calibration.engine import (
     IntArray,
     internal_of,
 )
+from perfmodel.calibration.gemm_ws_async_model import (
+    AsyncResidualModel,
+    async_closed_form_model,
+    run_limits,
+)
 from perfmodel.calibration.gemm_ws_model import (
     THROUGHPUTS,
     GemmWsResidualModel,
@@ -44,6 +49,12 @@ from perfmodel.gemm_ws import (
     overall_time_closed_form_ns,
     scaled_throughputs,
 )
+from perfmodel.gemm_ws_async import (
+    AsyncDurationTable,
+    PipelineModel,
+    SmLimits,
+    overall_time_async_closed_form_ns,
+)
 
 #: multistart: the prior medians, the base figures, then draws from the prior
 N_STARTS = 8
@@ -52,6 +63,14 @@ METHOD = (
     "on relative error at an estimated noise scale plus log-normal prior residuals; "
     f"{N_STARTS} starts; Laplace posterior; closed form Sm(S) = L + (S-1) max(L, T), exact "
     "Jacobian per regime"
+)
+#: the same fit under the async-copy pipeline model (docs/model-notes.md, async-copy 6)
+ASYNC_METHOD = (
+    "maximum a posteriori: scipy.optimize.least_squares (trf) over ln(figures), Cauchy loss "
+    "on relative error at an estimated noise scale plus log-normal prior residuals; "
+    f"{N_STARTS} starts; Laplace posterior; async-copy closed form M(S) = d + lambda + "
+    "max((S-1) max(d, T), K (d + lambda + T) + (S-1-K D) max(d, T)) with the CTAs per SM of "
+    "each run, exact Jacobian per regime"
 )
 #: a figure with no cited prior is believed within a factor e of its base value (1 sd)
 DEFAULT_SIGMA_LOG = 1.0
@@ -155,6 +174,8 @@ def fit_gemm_ws(
     seed: int = 0,
     priors: Mapping[str, Prior] | None = None,
     dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
+    pipeline_model: PipelineModel = PipelineModel.PAPER,
+    limits: SmLimits | None = None,
 ) -> CalibrationResult:
     """The MAP fit of ``fit`` (default: all of GEMM_WS_FIGURES) of ``base`` to measured times.
 
@@ -162,6 +183,10 @@ def fit_gemm_ws(
     dtype, (load, compute) throughput relative to ``base``'s reference figures. Any number of
     runs >= 1: what they determine is fitted, the rest stays where the priors hold it.
     ``folds`` > 0 adds k-fold cross-validation (0 turns it off). Deterministic in ``seed``.
+    ``pipeline_model``: the recurrences the runs are predicted with, eq. (1)-(3) or the
+    async-copy variant on SMs of ``limits`` (default: one CTA per SM, no shared-memory
+    limit; each run's threads and registers apply when it gives them); ``wave_time_model``
+    applies to ``paper`` only.
     """
     measurements = list(measurements)
     names, k, fold_warnings = validate.fit_arguments(
@@ -173,22 +198,18 @@ def fit_gemm_ws(
     measured = np.array([m.measured_time_us for m in measurements], dtype=np.float64)
     ratios = dict(dtype_ratios or {})
     specs = _specs(base, names, {**default_priors(base, names), **(priors or {})})
-    model = closed_form_model(base, measurements, names, wave_model, ratios)
+    pipeline = PipelineModel(pipeline_model)
+    sm = limits or SmLimits()
+    model: GemmWsResidualModel | AsyncResidualModel = (
+        closed_form_model(base, measurements, names, wave_model, ratios)
+        if pipeline is PipelineModel.PAPER
+        else async_closed_form_model(base, measurements, names, sm, ratios)
+    )
 
     def report(x: FloatArray, rows: IntArray) -> FloatArray:
         values = {s.name: s.to_value(float(xi)) for s, xi in zip(specs, x, strict=True)}
-        machine = machine_with(base, values)
-        by_dtype: dict[str, tuple[GemmWsMachine, DurationTable]] = {}
-        out = []
-        for i in rows:
-            run = measurements[i]
-            if run.dtype not in by_dtype:
-                at_dtype = scaled_throughputs(machine, ratios.get(run.dtype, (1.0, 1.0)))
-                by_dtype[run.dtype] = (at_dtype, DurationTable(at_dtype))
-            at_dtype, table = by_dtype[run.dtype]
-            ns = overall_time_closed_form_ns(*shape_and_tiling(run), at_dtype, wave_model, table)
-            out.append(ns / 1000)
-        return np.array(out, dtype=np.float64)
+        predict = _Predictor(machine_with(base, values), pipeline, sm, ratios, wave_model)
+        return np.array([predict(measurements[i]) for i in rows], dtype=np.float64)
 
     excess = [i for i, _ in shared_memory_excess(base, measurements)]
     warnings = (
@@ -208,15 +229,71 @@ def fit_gemm_ws(
         model_name=GEMM_WS_MODEL,
         folds=k,
         seed=seed,
-        method=METHOD,
+        method=METHOD if pipeline is PipelineModel.PAPER else ASYNC_METHOD,
         unit="us",
         warnings=[*fold_warnings, *warnings],
     )
     return _with_regime_warning(result, model, specs)
 
 
+def predict_run_us(
+    machine: GemmWsMachine,
+    run: GemmWsMeasurement,
+    pipeline: PipelineModel = PipelineModel.PAPER,
+    limits: SmLimits | None = None,
+    ratios: Mapping[str, tuple[float, float]] | None = None,
+    wave_model: WaveTimeModel = WaveTimeModel.PAPER,
+) -> float:
+    """The service's own integer-ns prediction of ``run`` under ``pipeline`` in us, on
+    ``machine``'s reference figures scaled by the run dtype's ``ratios`` (absent: 1) and, for
+    async-copy, SMs of ``limits`` (default: one CTA per SM) with the run's threads/registers."""
+    return _Predictor(machine, pipeline, limits or SmLimits(), ratios or {}, wave_model)(run)
+
+
+class _Predictor:
+    """:func:`predict_run_us` for many runs on one machine: one duration table per dtype."""
+
+    def __init__(
+        self,
+        machine: GemmWsMachine,
+        pipeline: PipelineModel,
+        limits: SmLimits,
+        ratios: Mapping[str, tuple[float, float]],
+        wave_model: WaveTimeModel,
+    ) -> None:
+        self._machine, self._pipeline, self._limits = machine, pipeline, limits
+        self._ratios, self._wave_model = ratios, wave_model
+        self._tables: dict[str, tuple[GemmWsMachine, DurationTable, AsyncDurationTable]] = {}
+
+    def __call__(self, run: GemmWsMeasurement) -> float:
+        if run.dtype not in self._tables:
+            ratio = self._ratios.get(run.dtype, (1.0, 1.0))
+            at_dtype = scaled_throughputs(self._machine, ratio)
+            self._tables[run.dtype] = (
+                at_dtype,
+                DurationTable(at_dtype),
+                AsyncDurationTable(at_dtype),
+            )
+        at_dtype, table, async_table = self._tables[run.dtype]
+        shape, tiling = shape_and_tiling(run)
+        if self._pipeline is PipelineModel.PAPER:
+            ns = overall_time_closed_form_ns(shape, tiling, at_dtype, self._wave_model, table)
+        else:
+            ns = overall_time_async_closed_form_ns(
+                shape,
+                tiling,
+                at_dtype,
+                run_limits(self._limits, run),
+                ELEMENT_BYTES[run.dtype],
+                async_table,
+            )
+        return ns / 1000
+
+
 def _with_regime_warning(
-    result: CalibrationResult, model: GemmWsResidualModel, specs: Sequence[FigureSpec]
+    result: CalibrationResult,
+    model: GemmWsResidualModel | AsyncResidualModel,
+    specs: Sequence[FigureSpec],
 ) -> CalibrationResult:
     """Say so when every overlapped run is in one regime: then one throughput enters the
     predictions only through the first stage (or not at all)."""
@@ -226,8 +303,9 @@ def _with_regime_warning(
     if runs == 0 or 0 < bound < runs:
         return result
     regime = "load-bound (T_LOAD > T_MATH)" if bound == runs else "compute-bound (T_MATH >= T_LOAD)"
+    which = "runs with buffer depth >= 2" if isinstance(model, GemmWsResidualModel) else "runs"
     note = (
-        f"all {runs} runs with buffer depth >= 2 are {regime} at the fitted figures: "
+        f"all {runs} {which} are {regime} at the fitted figures: "
         "measure tilings of the other regime to pin the other throughput"
     )
     return dataclasses.replace(result, warnings=(*result.warnings, note))
@@ -248,13 +326,19 @@ def predict_gemm_ws_interval_us(
     dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
     draws: int = 128,
     seed: int = 0,
+    pipeline_model: PipelineModel = PipelineModel.PAPER,
+    limits: SmLimits | None = None,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(MAP prediction, 10 %, 90 % quantile) in microseconds of each of ``runs`` (new ones,
     not the fit's) under the posterior of ``result``, a GeMM-WS fit of ``base``: draws through
-    the closed form, widened to contain the MAP prediction (docs/model-notes.md)."""
+    the closed form (of ``pipeline_model``), widened to contain the MAP prediction
+    (docs/model-notes.md)."""
     names = [f.name for f in result.fitted]
-    model = closed_form_model(
-        base, runs, names, WaveTimeModel(wave_time_model), dict(dtype_ratios or {})
+    ratios = dict(dtype_ratios or {})
+    model: GemmWsResidualModel | AsyncResidualModel = (
+        closed_form_model(base, runs, names, WaveTimeModel(wave_time_model), ratios)
+        if PipelineModel(pipeline_model) is PipelineModel.PAPER
+        else async_closed_form_model(base, runs, names, limits or SmLimits(), ratios)
     )
     specs = _specs(base, names, default_priors(base, names))  # for the coordinates only
     belief = Posterior(

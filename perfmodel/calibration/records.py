@@ -44,6 +44,10 @@ class GemmWsMeasurement:
     tile_k: int
     buffer_depth: int
     measured_time_us: float
+    #: threads per CTA and registers per thread of the kernel, when known: they may limit the
+    #: CTAs resident per SM under the async-copy pipeline model (None: no limit from them)
+    threads_per_cta: int | None = None
+    registers_per_thread: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,3 +97,16 @@ def test_flat_kernel_lines_and_the_in_process_note(tmp_path: Path) -> None:
     wrong = write_lines(tmp_path / "wrong.jsonl", flat)
     code, _, err = run("measurements", "add", str(wrong), "--device", "940mx")
     assert code == 2 and f"{wrong}:1: the run is on device 'gtx-760'" in err
+
+
+def test_the_pipeline_model_option_is_sent_and_recorded(tmp_path: Path, live_server: str) -> None:
+    url = ["--url", live_server, "--json", "--folds", "0", "--time-limit-s", "60"]
+    runs = write_lines(tmp_path / "runs.jsonl", RUNS[:12])
+    code, out, err = run("calibrate", str(runs), "--device", "rtx-a6000",
+                         "--pipeline-model", "async-copy", *url)  # fmt: skip
+    assert code == 0, err
+    made = json.loads(out)
+    assert made["pipeline_model"] == "async-copy"
+    code, out, err = run("recalibrate", made["device"], "--pipeline-model", "paper", *url)
+    assert code == 0, err
+    assert json.loads(out)["pipeline_model"] == "paper"

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from device_profiles import get_profile
 from device_profiles.loader import default_profiles
-from device_profiles.pipeline import ASYNC_COPY_FROM_COMPUTE_CAPABILITY, default_pipeline_model
+from device_profiles.pipeline import (
+    ASYNC_COPY_FROM_COMPUTE_CAPABILITY,
+    default_pipeline_model,
+    sm_limits,
+)
 
 
 @pytest.mark.parametrize("device", sorted(default_profiles()))
@@ -56,3 +62,24 @@ def test_a_calibrated_profile_answers_under_the_model_it_was_fitted_with(fitted_
 
 def test_inline_figures_are_the_paper_model() -> None:
     assert default_pipeline_model(None) == "paper"
+
+
+@pytest.mark.parametrize("device", sorted(default_profiles()))
+def test_sm_limits_of_a_profile_hold_the_ctas_its_hardware_section_allows(device: str) -> None:
+    profile = get_profile(device)
+    hardware = profile.hardware
+    limits = sm_limits(profile)
+    cap = int(hardware.max_blocks_per_sm.value) if hardware.max_blocks_per_sm else 1
+    # a 1-byte buffer: only the block cap (and nothing else without threads per CTA) limits
+    assert limits.ctas_per_sm(1) == cap
+    if hardware.shared_memory_per_sm_bytes is not None:
+        per_sm = int(hardware.shared_memory_per_sm_bytes.value)
+        # a buffer of a third of the SM: three fit (if the cap allows), one byte more: two
+        assert limits.ctas_per_sm(per_sm // 3) == min(cap, 3)
+        assert limits.ctas_per_sm(per_sm // 3 + 1) == min(cap, 2)
+        assert limits.ctas_per_sm(per_sm + 1) == 0
+        assert sm_limits(profile, enforce_shared_memory=False).ctas_per_sm(per_sm + 1) == cap
+    if hardware.max_threads_per_sm is not None:
+        threads = int(hardware.max_threads_per_sm.value)
+        with_threads = dataclasses.replace(limits, threads_per_cta=threads // 2)
+        assert with_threads.ctas_per_sm(1) == min(cap, 2)

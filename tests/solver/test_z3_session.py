@@ -135,7 +135,7 @@ def test_a_failed_check_drops_its_solver() -> None:
 def test_sessions_keep_at_most_their_solver_limit() -> None:
     small = Z3Session(max_solvers=2)
     rng = random.Random(3)
-    shared_texts = set()
+    shared_texts: set[str] = set()
     while len(shared_texts) < 4:
         problem, _ = _random_case(rng)
         ranking = _ranking(problem)

@@ -141,10 +141,14 @@ async def optimize_via_pool(
 
     async def compute() -> EncodedAnswer:
         kwargs = {"request_json": request_json, "profile_json": _profile_json(profile)}
-        if service.inline is not None and inline_eligible(
-            request,
-            configurations_of(problem_of(request, profile)[1]),
-            service.settings.inline_max_configurations,
+        if (
+            service.inline is not None
+            and service.pool.running  # stopping or not started: the pool's 503 for all
+            and inline_eligible(
+                request,
+                configurations_of(problem_of(request, profile)[1]),
+                service.settings.inline_max_configurations,
+            )
         ):
             # small and bounded: the service's own thread, no pool round trip (app/inline.py)
             inline = await service.inline.run(

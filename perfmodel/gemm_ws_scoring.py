@@ -245,9 +245,9 @@ def score_configurations(
     if configs.count and min(int(a.min()) for a in _columns(configs)) < 1:
         raise ValueError("tile sizes and buffer depths must be at least 1")
     if configs.count > 1 and columns["t_init_us"].shape[0] > 1:
-        depth_one = (configs.buffer_depth == 1).astype(np.int64)
-        keys = np.stack([configs.tile_m, configs.tile_n, configs.tile_k, depth_one], axis=1)
-        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        _, first, inverse = np.unique(
+            _pipeline_keys(configs), axis=0, return_index=True, return_inverse=True
+        )
         if first.shape[0] < configs.count:
             distinct = _score(shape, configs.take(first), figures, columns, wave_model)
             inverse = inverse.reshape(-1)
@@ -255,6 +255,19 @@ def score_configurations(
                 distinct.overall_time_ns[:, inverse], distinct.total_math_wait_ns[:, inverse]
             )
     return _score(shape, configs, figures, columns, wave_model)
+
+
+def _pipeline_keys(configs: Configurations) -> npt.NDArray[np.int64]:
+    """One key per configuration, equal for configurations the closed form cannot tell apart:
+    (tile_m, tile_n, tile_k, depth 1 or not) as one mixed-radix int64 when it fits (a sort
+    of integers), else as rows."""
+    tm, tn, tk = configs.tile_m, configs.tile_n, configs.tile_k
+    depth_one = (configs.buffer_depth == 1).astype(np.int64)
+    base_n, base_k = int(tn.max()) + 1, int(tk.max()) + 1
+    if (int(tm.max()) + 1) * base_n * base_k * 2 < 1 << 62:
+        key: npt.NDArray[np.int64] = ((tm * base_n + tn) * base_k + tk) * 2 + depth_one
+        return key
+    return np.stack([tm, tn, tk, depth_one], axis=1)
 
 
 def _columns(configs: Configurations) -> tuple[IntArray, IntArray, IntArray, IntArray]:

@@ -174,3 +174,22 @@ def test_lexicographic_order_is_the_optimizers_ranking() -> None:
     assert lexicographic_order(time, wait, configs).tolist() == [3, 2, 1, 0]
     scores = score_configurations(GemmShape(512, 512, 512), configs, Figures.of_machine(A6000))
     assert scores.overall_time_ns.dtype == np.int64
+
+
+@pytest.mark.parametrize("scale", [1, 1 << 21])
+def test_pipeline_keys_equal_exactly_when_the_closed_form_cannot_tell_apart(scale: int) -> None:
+    """Both key forms (one int64; rows when the tiles are too large for it)."""
+    from perfmodel.gemm_ws_scoring import _pipeline_keys
+
+    tilings = [
+        (t * scale, n * scale, k * scale, d)
+        for t, n, k in itertools.product((1, 2, 3), repeat=3)
+        for d in (1, 2, 5)
+    ]
+    configs = Configurations.of(*zip(*tilings, strict=True))
+    keys = _pipeline_keys(configs)
+    assert keys.ndim == (1 if scale == 1 else 2)
+    for i, a in enumerate(tilings):
+        for j, b in enumerate(tilings):
+            same = a[:3] == b[:3] and (a[3] == 1) == (b[3] == 1)
+            assert bool(np.all(keys[i] == keys[j])) == same

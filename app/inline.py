@@ -23,8 +23,9 @@ What the pool gives, and what the inline path keeps of it:
   threshold bounds the memory (1,024 configurations x 129 figure draws: about 2 MB), and only
   the certified solver's single check runs here; ``KPERF_INLINE_MAX_CONFIGURATIONS=0`` sends
   every solve to the pool.
-* numpy: the exact scorer brings numpy into the service's process (the pool keeps it out
-  otherwise); the thread imports it and runs one small solve at start-up, so no request pays.
+* resident memory: the exact scorer brings numpy into the service's process (the pool keeps
+  it out otherwise), and solving touches libz3's pages: about 60 MB more after the warm-up
+  (the thread imports it all and runs one small solve at start-up, so no request pays).
 
 Z3 state is per thread (solver/z3_session.py): the inline thread keeps its own context.
 """

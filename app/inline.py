@@ -41,10 +41,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.logging import request_started_var
 from app.pool import WorkerTimeout
 from app.schemas.optimize import OptimizeTilingRequest
-from app.service import ANSWER_MARGIN_S, EncodedAnswer, Service, record_job_outcome
+from app.service import EncodedAnswer, Service, record_job_outcome, spent_of_request
 from solver.errors import SolverTimeout
 
 log = logging.getLogger("kperf.inline")
@@ -53,21 +52,12 @@ log = logging.getLogger("kperf.inline")
 THREAD_NAME = "kperf-inline"
 
 
-#: the solve the thread runs at start-up: Table 1's space on inline figures (the paper's A6000)
+#: the solve the thread runs at start-up: Table 1's space on a shipped profile
 WARM_UP_REQUEST: dict[str, Any] = {
     "m": 512,
     "n": 512,
     "k": 512,
-    "device_params": {
-        "sm_count": 84,
-        "t_init_us": 1.68,
-        "t_epilogue_us": 1.543,
-        "load_startup_latency_us": 0.77,
-        "compute_startup_latency_us": 0.0,
-        "load_throughput_elements_per_us": 152.96,
-        "compute_throughput_macs_per_us": 24610.0,
-        "shared_memory_per_block_bytes": 101376,
-    },
+    "device": "rtx-a6000",
     "search_space": {"tile_m": [32, 64, 128], "tile_n": [32, 64, 128], "tile_k": [32, 64, 128]},
     "top_k": 1,
 }
@@ -130,10 +120,7 @@ class InlineRunner:
         """``fn(**kwargs, time_limit_s=...)`` in the inline thread within the request's bound
         (as :func:`app.service.run_job`); None when the thread is busy or too little of the
         budget is left (the pool then takes the job, or refuses it with its own 504)."""
-        started = request_started_var.get()
-        elapsed_s, margin_s = 0.0, 0.0
-        if started is not None and not admitted:
-            elapsed_s, margin_s = time.perf_counter() - started, ANSWER_MARGIN_S
+        elapsed_s, margin_s = spent_of_request(admitted)
         job_limit_s = time_limit_s - elapsed_s - margin_s
         if job_limit_s < self.min_job_time_limit_s:
             return None

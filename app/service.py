@@ -186,6 +186,15 @@ def _answer_label(value: Any) -> str:
     return "ok"
 
 
+def spent_of_request(admitted: bool) -> tuple[float, float]:
+    """(seconds since the request arrived, margin kept to write the answer); both 0 for a
+    batch item (``admitted``: it counts from its own dispatch) or outside a request."""
+    started = request_started_var.get()
+    if started is None or admitted:
+        return 0.0, 0.0
+    return time.perf_counter() - started, ANSWER_MARGIN_S
+
+
 async def run_job(
     service: Service,
     kind: str,
@@ -204,10 +213,7 @@ async def run_job(
     left of it when the job started.
     """
     hard_deadline_s = service.settings.hard_deadline_s(time_limit_s)
-    started = request_started_var.get()
-    elapsed_s, margin_s = 0.0, 0.0
-    if started is not None and not admitted:
-        elapsed_s, margin_s = time.perf_counter() - started, ANSWER_MARGIN_S
+    elapsed_s, margin_s = spent_of_request(admitted)
     called = time.perf_counter()
     try:
         outcome = await service.pool.run(

@@ -14,7 +14,7 @@ import z3
 
 from perfmodel.gemm_ws import GemmShape, Simulation, Tiling
 from solver import TilingProblem
-from solver.bounds import triple_bounds
+from solver.bounds import TripleBound, triple_bounds
 from solver.encoding import encode, encode_text
 from solver.factory import make_solver
 from solver.optimize import better_than, better_than_smtlib
@@ -29,16 +29,21 @@ def _ranking(problem: TilingProblem) -> list[Simulation]:
     )
 
 
-def _texts(problem: TilingProblem, incumbent: Simulation) -> tuple[str, str]:
+def _hopeful(problem: TilingProblem, incumbent: Simulation) -> list[TripleBound]:
+    """The triples certify() encodes: feasible, with a time floor not above the incumbent's."""
     bounds = triple_bounds(
         problem.shape, problem.machine, problem.space, problem.element_bytes, problem.wave_model
     )
-    hopeful = [
+    return [
         b
         for b in bounds
         if b.feasible_depths(problem.space.buffer_depth)
         and b.overall_time_floor_ns <= incumbent.overall_time_ns
     ]
+
+
+def _texts(problem: TilingProblem, incumbent: Simulation) -> tuple[str, str]:
+    hopeful = _hopeful(problem, incumbent)
     text = encode_text(hopeful, problem.space, problem.machine, problem.wave_model)
     return text.shared, text.specific + "\n" + better_than_smtlib(incumbent)
 
@@ -46,16 +51,7 @@ def _texts(problem: TilingProblem, incumbent: Simulation) -> tuple[str, str]:
 def _fresh(problem: TilingProblem, incumbent: Simulation) -> str:
     """The certificate as it was checked before sessions: a new solver, the whole text, the
     claim built through the Python API."""
-    bounds = triple_bounds(
-        problem.shape, problem.machine, problem.space, problem.element_bytes, problem.wave_model
-    )
-    hopeful = [
-        b
-        for b in bounds
-        if b.feasible_depths(problem.space.buffer_depth)
-        and b.overall_time_floor_ns <= incumbent.overall_time_ns
-    ]
-    enc = encode(hopeful, problem.space, problem.machine, problem.wave_model)
+    enc = encode(_hopeful(problem, incumbent), problem.space, problem.machine, problem.wave_model)
     solver = make_solver(timeout_ms=30_000)
     solver.from_string(enc.smtlib)
     solver.add(better_than(enc, incumbent))

@@ -270,8 +270,12 @@ def test_a_stopped_pool_refuses_small_requests_too() -> None:
 def test_a_solver_timeout_in_the_thread_names_the_clients_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def times_out(request_json: Any, profile_json: Any, time_limit_s: float) -> None:
-        raise SolverTimeout(time_limit_s)  # the limit the job got: less than the client's
+    real = app.jobs.optimize_job
+
+    def times_out(request_json: Any, profile_json: Any, time_limit_s: float) -> Any:
+        if request_json["m"] == 1024:
+            raise SolverTimeout(time_limit_s)  # the limit the job got: less than the client's
+        return real(request_json, profile_json, time_limit_s)
 
     monkeypatch.setattr(app.jobs, "optimize_job", times_out)
 
@@ -280,6 +284,9 @@ def test_a_solver_timeout_in_the_thread_names_the_clients_limit(
         response = await client.http.post("/optimize-tiling", json=problem(time_limit_s=0.7))
         assert response.status_code == 504, response.text
         assert "time limit of 0.7 s" in response.json()["detail"]
+        # the failed job gave the thread back: the next small solve runs in it
+        after = await client.http.post("/optimize-tiling", json=problem(m=1000))
+        assert after.status_code == 200 and _inline_runs(client) == 1
         text = (await client.http.get("/metrics")).text
         timeouts = metric_value(
             text, "kperf_solve_duration_seconds_count", kind="optimize-tiling", outcome="timeout"

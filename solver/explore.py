@@ -79,10 +79,10 @@ def drawn_figures(
     return Figures(**fields)  # type: ignore[arg-type]
 
 
-def _with_point(machine: GemmWsMachine, figures: Figures) -> Figures:
-    """``figures`` with ``machine``'s point figures prepended as draw 0."""
+def _with_point(machine: GemmWsMachine, figures: Figures, count: int) -> Figures:
+    """``figures`` (each a scalar or ``count`` draws) with ``machine``'s point figures
+    prepended as draw 0 (the scorer validates the result)."""
     point = Figures.of_machine(machine)
-    count = figures.columns()["t_init_us"].shape[0]
     fields: dict[str, object] = {"sm_count": figures.sm_count}
     for name in Figures.__slots__[1:]:
         drawn = np.broadcast_to(np.asarray(getattr(figures, name), dtype=np.float64), (count,))
@@ -139,7 +139,8 @@ def explore_configurations(
     figures = drawn_figures(machine, belief.draws(np.random.default_rng(seed), draws), ratios)
     try:
         # one scorer call: row 0 the point figures, rows 1.. the draws
-        scores = score_configurations(shape, configs, _with_point(machine, figures), wave_model)
+        both = _with_point(machine, figures, draws)
+        scores = score_configurations(shape, configs, both, wave_model)
     except ScoreOverflow:
         return None
     point_time, point_wait = scores.overall_time_ns[0], scores.total_math_wait_ns[0]

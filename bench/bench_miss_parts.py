@@ -7,7 +7,9 @@ misses are) and times, interleaved: the certificate check as it was (a fresh sol
 encoding parsed, the claim built through the Python API) and as it is (this thread's Z3
 session, solver/z3_session.py), then the parts of the optimize job: the exact scorer, the
 certificate (bounds, encoding, check; both certificate columns include them), the explore
-shortlist, the whole job (request in, encoded answer out). Medians in ms.
+shortlist, the whole job (request in, encoded answer out). Medians in ms. Last, in a fresh
+interpreter: the service process's resident memory after importing app.main, and after the
+inline thread's warm-up solve (app/inline.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -107,5 +111,31 @@ def main() -> None:
         )
 
 
+_RESIDENT = """
+import app.main
+from app.inline import WARM_UP_REQUEST
+from app.jobs import optimize_job
+
+def resident_mb():
+    status = open("/proc/self/status").read()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+before = resident_mb()
+optimize_job(WARM_UP_REQUEST, None, 5.0)
+print(f"{before:.0f} {resident_mb():.0f}")
+"""
+
+
+def resident_memory() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _RESIDENT], capture_output=True, text=True, check=True
+    ).stdout.split()
+    print(
+        f"\nService process resident memory: {out[0]} MB after importing app.main, "
+        f"{out[1]} MB after the inline warm-up solve"
+    )
+
+
 if __name__ == "__main__":
     main()
+    resident_memory()

@@ -22,6 +22,8 @@ from pydantic import TypeAdapter
 from app.convert import candidates as candidates_convert
 from app.convert import optimize as optimize_convert
 from app.convert import predict as predict_convert
+from app.convert.candidates import configurations_of, problem_of
+from app.inline import inline_eligible
 from app.schemas.calibrate import CalibrationFit
 from app.schemas.optimize import (
     DEFAULT_TOP_K,
@@ -138,13 +140,24 @@ async def optimize_via_pool(
     request_json = request.model_dump(mode="json")
 
     async def compute() -> EncodedAnswer:
+        kwargs = {"request_json": request_json, "profile_json": _profile_json(profile)}
+        if (
+            service.inline is not None
+            and service.pool.running  # stopping or not started: the pool's 503 for all
+            and inline_eligible(
+                request,
+                configurations_of(problem_of(request, profile)[1]),
+                service.settings.inline_max_configurations,
+            )
+        ):
+            # small and bounded: the service's own thread, no pool round trip (app/inline.py)
+            inline = await service.inline.run(
+                service, OPTIMIZE_KIND, optimize_job, kwargs, time_limit_s, admitted=admitted
+            )
+            if inline is not None:
+                return inline
         answer: EncodedAnswer = await run_job(
-            service,
-            OPTIMIZE_KIND,
-            optimize_job,
-            {"request_json": request_json, "profile_json": _profile_json(profile)},
-            time_limit_s,
-            admitted=admitted,
+            service, OPTIMIZE_KIND, optimize_job, kwargs, time_limit_s, admitted=admitted
         )
         return answer
 

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI
 
@@ -17,6 +18,8 @@ from app import docs_ui, errors, middleware, openapi, security_headers
 from app import logging as kperf_logging
 from app.auth import TokenTable
 from app.cache import MemoryLRU, ResultCache
+from app.inline import WARM_UP_REQUEST, InlineRunner
+from app.jobs import optimize_job
 from app.metrics import Metrics
 from app.pool import WorkerPool
 from app.routes import batch, calibrate, devices, health, optimize, page, predict
@@ -55,6 +58,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         service.profiles = default_profiles()
         await _probe_store(service.store)  # open the file / reach Redis now, or log and go on
         await service.pool.start()
+        if service.inline is not None:
+            # numpy and this thread's Z3 session loaded before the first request needs them
+            service.inline.warm(partial(optimize_job, WARM_UP_REQUEST, None, 5.0))
         if service.tokens is None and settings.host not in LOOPBACK_HOSTS:
             log.warning(
                 "authentication is off (KPERF_TOKENS_FILE unset): anyone who reaches the port "
@@ -73,6 +79,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await service.pool.stop()
+            if service.inline is not None:
+                await service.inline.stop()
             await asyncio.to_thread(service.store.close)
             log.info("service stopped")
 
@@ -119,8 +127,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.tokens_file is not None
         else None
     )
+    inline = (
+        InlineRunner(min_job_time_limit_s=pool.min_job_time_limit_s)
+        if settings.inline_max_configurations > 0
+        else None
+    )
     app.state.service = Service(
-        settings=settings, metrics=metrics, pool=pool, cache=cache, store=store, tokens=tokens
+        settings=settings,
+        metrics=metrics,
+        pool=pool,
+        cache=cache,
+        store=store,
+        tokens=tokens,
+        inline=inline,
     )
     app.state.settings = settings
     errors.install(app)

@@ -16,7 +16,7 @@ import pickle
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, SupportsIndex
+from typing import TYPE_CHECKING, Annotated, Any, SupportsIndex
 
 from fastapi import Depends, Request, Response
 from fastapi.responses import StreamingResponse
@@ -39,6 +39,9 @@ from app.singleflight import SingleFlight
 from app.store import MemoryStore, Store
 from device_profiles import DeviceProfile, default_profiles
 from solver.errors import SolverTimeout
+
+if TYPE_CHECKING:
+    from app.inline import InlineRunner
 
 CACHE_HEADER = "X-Cache"
 #: time kept back from the request's bound to write the answer (a 504 included)
@@ -86,6 +89,8 @@ class Service:
     store: Store = field(default_factory=MemoryStore)
     #: bearer tokens (app/auth.py); None: authentication off
     tokens: TokenTable | None = None
+    #: small solves in the service's own thread (app/inline.py); None: every solve in the pool
+    inline: InlineRunner | None = None
     #: identical concurrent misses solve once (app/singleflight.py); built from the cache
     flights: SingleFlight = field(init=False)
 
@@ -181,6 +186,15 @@ def _answer_label(value: Any) -> str:
     return "ok"
 
 
+def spent_of_request(admitted: bool) -> tuple[float, float]:
+    """(seconds since the request arrived, margin kept to write the answer); both 0 for a
+    batch item (``admitted``: it counts from its own dispatch) or outside a request."""
+    started = request_started_var.get()
+    if started is None or admitted:
+        return 0.0, 0.0
+    return time.perf_counter() - started, ANSWER_MARGIN_S
+
+
 async def run_job(
     service: Service,
     kind: str,
@@ -199,10 +213,7 @@ async def run_job(
     left of it when the job started.
     """
     hard_deadline_s = service.settings.hard_deadline_s(time_limit_s)
-    started = request_started_var.get()
-    elapsed_s, margin_s = 0.0, 0.0
-    if started is not None and not admitted:
-        elapsed_s, margin_s = time.perf_counter() - started, ANSWER_MARGIN_S
+    elapsed_s, margin_s = spent_of_request(admitted)
     called = time.perf_counter()
     try:
         outcome = await service.pool.run(
@@ -237,6 +248,24 @@ async def run_job(
     if isinstance(outcome.value, EncodedAnswer) and outcome.value.certificate_mismatches:
         service.metrics.certificate_mismatches.inc(outcome.value.certificate_mismatches)
     return outcome.value
+
+
+def record_job_outcome(
+    service: Service,
+    kind: str,
+    seconds: float,
+    *,
+    value: Any = None,
+    error: BaseException | None = None,
+) -> None:
+    """Record a job that ran outside the pool (app/inline.py) as :func:`run_job` records a
+    pool job: solve time by outcome, and the certificate mismatches its answer counted."""
+    if error is not None:
+        service.metrics.solve_time.labels(kind, _outcome_label(error)).observe(seconds)
+        return
+    service.metrics.solve_time.labels(kind, _answer_label(value)).observe(seconds)
+    if isinstance(value, EncodedAnswer) and value.certificate_mismatches:
+        service.metrics.certificate_mismatches.inc(value.certificate_mismatches)
 
 
 #: worker answers with a body above this are sent out of band (see ``EncodedAnswer``)

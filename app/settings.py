@@ -102,6 +102,14 @@ class Settings(BaseSettings):
         ge=1,
         description="largest search space (product of the candidate counts per dimension)",
     )
+    inline_max_configurations: int = Field(
+        default=1024,
+        ge=0,
+        le=65_536,
+        description="a certified solve of at most this many configurations (no timeline) runs "
+        "in a thread of the service's own process instead of a worker, one at a time; 0 sends "
+        "every solve to the pool (app/inline.py)",
+    )
     max_batch_items: int = Field(
         default=32, ge=1, le=1024, description="most problems in one /optimize-tiling/batch"
     )

@@ -7,7 +7,8 @@ and 5, the pure Z3 search at top_k 1 and 5, and the baseline "plain enumeration 
 certificate check" (the scorer over the space, then the certificate of its best, nothing
 else). Part 2, over HTTP against `kperf serve` (one worker, memory store): a cache hit and a
 cache miss of the same kind of request (a miss varies T_INIT by a microsecond fraction, which
-changes the cache key but not the work). Prints Markdown for bench/RESULTS.md.
+changes the cache key but not the work); hits and misses alternate, so that both see the same
+machine load. Prints Markdown for bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -138,7 +139,6 @@ def _measure_http(url: str, repeats: int) -> None:
             for solver in ("certified", "z3-search"):
                 hit_body = _body(problem, 1, solver, A6000.t_init_us)
                 client.post("/optimize-tiling", json=hit_body)
-                hits = [timed(hit_body, "hit") for _ in range(repeats)]
 
                 def miss(
                     top_k: int, problem: tuple[int, int, int] = problem, solver: str = solver
@@ -147,8 +147,13 @@ def _measure_http(url: str, repeats: int) -> None:
                     return timed(_body(problem, top_k, solver, t_init), "miss")
 
                 miss(1)  # warm the worker's imports for this mode
-                miss1 = [miss(1) for _ in range(repeats)]
-                miss5 = [miss(5) for _ in range(repeats)]
+                # interleaved (hit, miss k=1, miss k=5) rounds: on a shared machine whose load
+                # swings within seconds, each kind sees the same load
+                hits, miss1, miss5 = [], [], []
+                for _ in range(repeats):
+                    hits.append(timed(hit_body, "hit"))
+                    miss1.append(miss(1))
+                    miss5.append(miss(5))
                 h, m1, m5 = (statistics.median(v) for v in (hits, miss1, miss5))
                 print(
                     f"| {problem} | {solver} | {h * 1e3:.1f} | {m1 * 1e3:.1f} | {m5 * 1e3:.1f} "

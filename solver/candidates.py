@@ -25,8 +25,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import z3
-
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import (
     ELEMENT_BYTES,
@@ -40,7 +38,7 @@ from perfmodel.gemm_ws import (
     simulate_closed_form,
 )
 from solver.bounds import TripleBound, triple_bounds
-from solver.encoding import Encoding, encode
+from solver.encoding import Encoding, encode, encode_text
 from solver.errors import CertificateMismatch, InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver
 from solver.lexicographic import rank_by_blocking
@@ -52,9 +50,10 @@ from solver.optimize import (
     _objective_key,
     _objectives,
     _tiling_result,
-    better_than,
+    better_than_smtlib,
 )
 from solver.search_space import SearchSpace, SearchSummary, shared_memory_fits
+from solver.z3_session import CheckOutcome, session
 
 #: the constraint name the space path uses in ``search.rejected`` (solver/bounds.py summarize)
 SHARED_MEMORY_CONSTRAINT = "shared_memory_per_block"
@@ -174,12 +173,17 @@ def _encode_candidates(
     restricted to the candidate list's depths for it: the encoding holds exactly the listed
     configurations of those triples."""
     enc = encode(bounds, space, problem.machine, problem.wave_model)
+    return dataclasses.replace(enc, smtlib=enc.smtlib + "\n" + _only_listed(bounds, depths))
+
+
+def _only_listed(bounds: Sequence[TripleBound], depths: dict[_Triple, tuple[int, ...]]) -> str:
+    """Each triple's buffer depth restricted to the depths the list gives it (SMT-LIB)."""
     only = []
     for b in bounds:
         allowed = " ".join(f"(= buffer_depth {d})" for d in depths[b.tile_m, b.tile_n, b.tile_k])
         triple = f"(and (= tile_m {b.tile_m}) (= tile_n {b.tile_n}) (= tile_k {b.tile_k}))"
         only.append(f"(assert (=> {triple} (or {allowed})))")
-    return dataclasses.replace(enc, smtlib=enc.smtlib + "\n" + "\n".join(only))
+    return "\n".join(only)
 
 
 def _score(problem: CandidateProblem, tilings: Sequence[Tiling]) -> list[Tiling]:
@@ -274,19 +278,25 @@ def _certified(
     incumbent = ranked[0]
     # only triples whose sound lower bound does not exceed the incumbent's time can beat it
     hopeful = [b for b in bounds if b.overall_time_floor_ns <= incumbent.overall_time_ns]
-    enc = _encode_candidates(problem, hopeful, space, depths)
+    text = encode_text(hopeful, space, problem.machine, problem.wave_model)
     deadline = started + time_limit_s
-    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
-    solver.from_string(enc.smtlib)
-    solver.add(better_than(enc, incumbent))
-    outcome = solver.check() if time.perf_counter() < deadline else z3.unknown
-    checks = (CertificateCheck(CERTIFICATE_CLAIM, str(outcome)),)
+    answer = CheckOutcome("unknown")
+    if time.perf_counter() < deadline:
+        # this thread's Z3 session (solver/z3_session.py): the same text, the shared part kept
+        claim = better_than_smtlib(incumbent)
+        answer = session().check(
+            text.shared,
+            "\n".join((text.specific, _only_listed(hopeful, depths), claim)),
+            timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)),
+        )
+    checks = (CertificateCheck(CERTIFICATE_CLAIM, answer.outcome),)
     mismatches = 0
-    status = "optimal" if outcome == z3.unsat else "timeout"
-    if outcome == z3.sat:
+    status = "optimal" if answer.outcome == "unsat" else "timeout"
+    if answer.outcome == "sat":
+        better = Tiling(*answer.tiling) if answer.tiling is not None else None
         message = (
-            f"Z3 found {enc.tiling_of(solver.model())} lexicographically better than the "
-            f"scorer's incumbent {incumbent.tiling} among the candidates"
+            f"Z3 found {better} lexicographically better than the scorer's incumbent "
+            f"{incumbent.tiling} among the candidates"
         )
         from solver import optimize
 

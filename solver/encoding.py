@@ -98,6 +98,26 @@ def _max(a: str, b: str) -> str:
     return f"(ite (>= {a} {b}) {a} {b})"
 
 
+@dataclass(frozen=True, slots=True)
+class EncodingText:
+    """An encoding as SMT-LIB 2 text in two parts whose conjunction is the encoding.
+
+    ``shared``: the declarations and the recurrences of eq. (1)-(3) over the unrolled window;
+    it depends only on the deepest buffer and the window length, so problems of a kind share
+    it (solver/z3_session.py asserts it once per solver). ``specific``: the problem's own
+    facts (its triples' durations, cuts and wave counts, its depths, Sm(S) per tile_k).
+    """
+
+    shared: str
+    specific: str
+    #: min over all triples of the overall-time cut: no configuration can be faster
+    overall_time_floor_ns: int
+
+    @property
+    def smtlib(self) -> str:
+        return self.shared + "\n" + self.specific
+
+
 def encode(
     triples: Sequence[TripleBound],
     space: SearchSpace,
@@ -106,9 +126,21 @@ def encode(
 ) -> Encoding:
     """Encode the candidates whose tile triple is in ``triples`` (all, or the survivors of a
     bound-based presolve) with every buffer depth of ``space`` that fits."""
+    text = encode_text(triples, space, machine, wave_model)
+    return Encoding.parse(text.smtlib, overall_time_floor_ns=text.overall_time_floor_ns)
+
+
+def encode_text(
+    triples: Sequence[TripleBound],
+    space: SearchSpace,
+    machine: GemmWsMachine,
+    wave_model: WaveTimeModel,
+) -> EncodingText:
+    """:func:`encode`'s constraints as text, shared part and specific part, without building
+    any Z3 object (so a caller may parse them into a solver of its own context)."""
     if not triples:
         raise ValueError("encode needs at least one tile triple")
-    out: list[str] = [
+    shared: list[str] = [
         "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
         "(declare-const buffer_depth Int)",
         "(declare-const t_load_a Int) (declare-const t_load_b Int) (declare-const t_math Int)",
@@ -118,6 +150,7 @@ def encode(
         "(declare-const Sa (Array Int Int)) (declare-const Sb (Array Int Int))",
         "(declare-const Sm (Array Int Int))",
     ]
+    out: list[str] = []
     a = out.append
     a(f"(assert {_one_of('buffer_depth', space.buffer_depth)})")
     tail_math = wave_model is WaveTimeModel.INCLUDE_LAST_MATH
@@ -148,19 +181,20 @@ def encode(
 
     stage_counts = {t.tile_k: t.stages for t in triples}
     window = max(2, min(max(stage_counts.values()), deepest + 1))
+    r = shared.append  # the recurrences: the same text for the same deepest depth and window
     # Sm(j) = -T_MATH for j <= 0: Sm(j) + T_MATH = 0, the slot is free from the start.
     for j in range(1 - deepest, 1):
-        a(f"(assert (= (select Sm {_int(j)}) (- t_math)))")
+        r(f"(assert (= (select Sm {_int(j)}) (- t_math)))")
     for i in range(1, window + 1):
         # The release of stage i - buffer_depth: a select at a symbolic index.
         slot_free = f"(+ (select Sm (- {i} buffer_depth)) t_math)"
         sa, sb, sm = f"(select Sa {i})", f"(select Sb {i})", f"(select Sm {i})"
         if i == 1:
-            a(f"(assert (= {sa} 0))")  # eq. (1), i = 1
+            r(f"(assert (= {sa} 0))")  # eq. (1), i = 1
         else:
-            a(f"(assert (= {sa} {_max(f'(+ (select Sb {i - 1}) t_load_b)', slot_free)}))")  # (1)
-        a(f"(assert (= {sb} {_max(f'(+ {sa} t_load_a)', slot_free)}))")  # eq. (2)
-        a(f"(assert (= {sm} {_max(f'(+ (select Sm {i - 1}) t_math)', f'(+ {sb} t_load_b)')}))")
+            r(f"(assert (= {sa} {_max(f'(+ (select Sb {i - 1}) t_load_b)', slot_free)}))")  # (1)
+        r(f"(assert (= {sb} {_max(f'(+ {sa} t_load_a)', slot_free)}))")  # eq. (2)
+        r(f"(assert (= {sm} {_max(f'(+ (select Sm {i - 1}) t_math)', f'(+ {sb} t_load_b)')}))")
 
     # Sm(S): read inside the window, else extrapolate the periodic increment.
     period = f"(- (select Sm {window}) (select Sm {window - 1}))"
@@ -182,6 +216,8 @@ def encode(
         a(f"(assert (=> (= waves {w}) (= overall_time (+ (* {w} {wave_time}) {t_init}))))")
         a(f"(assert (=> (= waves {w}) (= total_math_wait (* {w} math_wait_per_wave))))")
 
-    return Encoding.parse(
-        "\n".join(out), overall_time_floor_ns=min(t.overall_time_floor_ns for t in triples)
+    return EncodingText(
+        "\n".join(shared),
+        "\n".join(out),
+        overall_time_floor_ns=min(t.overall_time_floor_ns for t in triples),
     )

@@ -79,6 +79,17 @@ def drawn_figures(
     return Figures(**fields)  # type: ignore[arg-type]
 
 
+def _with_point(machine: GemmWsMachine, figures: Figures, count: int) -> Figures:
+    """``figures`` (each a scalar or ``count`` draws) with ``machine``'s point figures
+    prepended as draw 0 (the scorer validates the result)."""
+    point = Figures.of_machine(machine)
+    fields: dict[str, object] = {"sm_count": figures.sm_count}
+    for name in Figures.__slots__[1:]:
+        drawn = np.broadcast_to(np.asarray(getattr(figures, name), dtype=np.float64), (count,))
+        fields[name] = np.concatenate([[float(getattr(point, name))], drawn])
+    return Figures(**fields)  # type: ignore[arg-type]
+
+
 def explore_problem(
     problem: TilingProblem,
     belief: FigureBelief,
@@ -125,15 +136,17 @@ def explore_configurations(
     """The shortlist of ``configs`` (distinct, feasible) under ``belief``, as
     :func:`explore_problem` (an explicit candidate list's path); None when a draw's times
     overflow the scorer."""
+    figures = drawn_figures(machine, belief.draws(np.random.default_rng(seed), draws), ratios)
     try:
-        point = score_configurations(shape, configs, Figures.of_machine(machine), wave_model)
-        figures = drawn_figures(machine, belief.draws(np.random.default_rng(seed), draws), ratios)
-        drawn = score_configurations(shape, configs, figures, wave_model)
+        # one scorer call: row 0 the point figures, rows 1.. the draws
+        both = _with_point(machine, figures, draws)
+        scores = score_configurations(shape, configs, both, wave_model)
     except ScoreOverflow:
         return None
-    order = lexicographic_order(point.overall_time_ns[0], point.total_math_wait_ns[0], configs)
+    point_time, point_wait = scores.overall_time_ns[0], scores.total_math_wait_ns[0]
+    order = lexicographic_order(point_time, point_wait, configs)
     chosen: Shortlist = shortlist(
-        drawn.overall_time_ns, order, top_k, mode, point_times=point.overall_time_ns[0]
+        scores.overall_time_ns[1:], order, top_k, mode, point_times=point_time
     )
     picks = list(chosen.ranked)
     return ExploredShortlist(

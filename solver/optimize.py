@@ -38,11 +38,12 @@ from perfmodel.gemm_ws import (
     simulate,
 )
 from solver.bounds import TripleBound, summarize, triple_bounds
-from solver.encoding import Encoding, encode
+from solver.encoding import Encoding, encode, encode_text
 from solver.errors import CertificateMismatch, InvalidSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
 from solver.lexicographic import Objective, rank_by_blocking
 from solver.search_space import MAX_BUFFER_DEPTH, SearchSpace, SearchSummary
+from solver.z3_session import session
 
 if TYPE_CHECKING:
     # numpy stays out of the service process (tests/test_architecture.py): the scorer is
@@ -501,14 +502,20 @@ def certify(
         for b in bounds
         if b.feasible_depths(depths) and b.overall_time_floor_ns <= incumbent.overall_time_ns
     ]
-    enc = encode(candidates, problem.space, problem.machine, problem.wave_model)
-    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
-    # parsed into the solver in C: adding the parsed vector goes through Python per assertion
-    solver.from_string(enc.smtlib)
-    solver.add(better_than(enc, incumbent))
-    outcome = solver.check() if time.perf_counter() < deadline else z3.unknown
-    check = CertificateCheck(CERTIFICATE_CLAIM, str(outcome))
-    better = enc.tiling_of(solver.model()) if outcome == z3.sat else None
+    text = encode_text(candidates, problem.space, problem.machine, problem.wave_model)
+    outcome = "unknown"
+    better = None
+    if time.perf_counter() < deadline:
+        # this thread's Z3 session: the recurrences' text stays asserted in a solver between
+        # requests, the problem's facts and the claim are checked in a scope of their own
+        answer = session().check(
+            text.shared,
+            text.specific + "\n" + better_than_smtlib(incumbent),
+            timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)),
+        )
+        outcome = answer.outcome
+        better = Tiling(*answer.tiling) if answer.tiling is not None else None
+    check = CertificateCheck(CERTIFICATE_CLAIM, outcome)
     return Certificate((check,), better, len(candidates), len(bounds) - len(candidates))
 
 
@@ -528,6 +535,25 @@ def better_than(enc: Encoding, incumbent: Simulation) -> z3.BoolRef:
             enc.total_math_wait_ns == wait_ns,
             enc_key > key,
         ),
+    )
+
+
+def better_than_smtlib(incumbent: Simulation) -> str:
+    """:func:`better_than` as an SMT-LIB assertion over solver/encoding.py's names (the same
+    formula, tests/solver/test_z3_session.py proves them equivalent): parsed with the
+    encoding, it builds no Python-side Z3 object."""
+    t = incumbent.tiling
+    time_ns, wait_ns = incumbent.overall_time_ns, incumbent.total_math_wait_ns
+    key = tie_break_key(t.tile_m, t.tile_n, t.tile_k, t.buffer_depth)
+    b = _KEY_BASE
+    enc_key = (
+        f"(+ (* (+ (* (+ (* tile_m {b}) tile_n) {b}) tile_k) {b}) "
+        f"(- {MAX_BUFFER_DEPTH} buffer_depth))"
+    )
+    return (
+        f"(assert (or (< overall_time {time_ns}) "
+        f"(and (= overall_time {time_ns}) (< total_math_wait {wait_ns})) "
+        f"(and (= overall_time {time_ns}) (= total_math_wait {wait_ns}) (> {enc_key} {key}))))"
     )
 
 

@@ -68,8 +68,8 @@ def shortlist(
     else:
         # most probable first; equal probabilities (zero included) in point order
         order = np.lexsort((rank_of, -probability))
-        rest = [int(c) for c in order if c != first]
-        ranked = np.array([first, *rest[: top_k - 1]], dtype=np.intp)
+        rest = order[order != first][: top_k - 1]
+        ranked = np.concatenate([np.array([first], dtype=np.intp), rest.astype(np.intp)])
     low, high = np.full(candidates, np.nan), np.full(candidates, np.nan)
     point = None if point_times is None else np.asarray(point_times)[ranked]
     low[ranked], high[ranked] = interval_of(times[:, ranked], point)

@@ -67,8 +67,11 @@ def solve(
         return Solved(result, ShortlistOut(mode=mode.value, belief="none", draws=0, note=note))
     if picks.tilings[0] != result.best.tiling:
         raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
+    # the solve simulated its ranks already: only picks beyond them are simulated here
+    known = {s.tiling: s for s in result.candidates}
     candidates = tuple(
-        simulate(problem.shape, t, problem.machine, problem.wave_model) for t in picks.tilings
+        known.get(t) or simulate(problem.shape, t, problem.machine, problem.wave_model)
+        for t in picks.tilings
     )
     uncertainty = tuple(
         zip(picks.probability_best, picks.interval_low_us, picks.interval_high_us, strict=True)

@@ -31,8 +31,15 @@ def problem(**overrides: Any) -> dict[str, Any]:
 
 
 def make_settings(**overrides: Any) -> Settings:
-    """Settings for tests: one worker, explicit values, no environment involved."""
-    values: dict[str, Any] = {"workers": 1, "queue_size": 4, "log_level": "WARNING"}
+    """Settings for tests: one worker, explicit values, no environment involved. Every solve
+    goes to the pool (``inline_max_configurations`` 0): these tests exercise the pool with
+    small problems; tests/app/test_inline.py turns the inline thread on."""
+    values: dict[str, Any] = {
+        "workers": 1,
+        "queue_size": 4,
+        "log_level": "WARNING",
+        "inline_max_configurations": 0,
+    }
     values.update(overrides)
     return Settings(**values)
 

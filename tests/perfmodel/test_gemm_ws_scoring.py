@@ -77,6 +77,50 @@ def test_scores_equal_simulate_for_every_draw_and_configuration(
             assert int(scores.total_math_wait_ns[d, c]) == sim.total_math_wait_ns
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.builds(GemmShape, st.integers(1, 5000), st.integers(1, 5000), st.integers(1, 5000)),
+    triples=st.lists(st.tuples(_tile, _tile, _tile), min_size=1, max_size=4),
+    depths=st.lists(st.integers(1, 9), min_size=2, max_size=6),
+    draws=st.lists(st.tuples(_throughputs, _throughputs, _times), min_size=2, max_size=5),
+    wave_model=st.sampled_from(WaveTimeModel),
+)
+def test_configurations_sharing_a_triple_under_draws_equal_simulate(
+    shape: GemmShape,
+    triples: list[tuple[int, int, int]],
+    depths: list[int],
+    draws: list[tuple[float, float, float]],
+    wave_model: WaveTimeModel,
+) -> None:
+    """Several draws and each triple at several depths (1 among them or not): the scorer
+    scores each (triple, depth 1 or not) once and copies it; every copy equals simulate."""
+    tilings = [(*t, d) for t in triples for d in depths]
+    load, compute, epilogue = (np.asarray(v) for v in zip(*draws, strict=True))
+    figures = Figures(
+        sm_count=84,
+        t_init_us=1.68,
+        t_epilogue_us=epilogue,
+        load_startup_latency_us=0.77,
+        compute_startup_latency_us=0.0015,
+        load_throughput_elements_per_us=load,
+        compute_throughput_macs_per_us=compute,
+    )
+    configs = Configurations.of(*zip(*tilings, strict=True))
+    scores = score_configurations(shape, configs, figures, wave_model)
+    for d, machine in enumerate(figures.draws()):
+        for c, tiling in enumerate(tilings):
+            sim = simulate(shape, Tiling(*tiling), machine, wave_model)
+            assert int(scores.overall_time_ns[d, c]) == sim.overall_time_ns
+            assert int(scores.total_math_wait_ns[d, c]) == sim.total_math_wait_ns
+
+
+def test_a_bad_depth_is_refused_even_beside_a_valid_one_of_its_triple() -> None:
+    configs = Configurations.of([64, 64], [64, 64], [32, 32], [2, 0])
+    figures = Figures(84, np.array([1.0, 2.0]), 1.0, 0.5, 0.5, 2000.0, 24610.0)
+    with pytest.raises(ValueError, match="at least 1"):
+        score_configurations(GemmShape(512, 512, 512), configs, figures)
+
+
 def test_half_nanosecond_durations_round_up_like_the_simulator() -> None:
     # 2000 elements/us: a tile of 2j+1 elements loads in j + 0.5 ns exactly -> j + 1
     machine = GemmWsMachine(1, 0.0, 0.0, 0.0, 0.0, 2000.0, 2000.0)
@@ -130,3 +174,22 @@ def test_lexicographic_order_is_the_optimizers_ranking() -> None:
     assert lexicographic_order(time, wait, configs).tolist() == [3, 2, 1, 0]
     scores = score_configurations(GemmShape(512, 512, 512), configs, Figures.of_machine(A6000))
     assert scores.overall_time_ns.dtype == np.int64
+
+
+@pytest.mark.parametrize("scale", [1, 1 << 21])
+def test_pipeline_keys_equal_exactly_when_the_closed_form_cannot_tell_apart(scale: int) -> None:
+    """Both key forms (one int64; rows when the tiles are too large for it)."""
+    from perfmodel.gemm_ws_scoring import _pipeline_keys
+
+    tilings = [
+        (t * scale, n * scale, k * scale, d)
+        for t, n, k in itertools.product((1, 2, 3), repeat=3)
+        for d in (1, 2, 5)
+    ]
+    configs = Configurations.of(*zip(*tilings, strict=True))
+    keys = _pipeline_keys(configs)
+    assert keys.ndim == (1 if scale == 1 else 2)
+    for i, a in enumerate(tilings):
+        for j, b in enumerate(tilings):
+            same = a[:3] == b[:3] and (a[3] == 1) == (b[3] == 1)
+            assert bool(np.all(keys[i] == keys[j])) == same

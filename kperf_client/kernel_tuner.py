@@ -63,6 +63,11 @@ US_PER_MS = 1000.0
 #: a GeMM-WS refit fits six figures and takes at least one run more (README, "Calibrate")
 MIN_RUNS_TO_FIT = 7
 
+#: climbs in a row without improvement after which a tiling yields to the next-ranked one
+PATIENCE = 2
+#: a count never reached (no automatic post or refit: the strategy decides when)
+NEVER = 10**9
+
 Config = tuple[Any, ...]
 
 
@@ -200,6 +205,10 @@ class _Search:
         self.run_time_ms: dict[Tiling, float] = {}  # fastest measured 'time' per tiling
         self.posted_ms: dict[Tiling, float] = {}
         self.starts: set[Config] = set()
+        self.best: dict[Tiling, float] = {}  # searched tilings: fastest cost a climb reached
+        self.stale: dict[Tiling, int] = {}  # climbs in a row that did not improve it
+        self.queue: list[Tiling] = []  # tilings the ranking put in its top, not searched yet
+        self.order: list[Tiling] = []  # the latest ranking, best first
         self.since_post = 0
         self.results_read = 0
         self.tiling_of: dict[Config, Tiling] = {}
@@ -273,14 +282,18 @@ class _Search:
             self.posted_ms[tiling] = time_ms
             runs.append({**_problem_fields(problem), **_tiling_fields(tiling)})
             runs[-1]["measured_time_us"] = time_ms * US_PER_MS
-        feedback = strategy.start_feedback(recalibrate_every=1, batch_size=10_000, max_delay_s=3600)
+        # posted at once; refit only with enough tilings measured (a fit wants more runs than
+        # figures) and never at the end (the next tuning's first ranking refits nothing)
+        feedback = strategy.start_feedback(
+            recalibrate_every=NEVER, batch_size=NEVER, max_delay_s=3600.0
+        )
         if runs:
             feedback.add(runs, len(runs))
             strategy.runs_sent += len(runs)
-        if strategy.runs_sent < MIN_RUNS_TO_FIT or (not runs and not final):
+        if not runs and not final:
             return False
-        if final:
-            feedback.recalibrate_every = 10**9  # post what is left, no refit at the end
+        enough = strategy.runs_sent >= MIN_RUNS_TO_FIT
+        feedback.recalibrate_every = 1 if enough and not final else NEVER
         before = feedback.recalibrations
         strategy.flush(strategy.timeout_s)
         return feedback.recalibrations > before
@@ -306,18 +319,25 @@ class _Search:
         self.rng.shuffle(order)
         return [(t, None) for t in order]
 
-    def probe(self, ranked: list[tuple[Tiling, float | None]]) -> None:
-        """``probes`` random configurations of each tiling in the top mass not yet probed."""
+    def top(self, ranked: list[tuple[Tiling, float | None]]) -> list[Tiling]:
+        """The tilings holding ``probability_mass`` (at least ``min_tilings``); all of them
+        when there are no probabilities (the random order of the fallback)."""
+        kept: list[Tiling] = []
         mass = 0.0
-        for count, (tiling, probability) in enumerate(ranked):
-            if probability is not None and count >= self.strategy.min_tilings:
+        for tiling, probability in ranked:
+            if probability is not None and len(kept) >= self.strategy.min_tilings:
                 if mass >= self.strategy.probability_mass:
                     break
+            kept.append(tiling)
             mass += probability or 0.0
-            group = self.groups[tiling]
-            if any(c in self.times for c in group):
-                continue
-            self.evaluate(self.rng.sample(group, min(self.strategy.probes, len(group))))
+        return kept
+
+    def probe(self, ranked: list[tuple[Tiling, float | None]]) -> None:
+        """Queue the top tilings not yet searched, in rank order (after those queued)."""
+        self.order = [t for t, _ in ranked]
+        for tiling in self.top(ranked):
+            if tiling not in self.queue and tiling not in self.best:
+                self.queue.append(tiling)
 
     def run(self) -> None:
         if not self.groups:  # no tiling: plain random order
@@ -326,31 +346,60 @@ class _Search:
             for config in everything:
                 self.evaluate([config])
             return
-        ranked = self.rank()
-        self.probe(ranked)
+        self.probe(self.rank())
         while True:
-            start = self._next_start()
-            if start is None:
-                rest = [c for c in self.tiling_of if c not in self.times]
-                if not rest:
-                    return
-                self.evaluate([self.rng.choice(rest)])
-                continue
-            self._climb(start)
+            tiling = self._next_tiling()
+            if tiling is None:
+                return
+            self._search_tiling(tiling)
 
-    def _next_start(self) -> Config | None:
-        measured = [
-            (t, c) for c, t in self.times.items() if c not in self.starts and math.isfinite(t)
-        ]
-        if not measured:
-            return None
-        start = min(measured)[1]
+    def _next_tiling(self) -> Tiling | None:
+        """The next tiling queued by the ranking; else the one with the fastest time found
+        whose last ``PATIENCE`` climbs still improved it; else the fastest; else the next in
+        rank order never searched."""
+        if self.queue:
+            return self.queue.pop(0)
+        open_ = [t for t in self.best if self._unevaluated(t)]
+        fresh = [t for t in open_ if self.stale.get(t, 0) < PATIENCE]
+        pool = fresh or ([] if self._unsearched() else open_)
+        if pool:
+            return min(pool, key=lambda t: self.best[t])
+        unsearched = self._unsearched()
+        return unsearched[0] if unsearched else None
+
+    def _unsearched(self) -> list[Tiling]:
+        return [t for t in self.order if t not in self.best and self._unevaluated(t)]
+
+    def _unevaluated(self, tiling: Tiling) -> bool:
+        return any(c not in self.times for c in self.groups[tiling])
+
+    def _search_tiling(self, tiling: Tiling) -> None:
+        """``probes`` random configurations the first time, then one climb from the fastest
+        configuration of the tiling not yet a start (else a random new one)."""
+        group = self.groups[tiling]
+        if tiling not in self.best:
+            fresh = [c for c in group if c not in self.times]
+            self.evaluate(self.rng.sample(fresh, min(self.strategy.probes, len(fresh))))
+        measured = [(self.times[c], c) for c in group if c in self.times and c not in self.starts]
+        measured = [(t, c) for t, c in measured if math.isfinite(t)]
+        if measured:
+            start = min(measured)[1]
+        else:
+            start = self.rng.choice([c for c in group if c not in self.times])
+            self.evaluate([start])
         self.starts.add(start)
-        return start
+        before = self.best.get(tiling, math.inf)
+        found = self._climb(start)
+        if found < before:
+            self.best[tiling] = found
+            self.stale[tiling] = 0
+        else:
+            self.best.setdefault(tiling, found)
+            self.stale[tiling] = self.stale.get(tiling, 0) + 1
 
-    def _climb(self, current: Config) -> None:
+    def _climb(self, current: Config) -> float:
         """First improvement: the first unevaluated neighbour (random order) faster than the
-        current configuration becomes the current one; stop when none is."""
+        current configuration becomes the current one; stop when none is. The time reached."""
         while True:
             neighbours = [n for n in self._neighbours(current) if n not in self.times]
             self.rng.shuffle(neighbours)
@@ -363,7 +412,7 @@ class _Search:
                     moved = True
                     break
             if not moved:
-                return
+                return self.times[current]
 
     def _neighbours(self, config: Config) -> list[Config]:
         found: list[Config] = []

@@ -63,6 +63,8 @@ US_PER_MS = 1000.0
 #: a GeMM-WS refit fits six figures and takes at least one run more (README, "Calibrate")
 MIN_RUNS_TO_FIT = 7
 
+#: the largest refit budget asked (a server's default maximum time_limit_s)
+MAX_REFIT_S = 120.0
 #: climbs in a row without improvement after which a tiling yields to the next-ranked one
 PATIENCE = 2
 #: a count never reached (no automatic post or refit: the strategy decides when)
@@ -134,6 +136,8 @@ class KperfStrategy(KperfSession):
             default_dtype=dtype,
             name=name,
         )
+        # a refit may take most of the wait (the service's default budget at least)
+        self.recalibrate_time_limit_s = min(MAX_REFIT_S, max(10.0, 0.8 * timeout_s))
         self.problem = Problem(m, n, k, dtype)
         self.names = names if names is not None else KernelTunerNames()
         self.buffer_depth = buffer_depth

@@ -104,6 +104,9 @@ class KperfSession:
         self._warned: set[str] = set()
         self._down_until = 0.0
         self.feedback: Feedback | None = None
+        #: the refit's solver budget (``time_limit_s`` of the recalibrate request; None: the
+        #: service's default)
+        self.recalibrate_time_limit_s: float | None = None
         self._closed = False
         atexit.register(self.close)
 
@@ -330,7 +333,9 @@ class Feedback:
     async def _recalibrate(self, client: KperfClient) -> None:
         session = self.session
         device = session.device
-        body = {"model": GEMM_WS}
+        body: dict[str, Any] = {"model": GEMM_WS}
+        if session.recalibrate_time_limit_s is not None:
+            body["time_limit_s"] = session.recalibrate_time_limit_s
         if session.name is not None and device != session.name:
             body["name"] = session.name
         try:

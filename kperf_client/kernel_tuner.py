@@ -211,7 +211,8 @@ class _Search:
         self.starts: set[Config] = set()
         self.best: dict[Tiling, float] = {}  # searched tilings: fastest cost a climb reached
         self.stale: dict[Tiling, int] = {}  # climbs in a row that did not improve it
-        self.queue: list[Tiling] = []  # tilings the ranking put in its top, not searched yet
+        self.queue: list[Tiling] = []  # tilings probed, not climbed yet
+        self.probed: set[Tiling] = set()
         self.order: list[Tiling] = []  # the latest ranking, best first
         self.since_post = 0
         self.results_read = 0
@@ -337,11 +338,16 @@ class _Search:
         return kept
 
     def probe(self, ranked: list[tuple[Tiling, float | None]]) -> None:
-        """Queue the top tilings not yet searched, in rank order (after those queued)."""
+        """``probes`` random configurations of each top tiling not probed yet, in rank order;
+        each is then queued for a climb."""
         self.order = [t for t, _ in ranked]
         for tiling in self.top(ranked):
-            if tiling not in self.queue and tiling not in self.best:
-                self.queue.append(tiling)
+            if tiling in self.probed:
+                continue
+            self.probed.add(tiling)
+            self.queue.append(tiling)
+            fresh = [c for c in self.groups[tiling] if c not in self.times]
+            self.evaluate(self.rng.sample(fresh, min(self.strategy.probes, len(fresh))))
 
     def run(self) -> None:
         if not self.groups:  # no tiling: plain random order
@@ -378,12 +384,9 @@ class _Search:
         return any(c not in self.times for c in self.groups[tiling])
 
     def _search_tiling(self, tiling: Tiling) -> None:
-        """``probes`` random configurations the first time, then one climb from the fastest
-        configuration of the tiling not yet a start (else a random new one)."""
+        """One climb from the fastest configuration of the tiling not yet a start (else from
+        a random new one)."""
         group = self.groups[tiling]
-        if tiling not in self.best:
-            fresh = [c for c in group if c not in self.times]
-            self.evaluate(self.rng.sample(fresh, min(self.strategy.probes, len(fresh))))
         measured = [(self.times[c], c) for c in group if c in self.times and c not in self.starts]
         measured = [(t, c) for t, c in measured if math.isfinite(t)]
         if measured:

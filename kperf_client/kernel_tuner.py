@@ -67,6 +67,8 @@ MIN_RUNS_TO_FIT = 7
 MAX_REFIT_S = 120.0
 #: climbs in a row without improvement after which a tiling yields to the next-ranked one
 PATIENCE = 2
+#: a tiling less likely than this to be the fastest is searched only when nothing else is left
+MIN_PROBABILITY = 0.01
 #: a count never reached (no automatic post or refit: the strategy decides when)
 NEVER = 10**9
 
@@ -214,6 +216,7 @@ class _Search:
         self.queue: list[Tiling] = []  # tilings probed, not climbed yet
         self.probed: set[Tiling] = set()
         self.order: list[Tiling] = []  # the latest ranking, best first
+        self.probability: dict[Tiling, float | None] = {}
         self.since_post = 0
         self.results_read = 0
         self.tiling_of: dict[Config, Tiling] = {}
@@ -341,6 +344,10 @@ class _Search:
         """``probes`` random configurations of each top tiling not probed yet, in rank order;
         each is then queued for a climb."""
         self.order = [t for t, _ in ranked]
+        # unknown (None: no ranking) counts as likely; below MIN_PROBABILITY as unlikely
+        self.probability = {
+            t: (None if p is None else (p if p >= MIN_PROBABILITY else 0.0)) for t, p in ranked
+        }
         for tiling in self.top(ranked):
             if tiling in self.probed:
                 continue
@@ -365,16 +372,21 @@ class _Search:
 
     def _next_tiling(self) -> Tiling | None:
         """The next tiling queued by the ranking; else the one with the fastest time found
-        whose last ``PATIENCE`` climbs still improved it; else the fastest; else the next in
-        rank order never searched."""
+        whose last ``PATIENCE`` climbs still improved it; else the next in rank order never
+        searched that may be the fastest (``probability_best`` at least
+        ``MIN_PROBABILITY``, or unknown); else the fastest again; else any left."""
         if self.queue:
             return self.queue.pop(0)
         open_ = [t for t in self.best if self._unevaluated(t)]
         fresh = [t for t in open_ if self.stale.get(t, 0) < PATIENCE]
-        pool = fresh or ([] if self._unsearched() else open_)
-        if pool:
-            return min(pool, key=lambda t: self.best[t])
+        if fresh:
+            return min(fresh, key=lambda t: self.best[t])
         unsearched = self._unsearched()
+        likely = [t for t in unsearched if self.probability.get(t, 0.0) != 0.0]
+        if likely:
+            return likely[0]
+        if open_:
+            return min(open_, key=lambda t: self.best[t])
         return unsearched[0] if unsearched else None
 
     def _unsearched(self) -> list[Tiling]:
@@ -384,12 +396,12 @@ class _Search:
         return any(c not in self.times for c in self.groups[tiling])
 
     def _search_tiling(self, tiling: Tiling) -> None:
-        """One climb from the fastest configuration of the tiling not yet a start (else from
-        a random new one)."""
+        """One climb from the fastest configuration of the tiling not yet a start; after a
+        climb that did not improve the tiling (or with none measured), from a random new one."""
         group = self.groups[tiling]
         measured = [(self.times[c], c) for c in group if c in self.times and c not in self.starts]
         measured = [(t, c) for t, c in measured if math.isfinite(t)]
-        if measured:
+        if measured and not self.stale.get(tiling, 0):
             start = min(measured)[1]
         else:
             start = self.rng.choice([c for c in group if c not in self.times])

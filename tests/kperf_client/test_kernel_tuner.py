@@ -11,6 +11,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,7 @@ def test_finds_a_config_within_3_percent_and_feeds_the_device(
     assert kperf_warnings(caplog) == []
 
 
-@pytest.mark.parametrize("trouble", ["down", "refused"])
+@pytest.mark.parametrize("trouble", ["down", "slow", "refused"])
 def test_trouble_falls_back_to_a_random_order_with_one_warning(
     trouble: str,
     request: pytest.FixtureRequest,
@@ -129,10 +130,14 @@ def test_trouble_falls_back_to_a_random_order_with_one_warning(
 ) -> None:
     if trouble == "down":
         url, device = f"http://127.0.0.1:{free_port()}", "rtx-a6000"  # nothing listens
+    elif trouble == "slow":
+        url, device = request.getfixturevalue("silent_server"), "rtx-a6000"
     else:  # a 4xx: no such device
         url, device = request.getfixturevalue("live_server"), "no-such-gpu"
     strategy = new_strategy(strategies, url, device, seed=1, timeout_s=0.5, retry_after_s=0)
+    started = time.monotonic()
     results = bench.tune(space, strategy, 80, seed=1)  # never raises
+    assert time.monotonic() - started < 30  # one timeout of 0.5 s, not one per evaluation
     assert len({tuple(r[p] for p in bench.PARAMS) for r in results}) == 80
     assert strategy.fell_back
     # every tiling probed: the random order covers them all before climbing

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -226,33 +224,6 @@ def test_prune_inside_a_running_event_loop(live_server: str, sessions: list[Kper
 
 
 # ---------------------------------------------------------------- prune: never fails the kernel
-
-
-@pytest.fixture
-def silent_server() -> Iterator[str]:
-    """Accepts connections and never answers (a hung service)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join(5)
-    for conn in held:
-        conn.close()
-    server.close()
 
 
 @pytest.mark.parametrize("trouble", ["down", "slow", "refused"])

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
+
+from kperf_client.session import KperfSession
+
+
+@pytest.fixture
+def sessions() -> Iterator[list[KperfSession]]:
+    """Plug-in sessions a test made: closed (runs flushed, loop stopped) after it."""
+    made: list[KperfSession] = []
+    yield made
+    for session in made:
+        session.close()
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture, logger: str) -> list[str]:
+    """What ``logger`` said at WARNING or above."""
+    return [
+        r.getMessage() for r in caplog.records if r.name == logger and r.levelno >= logging.WARNING
+    ]
 
 
 @pytest.fixture

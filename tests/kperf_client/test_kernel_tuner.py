@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import ast
 import inspect
-import logging
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 
 from kperf_client.kernel_tuner import KernelTunerNames, KperfStrategy
 from tests.app.service_helpers import clean_environ, free_port, live_server
+from tests.kperf_client.conftest import warnings_of
 
 __all__ = ["clean_environ", "live_server"]
 
@@ -41,14 +40,6 @@ def space(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return bench.load_space(GPU, tmp_path_factory.mktemp("kt"))
 
 
-@pytest.fixture
-def strategies() -> Iterator[list[KperfStrategy]]:
-    made: list[KperfStrategy] = []
-    yield made
-    for strategy in made:
-        strategy.close()
-
-
 def new_strategy(made: list[KperfStrategy], url: str, device: str, **options: Any) -> Any:
     options.setdefault("timeout_s", 60.0)  # generous: the machine is shared under tests
     strategy = KperfStrategy(url, device, m=4096, n=4096, k=4096, dtype="fp32", **options)
@@ -57,9 +48,7 @@ def new_strategy(made: list[KperfStrategy], url: str, device: str, **options: An
 
 
 def kperf_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [
-        r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING
-    ]
+    return warnings_of(caplog, LOGGER)
 
 
 def tiling_of(record: dict[str, Any]) -> tuple[int, int, int]:
@@ -69,11 +58,11 @@ def tiling_of(record: dict[str, Any]) -> tuple[int, int, int]:
 def test_finds_a_config_within_3_percent_and_feeds_the_device(
     live_server: str,
     space: Any,
-    strategies: list[KperfStrategy],
+    sessions: list[KperfStrategy],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     device = "rtx-a6000"  # GA102, the 3090's die; no other test of this module feeds it
-    strategy = new_strategy(strategies, live_server, device, seed=0, recalibrate_every=40)
+    strategy = new_strategy(sessions, live_server, device, seed=0, recalibrate_every=40)
     budget = 150
     results = bench.tune(space, strategy, budget, seed=0)
     strategy.flush()
@@ -125,7 +114,7 @@ def test_trouble_falls_back_to_a_random_order_with_one_warning(
     trouble: str,
     request: pytest.FixtureRequest,
     space: Any,
-    strategies: list[KperfStrategy],
+    sessions: list[KperfStrategy],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     if trouble == "down":
@@ -134,7 +123,7 @@ def test_trouble_falls_back_to_a_random_order_with_one_warning(
         url, device = request.getfixturevalue("silent_server"), "rtx-a6000"
     else:  # a 4xx: no such device
         url, device = request.getfixturevalue("live_server"), "no-such-gpu"
-    strategy = new_strategy(strategies, url, device, seed=1, timeout_s=0.5, retry_after_s=0)
+    strategy = new_strategy(sessions, url, device, seed=1, timeout_s=0.5, retry_after_s=0)
     started = time.monotonic()
     results = bench.tune(space, strategy, 80, seed=1)  # never raises
     assert time.monotonic() - started < 30  # one timeout of 0.5 s, not one per evaluation
@@ -150,10 +139,10 @@ def test_trouble_falls_back_to_a_random_order_with_one_warning(
 
 
 def test_tile_names_kernel_tuner_lacks_mean_no_kperf_and_one_warning(
-    space: Any, strategies: list[KperfStrategy], caplog: pytest.LogCaptureFixture
+    space: Any, sessions: list[KperfStrategy], caplog: pytest.LogCaptureFixture
 ) -> None:
     strategy = new_strategy(
-        strategies,
+        sessions,
         f"http://127.0.0.1:{free_port()}",
         "rtx-a6000",
         names=KernelTunerNames(tile_m="BLOCK_M"),

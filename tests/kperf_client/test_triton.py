@@ -7,11 +7,9 @@ benchmarks and calls the listener with its own argument names."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -20,6 +18,7 @@ import pytest
 
 from kperf_client.triton import KperfTriton
 from tests.app.service_helpers import clean_environ, free_port, live_server
+from tests.kperf_client.conftest import warnings_of
 
 __all__ = ["clean_environ", "live_server"]
 
@@ -140,14 +139,6 @@ def expected_kept(
     return kept + [c for c in CONFIGS if tiling(c) is None]
 
 
-@pytest.fixture
-def sessions() -> Iterator[list[KperfTriton]]:
-    made: list[KperfTriton] = []
-    yield made
-    for session in made:
-        session.close()
-
-
 def new_session(made: list[KperfTriton], url: str, device: str, **options: Any) -> KperfTriton:
     options.setdefault("timeout_s", 30.0)  # generous: the machine is shared under tests
     session = KperfTriton(url, device, **options)
@@ -156,9 +147,7 @@ def new_session(made: list[KperfTriton], url: str, device: str, **options: Any) 
 
 
 def kperf_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [
-        r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING
-    ]
+    return warnings_of(caplog, LOGGER)
 
 
 # ---------------------------------------------------------------- prune: the server's ranking

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -53,3 +55,21 @@ def silent_server() -> Iterator[str]:
     for conn in held:
         conn.close()
     server.close()
+
+
+#: what a plug-in must not bring along on import: the server and its heavy dependencies
+SERVER_SIDE = (
+    *("app", "solver", "perfmodel", "device_profiles", "render"),
+    *("fastapi", "z3", "numpy", "scipy"),
+)
+
+
+def loaded_on_import(module: str, watched: tuple[str, ...]) -> list[str]:
+    """The modules of ``watched`` (top-level names) that importing ``module`` loads, in a
+    fresh interpreter."""
+    code = (
+        f"import sys, {module}; "
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {watched!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return [m for m in out.stdout.strip().split(",") if m]

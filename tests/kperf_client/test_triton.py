@@ -7,8 +7,6 @@ benchmarks and calls the listener with its own argument names."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -18,7 +16,7 @@ import pytest
 
 from kperf_client.triton import KperfTriton
 from tests.app.service_helpers import clean_environ, free_port, live_server
-from tests.kperf_client.conftest import warnings_of
+from tests.kperf_client.conftest import SERVER_SIDE, loaded_on_import, warnings_of
 
 __all__ = ["clean_environ", "live_server"]
 
@@ -433,16 +431,7 @@ def test_listener_from_the_key_without_our_prune(
 def test_importing_the_plugin_loads_no_triton_and_nothing_of_the_server() -> None:
     """triton loads when a listener is installed, not on import (a prune function alone never
     loads it), and nothing of the server or its dependencies comes with the plug-in."""
-    forbidden = (
-        *("triton", "app", "solver", "perfmodel", "device_profiles", "render"),
-        *("fastapi", "z3", "numpy", "scipy"),
-    )
-    code = (
-        "import sys, kperf_client.triton; "
-        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {forbidden!r})))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert loaded_on_import("kperf_client.triton", ("triton", *SERVER_SIDE)) == []
 
 
 class _OldListenerProtocol:

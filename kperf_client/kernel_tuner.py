@@ -26,15 +26,20 @@ How it searches (``docs/model-notes.md`` has no part in it: this is the autotune
 2. ``/optimize-tiling`` ranks the tilings (explicit ``candidates``, one per tiling) with each
    one's ``probability_best``. The tilings holding ``probability_mass`` of it (at least
    ``min_tilings``) are probed with ``probes`` random configurations each.
-3. Then a first-improvement local search over the parameters kperf does not model, inside a
-   tiling (neighbours differ in one such parameter), started from the fastest configuration
-   measured that has not been a start yet; at a local optimum it restarts from the next.
+3. Then tiling by tiling, a first-improvement local search over the parameters kperf does
+   not model (neighbours differ in one such parameter), from the tiling's fastest
+   configuration not yet a start (after a climb that did not improve the tiling, from a
+   random new one). The next tiling: the one probed next in rank order; else the one with
+   the fastest time found whose last ``PATIENCE`` climbs still improved it; else the next
+   tiling in rank order whose ``probability_best`` is at least ``MIN_PROBABILITY``; else the
+   fastest again.
 4. Every ``recalibrate_every`` evaluations, each tiling's fastest time so far (the model
-   predicts what a tiling reaches with its best inner parameters) is posted as a GeMM-WS run
-   of the device (``POST /devices/{id}/measurements``, Kernel Tuner's ``time`` in ms x 1000 =
-   ``measured_time_us``); once ``MIN_RUNS_TO_FIT`` tilings have runs the device is refit
-   (``POST /devices/{id}/recalibrate``) and the tilings are ranked again by the refit
-   profile: tilings that enter the top mass are probed.
+   predicts what a tiling reaches with its best inner parameters), when new, is posted as a
+   GeMM-WS run of the device (``POST /devices/{id}/measurements``, Kernel Tuner's ``time``
+   in ms x 1000 = ``measured_time_us``); once ``MIN_RUNS_TO_FIT`` runs have been posted the
+   device is refit (``POST /devices/{id}/recalibrate``) and the tilings are ranked again by
+   the refit profile: tilings that enter the top mass are probed. What is left is posted
+   when the tuning ends (no refit then).
 
 The service down, slow (past ``timeout_s``) or refusing never fails the tuning: the tilings
 are then probed in a random order, every one, and the search goes on without kperf; one
@@ -160,6 +165,7 @@ class KperfStrategy(KperfSession):
         from kernel_tuner.util import StopCriterionReached
 
         cost = CostFunc(searchspace, tuning_options, runner)
+        self.fell_back = False
         search = _Search(self, list(searchspace.tune_params), list(searchspace.list), cost)
         try:
             search.run()

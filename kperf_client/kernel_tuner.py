@@ -17,7 +17,7 @@ evaluates configurations only through Kernel Tuner's ``CostFunc``
 (``kernel_tuner/strategies/common.py``), so its budget (``max_fevals``, ``time_limit``), cache,
 simulation mode and result records are Kernel Tuner's own.
 
-How it searches (``docs/model-notes.md`` has no part in it: this is the autotuner's side):
+How it searches:
 
 1. The tune parameters naming the work-group tile (``MWG``/``NWG``/``KWG`` for CLBlast's
    Xgemm by default, :class:`KernelTunerNames`) and the buffer depth (a parameter, or a fixed

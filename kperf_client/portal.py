@@ -22,19 +22,23 @@ T = TypeVar("T")
 
 
 class ClientPortal:
-    """One background event loop and one open ``KperfClient(url)`` on it.
+    """One background event loop and one open ``KperfClient(url)`` on it (``url`` None: the
+    in-process service, ``KperfClient()``, built on the loop thread; it needs ``kperf[server]``).
 
     ``call`` blocks for at most ``timeout_s`` and raises what the coroutine raised (e.g.
     ``KperfError``, ``httpx.HTTPError``) or ``TimeoutError``; ``submit`` returns a future.
     The loop thread starts on first use; ``close`` stops it (also safe at interpreter exit).
     """
 
-    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 5.0) -> None:
-        if not url:
+    def __init__(
+        self, url: str | None, *, token: str | None = None, timeout_s: float = 5.0
+    ) -> None:
+        if url is not None and not url:
             raise ValueError("url: give the service's URL, e.g. http://127.0.0.1:8000")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s: must be > 0 s, got {timeout_s}")
-        self.url = url
+        self.url = url if url is not None else "the in-process service"
+        self._base_url = url
         self.token = token
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
@@ -72,7 +76,7 @@ class ClientPortal:
             self._client_ready = asyncio.Lock()
         async with self._client_ready:
             if self._client is None:
-                client = KperfClient(self.url, token=self.token, timeout_s=self.timeout_s)
+                client = KperfClient(self._base_url, token=self.token, timeout_s=self.timeout_s)
                 await client.__aenter__()
                 self._client = client
             return self._client

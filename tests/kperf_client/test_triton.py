@@ -7,13 +7,7 @@ benchmarks and calls the listener with its own argument names."""
 from __future__ import annotations
 
 import asyncio
-import logging
-import socket
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,6 +16,7 @@ import pytest
 
 from kperf_client.triton import KperfTriton
 from tests.app.service_helpers import clean_environ, free_port, live_server
+from tests.kperf_client.conftest import SERVER_SIDE, loaded_on_import, warnings_of
 
 __all__ = ["clean_environ", "live_server"]
 
@@ -142,14 +137,6 @@ def expected_kept(
     return kept + [c for c in CONFIGS if tiling(c) is None]
 
 
-@pytest.fixture
-def sessions() -> Iterator[list[KperfTriton]]:
-    made: list[KperfTriton] = []
-    yield made
-    for session in made:
-        session.close()
-
-
 def new_session(made: list[KperfTriton], url: str, device: str, **options: Any) -> KperfTriton:
     options.setdefault("timeout_s", 30.0)  # generous: the machine is shared under tests
     session = KperfTriton(url, device, **options)
@@ -158,9 +145,7 @@ def new_session(made: list[KperfTriton], url: str, device: str, **options: Any) 
 
 
 def kperf_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [
-        r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING
-    ]
+    return warnings_of(caplog, LOGGER)
 
 
 # ---------------------------------------------------------------- prune: the server's ranking
@@ -226,33 +211,6 @@ def test_prune_inside_a_running_event_loop(live_server: str, sessions: list[Kper
 
 
 # ---------------------------------------------------------------- prune: never fails the kernel
-
-
-@pytest.fixture
-def silent_server() -> Iterator[str]:
-    """Accepts connections and never answers (a hung service)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join(5)
-    for conn in held:
-        conn.close()
-    server.close()
 
 
 @pytest.mark.parametrize("trouble", ["down", "slow", "refused"])
@@ -473,16 +431,7 @@ def test_listener_from_the_key_without_our_prune(
 def test_importing_the_plugin_loads_no_triton_and_nothing_of_the_server() -> None:
     """triton loads when a listener is installed, not on import (a prune function alone never
     loads it), and nothing of the server or its dependencies comes with the plug-in."""
-    forbidden = (
-        *("triton", "app", "solver", "perfmodel", "device_profiles", "render"),
-        *("fastapi", "z3", "numpy", "scipy"),
-    )
-    code = (
-        "import sys, kperf_client.triton; "
-        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {forbidden!r})))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert loaded_on_import("kperf_client.triton", ("triton", *SERVER_SIDE)) == []
 
 
 class _OldListenerProtocol:

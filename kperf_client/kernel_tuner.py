@@ -1,0 +1,472 @@
+"""Kernel Tuner plug-in: a search strategy that asks kperf which tiles to try first.
+
+::
+
+    from kperf_client.kernel_tuner import KperfStrategy
+
+    strategy = KperfStrategy("http://127.0.0.1:8000", "rtx-a6000", m=4096, n=4096, k=4096,
+                             dtype="fp32", seed=1)
+    results, env = kernel_tuner.tune_kernel("Xgemm", source, (4096, 4096), args, tune_params,
+                                            strategy=strategy,
+                                            strategy_options={"max_fevals": 300})
+
+Kernel Tuner 1.5 takes as ``strategy=`` any object with a ``tune(searchspace, runner,
+tuning_options)`` method returning the results (``kernel_tuner/interface.py``: "check for
+user-defined strategy"; its own strategies are modules with that function). The strategy
+evaluates configurations only through Kernel Tuner's ``CostFunc``
+(``kernel_tuner/strategies/common.py``), so its budget (``max_fevals``, ``time_limit``), cache,
+simulation mode and result records are Kernel Tuner's own.
+
+How it searches:
+
+1. The tune parameters naming the work-group tile (``MWG``/``NWG``/``KWG`` for CLBlast's
+   Xgemm by default, :class:`KernelTunerNames`) and the buffer depth (a parameter, or a fixed
+   ``buffer_depth``) group the search space by tiling; every other parameter (thread shapes,
+   vector widths, ...) is one the model does not see.
+2. ``/optimize-tiling`` ranks the tilings (explicit ``candidates``, one per tiling) with each
+   one's ``probability_best``. The tilings holding ``probability_mass`` of it (at least
+   ``min_tilings``) are probed with ``probes`` random configurations each.
+3. Then tiling by tiling, a first-improvement local search over the parameters kperf does
+   not model (neighbours differ in one such parameter), from the tiling's fastest
+   configuration not yet a start (after a climb that did not improve the tiling, from a
+   random new one). The next tiling: the one probed next in rank order; else the one with
+   the fastest time found whose last ``PATIENCE`` climbs still improved it; else the next
+   tiling in rank order whose ``probability_best`` is at least ``MIN_PROBABILITY``; else the
+   fastest again.
+4. Every ``recalibrate_every`` evaluations, each tiling's fastest time so far (the model
+   predicts what a tiling reaches with its best inner parameters), when new, is posted as a
+   GeMM-WS run of the device (``POST /devices/{id}/measurements``, Kernel Tuner's ``time``
+   in ms x 1000 = ``measured_time_us``); once ``MIN_RUNS_TO_FIT`` runs have been posted the
+   device is refit (``POST /devices/{id}/recalibrate``) and the tilings are ranked again by
+   the refit profile: tilings that enter the top mass are probed. What is left is posted
+   when the tuning ends (no refit then).
+
+The service down, slow (past ``timeout_s``) or refusing never fails the tuning: the tilings
+are then probed in a random order, every one, and the search goes on without kperf; one
+warning per kind of trouble (logger ``kperf_client.kernel_tuner``, through :mod:`logging`).
+``kernel_tuner`` itself is imported when the strategy runs, not with this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+from kperf_client.session import KperfSession, reason_of, service_trouble
+from kperf_client.triton_configs import DTYPES, Problem, Tiling, candidate
+
+__all__ = ["KernelTunerNames", "KperfStrategy"]
+
+logger = logging.getLogger(__name__)
+
+#: Kernel Tuner reports ``time`` in milliseconds; kperf's runs are microseconds
+US_PER_MS = 1000.0
+#: a GeMM-WS refit fits six figures and takes at least one run more (README, "Calibrate")
+MIN_RUNS_TO_FIT = 7
+
+#: the largest refit budget asked (a server's default maximum time_limit_s)
+MAX_REFIT_S = 120.0
+#: climbs in a row without improvement after which a tiling yields to the next-ranked one
+PATIENCE = 2
+#: a tiling less likely than this to be the fastest is searched only when nothing else is left
+MIN_PROBABILITY = 0.01
+#: a count never reached (no automatic post or refit: the strategy decides when)
+NEVER = 10**9
+
+Config = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTunerNames:
+    """Which tune parameters are kperf's tile (TM, TN, TK) and buffer depth: CLBlast's Xgemm
+    names by default; ``buffer_depth`` None means every configuration has the strategy's
+    fixed ``buffer_depth`` (Xgemm stages one tile of A and B in shared memory: 1)."""
+
+    tile_m: str = "MWG"
+    tile_n: str = "NWG"
+    tile_k: str = "KWG"
+    buffer_depth: str | None = None
+
+
+class KperfStrategy(KperfSession):
+    """A Kernel Tuner strategy (``tune_kernel(..., strategy=KperfStrategy(...))``) that ranks
+    tilings with kperf, measures through Kernel Tuner, feeds the times back to ``device``
+    and searches the other parameters within the best tilings. See the module docstring.
+
+    ``m``, ``n``, ``k``, ``dtype``: the GEMM tuned (Kernel Tuner's ``problem_size`` rarely
+    holds all three). ``url`` None: an in-process service (``kperf[server]``). ``seed``: the
+    strategy's own random choices (probes, neighbour order, the fallback order).
+    """
+
+    log = logger
+
+    def __init__(
+        self,
+        url: str | None,
+        device: str,
+        *,
+        m: int,
+        n: int,
+        k: int,
+        dtype: str = "fp32",
+        names: KernelTunerNames | None = None,
+        buffer_depth: int = 1,
+        probes: int = 4,
+        probability_mass: float = 0.9,
+        min_tilings: int = 2,
+        recalibrate_every: int = 50,
+        seed: int | None = None,
+        name: str | None = None,
+        token: str | None = None,
+        timeout_s: float = 5.0,
+        retry_after_s: float = 30.0,
+    ) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype: one of {DTYPES}, got {dtype!r}")
+        for what, value in (("m", m), ("n", n), ("k", k), ("buffer_depth", buffer_depth)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{what}: a positive integer, got {value!r}")
+        if probes < 1 or min_tilings < 1 or recalibrate_every < 1:
+            raise ValueError("probes, min_tilings and recalibrate_every: at least 1")
+        if not 0 < probability_mass <= 1:
+            raise ValueError(f"probability_mass: in (0, 1], got {probability_mass}")
+        super().__init__(
+            url,
+            device,
+            token=token,
+            timeout_s=timeout_s,
+            retry_after_s=retry_after_s,
+            default_dtype=dtype,
+            name=name,
+        )
+        # a refit may take most of the wait (the service's default budget at least)
+        self.recalibrate_time_limit_s = min(MAX_REFIT_S, max(10.0, 0.8 * timeout_s))
+        self.problem = Problem(m, n, k, dtype)
+        self.names = names if names is not None else KernelTunerNames()
+        self.buffer_depth = buffer_depth
+        self.probes = probes
+        self.probability_mass = probability_mass
+        self.min_tilings = min_tilings
+        self.recalibrate_every = recalibrate_every
+        self.seed = seed
+        #: what the last tune did, for tests and the curious: each ranking asked (tilings,
+        #: best first), runs handed to the service, whether it fell back to a random order
+        self.rankings: list[list[Tiling]] = []
+        self.runs_sent = 0
+        self.fell_back = False
+
+    def tune(self, searchspace: Any, runner: Any, tuning_options: Any) -> list[dict[str, Any]]:
+        """Kernel Tuner's strategy entry point: the results of every evaluation."""
+        from kernel_tuner.strategies.common import CostFunc
+        from kernel_tuner.util import StopCriterionReached
+
+        cost = CostFunc(searchspace, tuning_options, runner)
+        self.fell_back = False
+        search = _Search(self, list(searchspace.tune_params), list(searchspace.list), cost)
+        try:
+            search.run()
+        except StopCriterionReached as stop:
+            if getattr(tuning_options, "verbose", False):
+                print(stop)
+        finally:
+            search.post_runs(final=True)
+        results: list[dict[str, Any]] = cost.results
+        return results
+
+    # ------------------------------------------------------------------ the service
+
+    def ranked_tilings(self, tilings: Sequence[Tiling]) -> list[tuple[Tiling, float | None]]:
+        """``tilings`` best first with their ``probability_best`` (kperf's ranking; those it
+        finds infeasible last, with 0); empty when the service could not rank them (warned)."""
+        if self._service_down():
+            return []
+        try:
+            ranking = self.rank(self.problem, [candidate(t, {}) for t in tilings])
+        except Exception as exc:  # noqa: BLE001 - never fail the user's tuning
+            if service_trouble(exc):
+                self._mark_down()
+            self.warn_once(
+                "rank",
+                f"{self.portal.url} did not rank the tilings ({reason_of(exc)}); trying them "
+                "in a random order",
+            )
+            return []
+        ranked = [
+            (tilings[p], q) for p, q in zip(ranking.order, ranking.probability_best, strict=True)
+        ]
+        seen = set(ranking.order)
+        ranked += [(t, 0.0) for i, t in enumerate(tilings) if i not in seen]
+        self.rankings.append([t for t, _ in ranked])
+        return ranked
+
+
+class _Search:
+    """One tuning: the search space grouped by tiling, what was measured, the local search."""
+
+    def __init__(
+        self, strategy: KperfStrategy, param_names: list[str], configs: list[Config], cost: Any
+    ) -> None:
+        self.strategy = strategy
+        self.cost = cost
+        self.rng = random.Random(strategy.seed)
+        self.times: dict[Config, float] = {}  # evaluated -> cost (inf: invalid)
+        self.run_time_ms: dict[Tiling, float] = {}  # fastest measured 'time' per tiling
+        self.posted_ms: dict[Tiling, float] = {}
+        self.starts: set[Config] = set()
+        self.best: dict[Tiling, float] = {}  # searched tilings: fastest cost a climb reached
+        self.stale: dict[Tiling, int] = {}  # climbs in a row that did not improve it
+        self.queue: list[Tiling] = []  # tilings probed, not climbed yet
+        self.probed: set[Tiling] = set()
+        self.order: list[Tiling] = []  # the latest ranking, best first
+        self.probability: dict[Tiling, float | None] = {}
+        self.since_post = 0
+        self.results_read = 0
+        self.tiling_of: dict[Config, Tiling] = {}
+        self.groups: dict[Tiling, list[Config]] = {}
+        self.neighbours_index: dict[tuple[int, Config], list[Config]] = {}
+        self.inner: list[int] = []
+        tiles = self._tile_positions(param_names)
+        if tiles is None:
+            return
+        self.inner = [i for i in range(len(param_names)) if i not in tiles]
+        for config in configs:
+            tiling = self._tiling(config, tiles)
+            if tiling is None:
+                continue
+            self.tiling_of[config] = tiling
+            self.groups.setdefault(tiling, []).append(config)
+            for i in self.inner:
+                self.neighbours_index.setdefault(_blank(config, i), []).append(config)
+
+    def _tile_positions(self, param_names: list[str]) -> list[int] | None:
+        names = self.strategy.names
+        wanted = [names.tile_m, names.tile_n, names.tile_k]
+        if names.buffer_depth is not None:
+            wanted.append(names.buffer_depth)
+        missing = [w for w in wanted if w not in param_names]
+        if missing:
+            self.strategy.warn_once(
+                "names",
+                f"no tune parameter named {', '.join(missing)} (have {', '.join(param_names)}); "
+                "name the tiles with KernelTunerNames(...); searching without kperf",
+            )
+            self.strategy.fell_back = True
+            return None
+        return [param_names.index(w) for w in wanted]
+
+    def _tiling(self, config: Config, tiles: list[int]) -> Tiling | None:
+        values = [config[i] for i in tiles]
+        if len(values) == 3:
+            values.append(self.strategy.buffer_depth)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+            return None
+        return Tiling(*values)
+
+    # ------------------------------------------------------------------ evaluation
+
+    def evaluate(self, configs: Sequence[Config]) -> None:
+        fresh = [c for c in dict.fromkeys(configs) if c not in self.times]
+        if not fresh:
+            return
+        values = self.cost.eval_all([list(c) for c in fresh], check_restrictions=False)
+        for config, value in zip(fresh, values, strict=True):
+            self.times[config] = float(value) if _finite(value) else math.inf
+        self.since_post += len(fresh)
+        if self.since_post >= self.strategy.recalibrate_every:
+            self.since_post = 0
+            if self.post_runs():
+                self.probe(self.rank())
+
+    def post_runs(self, final: bool = False) -> bool:
+        """Hand each tiling's fastest time, when new, to the feedback; post and refit once
+        enough tilings have runs. True when the device was refit."""
+        strategy = self.strategy
+        if strategy.fell_back or strategy._service_down():
+            return False
+        problem = strategy.problem
+        self._read_results()
+        runs = []
+        for tiling, time_ms in sorted(self.run_time_ms.items()):
+            if self.posted_ms.get(tiling) == time_ms:
+                continue
+            self.posted_ms[tiling] = time_ms
+            runs.append({**_problem_fields(problem), **_tiling_fields(tiling)})
+            runs[-1]["measured_time_us"] = time_ms * US_PER_MS
+        # posted at once; refit only with enough tilings measured (a fit wants more runs than
+        # figures) and never at the end (the next tuning's first ranking refits nothing)
+        feedback = strategy.start_feedback(
+            recalibrate_every=NEVER, batch_size=NEVER, max_delay_s=3600.0
+        )
+        if runs:
+            feedback.add(runs, len(runs))
+            strategy.runs_sent += len(runs)
+        if not runs and not final:
+            return False
+        enough = strategy.runs_sent >= MIN_RUNS_TO_FIT
+        feedback.recalibrate_every = 1 if enough and not final else NEVER
+        before = feedback.recalibrations
+        strategy.flush(strategy.timeout_s)
+        return feedback.recalibrations > before
+
+    def _read_results(self) -> None:
+        """Each tiling's fastest Kernel Tuner ``time`` (ms) among the results not read yet."""
+        names = list(self.cost.searchspace.tune_params)
+        for record in self.cost.results[self.results_read :]:
+            time_ms = None if "__error__" in record else record.get("time")
+            tiling = self.tiling_of.get(tuple(record.get(name) for name in names))
+            if tiling is not None and _finite(time_ms) and time_ms > 0:
+                self.run_time_ms[tiling] = min(time_ms, self.run_time_ms.get(tiling, math.inf))
+        self.results_read = len(self.cost.results)
+
+    # ------------------------------------------------------------------ the search
+
+    def rank(self) -> list[tuple[Tiling, float | None]]:
+        ranked = self.strategy.ranked_tilings(list(self.groups))
+        if ranked:
+            return ranked
+        self.strategy.fell_back = True
+        order = list(self.groups)
+        self.rng.shuffle(order)
+        return [(t, None) for t in order]
+
+    def top(self, ranked: list[tuple[Tiling, float | None]]) -> list[Tiling]:
+        """The tilings holding ``probability_mass`` (at least ``min_tilings``); all of them
+        when there are no probabilities (the random order of the fallback)."""
+        kept: list[Tiling] = []
+        mass = 0.0
+        for tiling, probability in ranked:
+            if probability is not None and len(kept) >= self.strategy.min_tilings:
+                if mass >= self.strategy.probability_mass:
+                    break
+            kept.append(tiling)
+            mass += probability or 0.0
+        return kept
+
+    def probe(self, ranked: list[tuple[Tiling, float | None]]) -> None:
+        """``probes`` random configurations of each top tiling not probed yet, in rank order;
+        each is then queued for a climb."""
+        self.order = [t for t, _ in ranked]
+        # unknown (None: no ranking) counts as likely; below MIN_PROBABILITY as unlikely
+        self.probability = {
+            t: (None if p is None else (p if p >= MIN_PROBABILITY else 0.0)) for t, p in ranked
+        }
+        for tiling in self.top(ranked):
+            if tiling in self.probed:
+                continue
+            self.probed.add(tiling)
+            self.queue.append(tiling)
+            fresh = [c for c in self.groups[tiling] if c not in self.times]
+            self.evaluate(self.rng.sample(fresh, min(self.strategy.probes, len(fresh))))
+
+    def run(self) -> None:
+        if not self.groups:  # no tiling: plain random order
+            everything = list(self.cost.searchspace.list)
+            self.rng.shuffle(everything)
+            for config in everything:
+                self.evaluate([config])
+            return
+        self.probe(self.rank())
+        while True:
+            tiling = self._next_tiling()
+            if tiling is None:
+                return
+            self._search_tiling(tiling)
+
+    def _next_tiling(self) -> Tiling | None:
+        """The next tiling queued by the ranking; else the one with the fastest time found
+        whose last ``PATIENCE`` climbs still improved it; else the next in rank order never
+        searched that may be the fastest (``probability_best`` at least
+        ``MIN_PROBABILITY``, or unknown); else the fastest again; else any left."""
+        if self.queue:
+            return self.queue.pop(0)
+        open_ = [t for t in self.best if self._unevaluated(t)]
+        fresh = [t for t in open_ if self.stale.get(t, 0) < PATIENCE]
+        if fresh:
+            return min(fresh, key=lambda t: self.best[t])
+        unsearched = self._unsearched()
+        likely = [t for t in unsearched if self.probability.get(t, 0.0) != 0.0]
+        if likely:
+            return likely[0]
+        if open_:
+            return min(open_, key=lambda t: self.best[t])
+        return unsearched[0] if unsearched else None
+
+    def _unsearched(self) -> list[Tiling]:
+        return [t for t in self.order if t not in self.best and self._unevaluated(t)]
+
+    def _unevaluated(self, tiling: Tiling) -> bool:
+        return any(c not in self.times for c in self.groups[tiling])
+
+    def _search_tiling(self, tiling: Tiling) -> None:
+        """One climb from the fastest configuration of the tiling not yet a start; after a
+        climb that did not improve the tiling (or with none measured), from a random new one."""
+        group = self.groups[tiling]
+        measured = [(self.times[c], c) for c in group if c in self.times and c not in self.starts]
+        measured = [(t, c) for t, c in measured if math.isfinite(t)]
+        if measured and not self.stale.get(tiling, 0):
+            start = min(measured)[1]
+        else:
+            start = self.rng.choice([c for c in group if c not in self.times])
+            self.evaluate([start])
+        self.starts.add(start)
+        before = self.best.get(tiling, math.inf)
+        found = self._climb(start)
+        if found < before:
+            self.best[tiling] = found
+            self.stale[tiling] = 0
+        else:
+            self.best.setdefault(tiling, found)
+            self.stale[tiling] = self.stale.get(tiling, 0) + 1
+
+    def _climb(self, current: Config) -> float:
+        """First improvement: the first unevaluated neighbour (random order) faster than the
+        current configuration becomes the current one; stop when none is. The time reached."""
+        while True:
+            neighbours = [n for n in self._neighbours(current) if n not in self.times]
+            self.rng.shuffle(neighbours)
+            moved = False
+            for neighbour in neighbours:
+                self.evaluate([neighbour])
+                if self.times[neighbour] < self.times[current]:
+                    current = neighbour
+                    self.starts.add(current)
+                    moved = True
+                    break
+            if not moved:
+                return self.times[current]
+
+    def _neighbours(self, config: Config) -> list[Config]:
+        found: list[Config] = []
+        for i in self.inner:
+            found += [c for c in self.neighbours_index.get(_blank(config, i), []) if c != config]
+        return found
+
+
+def _blank(config: Config, position: int) -> tuple[int, Config]:
+    return position, config[:position] + (None,) + config[position + 1 :]
+
+
+def _finite(value: Any) -> TypeGuard[float]:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) < 1e300  # Kernel Tuner's cost of an invalid configuration
+    )
+
+
+def _problem_fields(problem: Problem) -> dict[str, Any]:
+    return {"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype}
+
+
+def _tiling_fields(tiling: Tiling) -> dict[str, Any]:
+    return {
+        "tile_m": tiling.tile_m,
+        "tile_n": tiling.tile_n,
+        "tile_k": tiling.tile_k,
+        "buffer_depth": tiling.buffer_depth,
+    }

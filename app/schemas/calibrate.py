@@ -14,11 +14,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     TypeAdapter,
     ValidationInfo,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
@@ -69,9 +67,12 @@ def _not_of_other_model(data: Any, other_keys: frozenset[str], other: str, this:
 MAX_THREADS_PER_CTA = 1024
 #: the most registers a thread can have (same table, compute capability 5.0 and later)
 MAX_REGISTERS_PER_THREAD = 255
-#: optional fields of a GeMM-WS run, left out of its canonical form when absent (so that the
-#: digest and the id of runs without them are what they were before they existed)
-_OPTIONAL_RUN_FIELDS = ("threads_per_cta", "registers_per_thread")
+
+
+def _absent(value: object) -> bool:
+    """An optional run field left out of the run's canonical form when null, so that the digest
+    and the id of runs without it are what they were before it existed."""
+    return value is None
 
 
 class GemmWsMeasurementIn(GemmWsRun):
@@ -84,6 +85,7 @@ class GemmWsMeasurementIn(GemmWsRun):
         default=None,
         ge=1,
         le=MAX_THREADS_PER_CTA,
+        exclude_if=_absent,
         description="threads per CTA of the kernel, when known: with registers_per_thread it "
         "limits the CTAs resident per SM under the async-copy pipeline model",
     )
@@ -91,17 +93,10 @@ class GemmWsMeasurementIn(GemmWsRun):
         default=None,
         ge=1,
         le=MAX_REGISTERS_PER_THREAD,
+        exclude_if=_absent,
         description="registers per thread of the kernel (ptxas -v), when known; used with "
         "threads_per_cta",
     )
-
-    @model_serializer(mode="wrap")
-    def _without_absent_options(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        for name in _OPTIONAL_RUN_FIELDS:
-            if out.get(name, 0) is None:
-                del out[name]
-        return out
 
     @model_validator(mode="before")
     @classmethod

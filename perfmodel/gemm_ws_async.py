@@ -237,7 +237,7 @@ def last_math_start_ns(durations: AsyncDurations, stages: int, depth: int) -> in
 
 
 def last_math_start_formula(
-    d: Any, lam: int, t: Any, stages: Any, depth: Any, maximum: Callable[[Any, Any], Any]
+    d: Any, lam: Any, t: Any, stages: Any, depth: Any, maximum: Callable[[Any, Any], Any]
 ) -> Any:
     """The closed form of M(S) on ints, or element-wise on int64 arrays with ``maximum`` =
     np.maximum (perfmodel/gemm_ws_async_array.py); one formula for both."""

@@ -28,7 +28,7 @@ from solver.encoding_async import AsyncConfig, encode_async
 from solver.errors import InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
 from solver.lexicographic import Objective, rank_by_blocking
-from solver.optimize import SolverStatistics, tie_break_key
+from solver.optimize import SolverMode, SolverStatistics, check_mode, tie_break_key
 from solver.search_space import SearchSpace, SearchSummary
 
 
@@ -52,7 +52,7 @@ class AsyncTilingResult:
     statistics: SolverStatistics
 
 
-def _effective_limits(problem: AsyncTilingProblem) -> SmLimits:
+def effective_limits(problem: AsyncTilingProblem) -> SmLimits:
     # Without the shared-memory constraint, only the block/thread/register caps limit residency.
     if problem.space.enforce_shared_memory:
         return problem.limits
@@ -60,16 +60,46 @@ def _effective_limits(problem: AsyncTilingProblem) -> SmLimits:
 
 
 def optimize_tiling_async(
+    problem: AsyncTilingProblem,
+    *,
+    top_k: int = 5,
+    time_limit_s: float = 10.0,
+    mode: SolverMode = SolverMode.CERTIFIED,
+) -> AsyncTilingResult:
+    """Solve ``problem``; ``top_k`` ranked candidates; SolverTimeout if none was found.
+
+    ``certified`` (default): the exact vectorised scorer ranks the whole space and one Z3
+    check proves its best (solver/certify_async.py, numpy: imported here, in the worker);
+    ``z3-search``: :func:`z3_search_async`, Z3 rank by rank.
+    """
+    if top_k < 1:
+        raise ValueError("top_k must be at least 1")
+    if not time_limit_s > 0:
+        raise ValueError("time_limit_s must be positive")
+    check_mode(problem.space, mode)
+    if SolverMode(mode) is SolverMode.CERTIFIED:
+        from perfmodel.gemm_ws_scoring import ScoreOverflow
+        from solver.certify_async import optimize_tiling_async_certified
+
+        try:
+            return optimize_tiling_async_certified(problem, top_k=top_k, time_limit_s=time_limit_s)
+        except ScoreOverflow:
+            pass  # times beyond int64 ns: only the Python-int path represents them
+    return z3_search_async(problem, top_k=top_k, time_limit_s=time_limit_s)
+
+
+def z3_search_async(
     problem: AsyncTilingProblem, *, top_k: int = 5, time_limit_s: float = 10.0
 ) -> AsyncTilingResult:
-    """Solve ``problem``; ``top_k`` ranked candidates; SolverTimeout if none was found."""
+    """The pure Z3 search: rank by rank, each Z3's lexicographic optimum with earlier ranks
+    blocked, over the encoding of the presolve's survivors."""
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
     if not time_limit_s > 0:
         raise ValueError("time_limit_s must be positive")
     started = time.perf_counter()
     deadline = started + time_limit_s
-    machine, limits = problem.machine, _effective_limits(problem)
+    machine, limits = problem.machine, effective_limits(problem)
     tilings = list(problem.space.tilings())
     summary, feasible = _summary(problem, limits, tilings)
     table = AsyncDurationTable(machine)
@@ -122,6 +152,7 @@ def optimize_tiling_async(
             checks=checks,
             encoded_tile_triples=len(survivors),
             pruned_tile_triples=summary.feasible - len(survivors),
+            mode=SolverMode.Z3_SEARCH,
         ),
     )
 
@@ -227,5 +258,7 @@ __all__ = [
     "AsyncTilingProblem",
     "AsyncTilingResult",
     "objective_key",
+    "effective_limits",
     "optimize_tiling_async",
+    "z3_search_async",
 ]

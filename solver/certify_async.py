@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -269,14 +269,16 @@ def optimize_tiling_async_certified(
     return _certified(problem, limits, ranking, summary, top_k, time_limit_s, started)
 
 
-def simulate_ranked(
-    problem: AsyncTilingProblem, limits: SmLimits, tilings: Sequence[Tiling]
+def simulate_ranked_with(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    limits: SmLimits,
+    element_bytes: int,
+    tilings: Sequence[Tiling],
 ) -> list[AsyncSimulation]:
-    table = AsyncDurationTable(problem.machine)
-    return [
-        simulate_async(problem.shape, t, problem.machine, limits, problem.element_bytes, table)
-        for t in tilings
-    ]
+    """Each tiling simulated stage by stage (the reference the scorer is checked against)."""
+    table = AsyncDurationTable(machine)
+    return [simulate_async(shape, t, machine, limits, element_bytes, table) for t in tilings]
 
 
 def check_scores(ranked: Sequence[AsyncSimulation], times: IntArray, waits: IntArray) -> None:
@@ -299,7 +301,9 @@ def _certified(
     started: float,
 ) -> AsyncTilingResult:
     deadline = started + time_limit_s
-    ranked = simulate_ranked(problem, limits, tilings_of(ranking.configs))
+    ranked = simulate_ranked_with(
+        problem.shape, problem.machine, limits, problem.element_bytes, tilings_of(ranking.configs)
+    )
     if not ranked:
         raise SolverTimeout(time_limit_s)
     check_scores(ranked, ranking.overall_time_ns, ranking.total_math_wait_ns)
@@ -316,7 +320,10 @@ def _certified(
         )
         if certificate.better is not None:
             return mismatch_answer(
-                problem, certificate, ranked[0], ranking.scored, top_k, time_limit_s
+                certificate,
+                ranked[0],
+                ranking.scored,
+                lambda: z3_search_async(problem, top_k=top_k, time_limit_s=time_limit_s),
             )
     checks = certificate.checks if certificate is not None else ()
     proven = bool(checks) and all(c.outcome == "unsat" for c in checks)
@@ -339,12 +346,10 @@ def _certified(
 
 
 def mismatch_answer(
-    problem: AsyncTilingProblem,
     certificate: Certificate,
     incumbent: AsyncSimulation,
     scored: int,
-    top_k: int,
-    time_limit_s: float,
+    z3_search: Callable[[], AsyncTilingResult],
 ) -> AsyncTilingResult:
     """Z3 refuted the scorer's incumbent: raise in strict mode, else answer from the pure Z3
     search and count the mismatch."""
@@ -355,7 +360,7 @@ def mismatch_answer(
     if optimize.STRICT_CERTIFICATE:
         raise CertificateMismatch(message)
     _log.error("%s; answering with the Z3 search", message)
-    result = z3_search_async(problem, top_k=top_k, time_limit_s=time_limit_s)
+    result = z3_search()
     stats = result.statistics
     return dataclasses.replace(
         result,

@@ -1,6 +1,6 @@
-"""Explicit candidate lists under the async-copy variant (issues 17 and 18; numpy: worker side
-only). The async twin of solver/candidates.py: the same rejection report (plus the per-SM
-residency limit), the exact vectorised scorer of (A1)-(A3) over the feasible distinct
+"""Explicit candidate lists under the async-copy variant (issues 17 and 18; the scorer and
+the certificate, numpy, are imported where they run, in the worker). The async twin of
+solver/candidates.py: the same rejection report (plus the per-SM residency limit), the exact vectorised scorer of (A1)-(A3) over the feasible distinct
 candidates, and Z3 over exactly the candidate set (solver/encoding_async.py encodes exactly the
 configurations it is given): one certificate check in ``certified`` mode, rank by rank in
 ``z3-search``.
@@ -20,16 +20,6 @@ from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
 from perfmodel.gemm_ws_async import AsyncDurationTable, AsyncSimulation, SmLimits
 from solver.candidates import SHARED_MEMORY_CONSTRAINT, CandidateProblem, Rejection, reject
-from solver.certify_async import (
-    certify_async,
-    check_scores,
-    configs_of,
-    encoded_configs,
-    mismatch_answer,
-    rank_async,
-    simulate_ranked_with,
-    tilings_of,
-)
 from solver.encoding_async import encode_async
 from solver.errors import InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
@@ -152,6 +142,16 @@ def _certified(
     started: float,
     time_limit_s: float,
 ) -> AsyncTilingResult:
+    from solver.certify_async import (  # numpy: worker side only
+        certify_async,
+        check_scores,
+        configs_of,
+        mismatch_answer,
+        rank_async,
+        simulate_ranked_with,
+        tilings_of,
+    )
+
     deadline = started + time_limit_s
     shape, machine, eb = problem.shape, problem.machine, problem.element_bytes
     configs = configs_of(feasible)
@@ -205,6 +205,12 @@ def _z3_search(
     """Rank by rank, each Z3's lexicographic optimum of the candidate set with earlier ranks
     blocked; cut short by the deadline, the proven ranks are followed by the best of the rest
     by the simulator."""
+    from solver.certify_async import (  # numpy: worker side only
+        configs_of,
+        encoded_configs,
+        simulate_ranked_with,
+    )
+
     deadline = started + time_limit_s
     shape, machine, eb = problem.shape, problem.machine, problem.element_bytes
     sims = dict(

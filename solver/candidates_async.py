@@ -1,9 +1,9 @@
-"""Explicit candidate lists under the async-copy variant (issues 17 and 18; the scorer and
-the certificate, numpy, are imported where they run, in the worker). The async twin of
-solver/candidates.py: the same rejection report (plus the per-SM residency limit), the exact vectorised scorer of (A1)-(A3) over the feasible distinct
-candidates, and Z3 over exactly the candidate set (solver/encoding_async.py encodes exactly the
-configurations it is given): one certificate check in ``certified`` mode, rank by rank in
-``z3-search``.
+"""Explicit candidate lists under the async-copy variant (issues 17 and 18). The async twin of
+solver/candidates.py: the same rejection report (plus the per-SM residency limit), the exact
+vectorised scorer of (A1)-(A3) over the feasible distinct candidates, and Z3 over exactly the
+candidate set (solver/encoding_async.py encodes exactly the configurations it is given): one
+certificate check in ``certified`` mode, rank by rank in ``z3-search``. The scorer and the
+certificate (numpy) are imported where they run, in the worker.
 """
 
 from __future__ import annotations

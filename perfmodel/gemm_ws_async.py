@@ -336,6 +336,48 @@ def _wave_plan(
     return _WavePlan(per_sm, full_waves, partial)
 
 
+def simulate_async_closed_form(
+    shape: GemmShape,
+    tiling: Tiling,
+    machine: GemmWsMachine,
+    limits: SmLimits,
+    element_bytes: int,
+    table: AsyncDurationTable | None = None,
+) -> AsyncSimulation:
+    """:func:`simulate_async` in O(1) from :func:`last_math_start_ns`, without per-stage
+    events (``events`` is empty): every other field equal (the total MATH wait telescopes to
+    M(S) - (S - 1) T per CTA, GeMM-WS 8)."""
+    table = table or AsyncDurationTable(machine)
+    plan = _wave_plan(shape, tiling, machine, limits, element_bytes)
+    stages, depth = stage_count(shape, tiling), tiling.buffer_depth
+    overall, wait, wave = table.init_ns, 0, 0
+    for ctas, count in ((plan.per_sm, plan.full_waves), (plan.partial, 1)):
+        if ctas and count:
+            durations = table.durations(tiling, ctas)
+            last = last_math_start_ns(durations, stages, depth)
+            this_wave = last + durations.math_ns + table.epilogue_ns
+            wave = wave or this_wave
+            overall += count * this_wave
+            wait += count * ctas * (last - (stages - 1) * durations.math_ns)
+    full = table.durations(tiling, plan.per_sm)
+    bound, in_flight = steady_state(full, depth)
+    return AsyncSimulation(
+        shape=shape,
+        tiling=tiling,
+        ctas_per_sm=plan.per_sm,
+        durations=full,
+        stages=stages,
+        full_waves=plan.full_waves,
+        partial_wave_ctas=plan.partial,
+        wave_time_ns=wave,
+        overall_time_ns=overall,
+        total_math_wait_ns=wait,
+        stages_in_flight=in_flight,
+        bound=bound,
+        events=(),
+    )
+
+
 def overall_time_async_closed_form_ns(
     shape: GemmShape,
     tiling: Tiling,

@@ -241,6 +241,8 @@ def _z3_search(
         ranked += rest[: max(0, ranks - len(ranked))]
     if not ranked:
         raise SolverTimeout(time_limit_s)
+    # rank 1 stage by stage: its events feed the timeline
+    ranked = simulate_ranked_with(shape, machine, limits, eb, [s.tiling for s in ranked])
     return _result(
         "optimal" if ranking.proven else "timeout",
         ranked,

@@ -17,7 +17,7 @@ from app.schemas.optimize import DEFAULT_TOP_K, OptimizeTilingRequest, Shortlist
 from device_profiles import DeviceProfile
 from perfmodel.belief import FigureBelief
 from perfmodel.gemm_ws import DurationTable, GemmWsMachine, simulate, simulate_closed_form
-from perfmodel.gemm_ws_async import AsyncDurationTable, simulate_async
+from perfmodel.gemm_ws_async import AsyncDurationTable, simulate_async_closed_form
 from perfmodel.gemm_ws_scoring import Configurations
 from solver import SolverMode, TilingProblem, TilingResult, optimize_tiling
 from solver.candidates import (
@@ -96,9 +96,14 @@ def solve(
     if isinstance(problem, AsyncTilingProblem) and isinstance(result, AsyncTilingResult):
         limits = effective_limits(problem)
         table = AsyncDurationTable(problem.machine)
-        sims = tuple(
-            simulate_async(problem.shape, t, problem.machine, limits, problem.element_bytes, table)
-            for t in picks.tilings
+        # rank 1 is the certified optimum (with its events); the others in O(1)
+        known_ranked = {s.tiling: s for s in result.candidates}
+        sims = (result.best,) + tuple(
+            known_ranked.get(t)
+            or simulate_async_closed_form(
+                problem.shape, t, problem.machine, limits, problem.element_bytes, table
+            )
+            for t in picks.tilings[1:]
         )
         return Solved(
             dataclasses.replace(result, best=sims[0], candidates=sims), shortlist, uncertainty
@@ -205,7 +210,7 @@ def solve_candidates(
         limits, table_async = problem.effective_limits, AsyncDurationTable(problem.machine)
         async_candidates = (result.best,) + tuple(
             known_async.get(t)
-            or simulate_async(
+            or simulate_async_closed_form(
                 problem.shape, t, problem.machine, limits, problem.element_bytes, table_async
             )
             for t in picks.tilings[1:]

@@ -40,6 +40,7 @@ from perfmodel.gemm_ws import (
 from perfmodel.gemm_ws_async import AsyncSimulation, PipelineModel, SmLimits
 from solver import (
     ELEMENT_BYTES,
+    InfeasibleSearchSpace,
     SearchSpace,
     SolverMode,
     TilingProblem,
@@ -170,11 +171,9 @@ def pipeline_of(
     name = request.pipeline_model or default_pipeline_model(
         profile if request.device_params is None else None
     )
-    threads, registers = request.threads_per_cta, request.registers_per_thread
-    if registers is not None and threads is None:
-        raise ModelInputError(
-            "registers_per_thread", "give threads_per_cta too: registers limit CTAs per thread"
-        )
+    threads = request.threads_per_cta
+    # registers limit residency per CTA: without threads_per_cta they say nothing (ignored)
+    registers = request.registers_per_thread if threads is not None else None
     figures: dict[str, int | None] = {}
     max_threads_per_block = max_registers = None
     if request.device_params is not None:
@@ -212,10 +211,11 @@ def pipeline_of(
     )
     if PipelineModel(name) is PipelineModel.ASYNC_COPY and limits.ctas_per_sm(1) < 1:
         field = "registers_per_thread" if registers is not None else "threads_per_cta"
-        raise ModelInputError(
-            field,
+        raise InfeasibleSearchSpace(
             f"a CTA of {threads} threads x {registers or 0} registers does not fit one SM "
             f"({limits.max_threads_per_sm} threads, {limits.registers_per_sm} registers)",
+            {"registers_per_sm" if field == "registers_per_thread" else "max_threads_per_sm": 1},
+            field=field,
         )
     return PipelineModel(name), limits
 

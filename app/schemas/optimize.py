@@ -240,16 +240,18 @@ class OptimizeTilingRequest(RequestModel):
         default=None,
         ge=1,
         le=MAX_THREADS_PER_CTA,
-        description=f"async-copy: threads of one CTA (1..{MAX_THREADS_PER_CTA}); with "
-        "registers_per_thread it limits the CTAs per SM by the SM's threads and registers "
-        "(null: no limit from them); ignored by 'paper' (one CTA per SM)",
+        description=f"async-copy: threads of one CTA (1..{MAX_THREADS_PER_CTA}, at most the "
+        "device's max_threads_per_block, else 422); with registers_per_thread it limits the "
+        "CTAs per SM by the SM's threads and registers (null: no limit from them; a CTA no SM "
+        "holds is a 422); 'paper' runs one CTA per SM whatever they are",
     )
     registers_per_thread: int | None = Field(
         default=None,
         ge=1,
         le=MAX_REGISTERS_PER_THREAD,
         description=f"async-copy: 32-bit registers per thread (1..{MAX_REGISTERS_PER_THREAD}, "
-        "at most the device's max_registers_per_thread); needs threads_per_cta",
+        "at most the device's max_registers_per_thread, else 422); used with threads_per_cta "
+        "(ignored without it)",
     )
     shortlist: Literal["explore", "exploit"] = Field(
         default="explore",

@@ -161,6 +161,13 @@ def test_paper_candidates_report_one_cta_and_their_slots(client: TestClient) -> 
         assert c["stages_in_flight"] == (depth if math_bound else min(depth, 2))
 
 
+def test_registers_without_threads_are_ignored(client: TestClient) -> None:
+    body = {"m": 512, "n": 512, "k": 512, "device": "h100", "search_space": SPACE}
+    plain = _ok(client, **body, shortlist="exploit")
+    ignored = _ok(client, **body, shortlist="exploit", registers_per_thread=255)
+    assert ignored["candidates"] == plain["candidates"]
+
+
 def test_threads_and_registers_limit_ctas_per_sm(client: TestClient) -> None:
     common = {
         "m": 2048,
@@ -189,7 +196,6 @@ def test_threads_and_registers_limit_ctas_per_sm(client: TestClient) -> None:
         ({"threads_per_cta": 0}, "threads_per_cta"),
         ({"threads_per_cta": 2048}, "threads_per_cta"),
         ({"threads_per_cta": 256, "registers_per_thread": 256}, "registers_per_thread"),
-        ({"registers_per_thread": 32}, "registers_per_thread"),  # without threads_per_cta
         # 1024 threads x 255 registers exceed the SM's 64 K registers: no CTA fits
         ({"threads_per_cta": 1024, "registers_per_thread": 255}, "registers_per_thread"),
         ({"pipeline_model": "async"}, "pipeline_model"),

@@ -210,7 +210,7 @@ def certify_async(
         hopeful = _concat([hopeful, configs_of([incumbent.tiling])])
     encoded = encoded_configs(shape, machine, limits, element_bytes, hopeful)
     table = AsyncDurationTable(machine)
-    enc = encode_async(encoded, table.epilogue_ns, table.init_ns, per_depth=True)
+    enc = encode_async(encoded, table.epilogue_ns, table.init_ns, per_configuration=True)
     solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
     solver.from_string(enc.smtlib)
     solver.add(better_than(enc, incumbent))

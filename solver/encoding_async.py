@@ -38,7 +38,12 @@ class AsyncConfig:
 
 
 def encode_async(
-    configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: int, *, per_depth: bool = False
+    configs: Sequence[AsyncConfig],
+    t_epilogue_ns: int,
+    t_init_ns: int,
+    *,
+    per_depth: bool = False,
+    per_configuration: bool = False,
 ) -> Encoding:
     """Encode exactly ``configs`` (the survivors of the optimizer's presolve).
 
@@ -46,12 +51,17 @@ def encode_async(
     a symbolic index), one set of integer constants ``M_<wave>_<D>_<i>`` per buffer depth D of
     the configurations, with the slot release M(i - D) at a constant index: the same
     recurrences (A1)-(A3) in linear integer arithmetic without arrays, which Z3 decides
-    several times faster (the certificate's encoding, solver/certify_async.py).
+    several times faster.
+
+    ``per_configuration``: the same constants per encoded configuration, its durations written
+    in as numbers: Z3 evaluates (A1)-(A3) of each configuration by propagation, and only the
+    choice among them is searched (the certificate's encoding, solver/certify_async.py, where
+    the bounds leave a handful of configurations).
     """
     if not configs:
         raise ValueError("encode_async needs at least one configuration")
-    if per_depth:
-        return _encode_per_depth(configs, t_epilogue_ns, t_init_ns)
+    if per_depth or per_configuration:
+        return _encode_per_depth(configs, t_epilogue_ns, t_init_ns, per_configuration)
     deepest = max(c.tiling.buffer_depth for c in configs)
     window = max(2, min(max(c.stages for c in configs), 2 * deepest))
     out: list[str] = [
@@ -142,7 +152,7 @@ def _last_math_start(
 
 
 def _encode_per_depth(
-    configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: int
+    configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: int, per_configuration: bool
 ) -> Encoding:
     out: list[str] = [
         "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
@@ -159,11 +169,12 @@ def _encode_per_depth(
     for wave in waves:
         for name in ("d", "lam", "t"):
             a(f"(declare-const {name}_{wave} Int)")
-        for depth, window in sorted(windows.items()):
-            _constant_recurrences(a, wave, depth, window)
+        if not per_configuration:
+            for depth, window in sorted(windows.items()):
+                _constant_recurrences(a, wave, depth, window)
 
     choices = []
-    for c in configs:
+    for index, c in enumerate(configs):
         t = c.tiling
         chosen = (
             f"(and (= tile_m {t.tile_m}) (= tile_n {t.tile_n}) (= tile_k {t.tile_k}) "
@@ -171,14 +182,21 @@ def _encode_per_depth(
         )
         choices.append(chosen)
         window = windows[t.buffer_depth]
-        ms_f = _last_math_start(f"M_f_{t.buffer_depth}", c.stages, t.buffer_depth, window, True)
+        # the recurrences of this configuration: its depth's (shared), or its own with its
+        # durations as numbers
+        key = f"c{index}" if per_configuration else str(t.buffer_depth)
+        if per_configuration:
+            _constant_recurrences(a, "f", t.buffer_depth, window, key, c.full)
+            if c.partial_wave_ctas:
+                _constant_recurrences(a, "p", t.buffer_depth, window, key, c.partial)
+        ms_f = _last_math_start(f"M_f_{key}", c.stages, t.buffer_depth, window, True)
         facts = _durations("f", c.full)
         overall = f"(* {c.full_waves} (+ {ms_f} t_f {t_epilogue_ns}))"
         wait = f"(* {c.full_waves * c.ctas_per_sm} (- {ms_f} (* {c.stages - 1} t_f)))"
         if len(waves) == 2:
             facts += _durations("p", c.partial if c.partial_wave_ctas else c.full)
         if c.partial_wave_ctas:
-            ms_p = _last_math_start(f"M_p_{t.buffer_depth}", c.stages, t.buffer_depth, window, True)
+            ms_p = _last_math_start(f"M_p_{key}", c.stages, t.buffer_depth, window, True)
             overall = f"(+ {overall} {ms_p} t_p {t_epilogue_ns})"
             wait = f"(+ {wait} (* {c.partial_wave_ctas} (- {ms_p} (* {c.stages - 1} t_p))))"
         facts.append(f"(= overall_time (+ {overall} {t_init_ns}))")
@@ -188,17 +206,28 @@ def _encode_per_depth(
     return Encoding.parse("\n".join(out), overall_time_floor_ns=0)
 
 
-def _constant_recurrences(a: Callable[[str], None], wave: str, depth: int, window: int) -> None:
+def _constant_recurrences(
+    a: Callable[[str], None],
+    wave: str,
+    depth: int,
+    window: int,
+    key: str | None = None,
+    durations: AsyncDurations | None = None,
+) -> None:
     """(A1)-(A3) for buffer depth ``depth`` over stages 1..window, integer constants
-    ``I_<wave>_<depth>_<i>`` and ``M_<wave>_<depth>_<i>``; for i <= depth the slot is free
-    from the start (M(i - D) + T = 0), so (A1) is the copy engine's term alone."""
+    ``I_<wave>_<key>_<i>`` and ``M_<wave>_<key>_<i>`` (key: the depth, or a configuration's
+    own with its ``durations`` as numbers); for i <= depth the slot is free from the start
+    (M(i - D) + T = 0), so (A1) is the copy engine's term alone."""
     d, lam, t = f"d_{wave}", f"lam_{wave}", f"t_{wave}"
+    if durations is not None:
+        d, lam, t = (str(v) for v in (durations.issue_ns, durations.latency_ns, durations.math_ns))
+    key = key or str(depth)
 
     def issue(i: int) -> str:
-        return f"I_{wave}_{depth}_{i}"
+        return f"I_{wave}_{key}_{i}"
 
     def math(i: int) -> str:
-        return f"M_{wave}_{depth}_{i}"
+        return f"M_{wave}_{key}_{i}"
 
     for i in range(1, window + 1):
         a(f"(declare-const {issue(i)} Int) (declare-const {math(i)} Int)")

@@ -120,14 +120,14 @@ def score_async_configurations(
         return last_math_start + t + epilogue, last_math_start, t
 
     full_wave, full_ms, full_t = wave(per_sm)
-    rest = np.maximum(partial, 1)
-    rest_wave, rest_ms, rest_t = wave(rest)
-    has_rest = partial > 0
-    overall = init + full_waves * full_wave + np.where(has_rest, rest_wave, 0)
+    overall = init + full_waves * full_wave
     # per CTA, sum of MATH waits telescopes to M(S) - (S - 1) T (GeMM-WS 8)
-    wait = full_waves * per_sm * (full_ms - (stages - 1) * full_t) + np.where(
-        has_rest, partial * (rest_ms - (stages - 1) * rest_t), 0
-    )
+    wait = full_waves * per_sm * (full_ms - (stages - 1) * full_t)
+    has_rest = partial > 0
+    if np.any(has_rest):  # a partial wave of fewer CTAs sharing the SM
+        rest_wave, rest_ms, rest_t = wave(np.maximum(partial, 1))
+        overall = overall + np.where(has_rest, rest_wave, 0)
+        wait = wait + np.where(has_rest, partial * (rest_ms - (stages - 1) * rest_t), 0)
     return Scores(overall_time_ns=overall.astype(np.int64), total_math_wait_ns=wait)
 
 

@@ -46,7 +46,7 @@ from perfmodel.gemm_ws_scoring import (
     lexicographic_order,
 )
 from solver import optimize
-from solver.bounds_async import async_plan
+from solver.bounds_async import async_plan, may_beat
 from solver.encoding_async import AsyncConfig, encode_async
 from solver.errors import CertificateMismatch, InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
@@ -200,11 +200,21 @@ def certify_async(
 ) -> Certificate:
     """Ask Z3 whether any of ``configs`` (each fitting an SM) beats ``incumbent``
     lexicographically (§3.2 objectives, then the tie-break) over the encoding of (A1)-(A3);
-    "unsat" proves the incumbent optimal among them. Only configurations whose lower bound
-    (solver/bounds_async.py) does not exceed the incumbent's time are encoded; the incumbent
-    itself always is (an encoding is never empty)."""
-    floors = async_plan(shape, machine, limits, element_bytes, configs).overall_time_floor_ns
-    hopeful = configs.take(np.flatnonzero(floors <= incumbent.overall_time_ns))
+    "unsat" proves the incumbent optimal among them. Only configurations the lower bounds on
+    time and wait (solver/bounds_async.py, :func:`may_beat`) leave able to beat it are encoded;
+    the incumbent itself always is (an encoding is never empty)."""
+    plan = async_plan(shape, machine, limits, element_bytes, configs)
+    hopeful = configs.take(
+        np.flatnonzero(
+            may_beat(
+                plan,
+                configs,
+                incumbent.overall_time_ns,
+                incumbent.total_math_wait_ns,
+                incumbent.tiling,
+            )
+        )
+    )
     tilings = tilings_of(hopeful)
     if incumbent.tiling not in tilings:
         hopeful = _concat([hopeful, configs_of([incumbent.tiling])])

@@ -3,7 +3,10 @@ async-copy <= 1.5x paper), measured in one run on what a worker does for a reque
 conversion, the certified solve, the explore shortlist, the response model and its JSON:
 app.jobs.optimize_job), without HTTP, the cache or the pool.
 
-Usage: python -m bench.bench_pipeline [--repeats N]
+With ``--layouts``: the certified async solve alone (scorer + one Z3 check) with each encoding
+of the certificate (solver/encoding_async.py: arrays, per depth, per configuration).
+
+Usage: python -m bench.bench_pipeline [--repeats N] [--layouts]
 """
 
 from __future__ import annotations
@@ -27,10 +30,56 @@ def _answer(body: dict[str, Any], profile_json: dict[str, Any]) -> dict[str, Any
     return answer
 
 
+def layouts(repeats: int) -> None:
+    """Median certified async solve per certificate encoding, same problems, one run."""
+    import solver.certify_async as certify
+    from app.convert.candidates import problem_of
+    from app.schemas.optimize import OptimizeTilingRequest
+    from solver.encoding_async import encode_async
+    from solver.optimize_async import AsyncTilingProblem
+
+    options: dict[str, dict[str, bool]] = {
+        "arrays": {},
+        "per depth": {"per_depth": True},
+        "per configuration": {"per_configuration": True},
+    }
+    print(
+        f"| problem ({DEVICE}, async-copy, default space, top_k=5) | "
+        + " | ".join(f"{name} median ms" for name in options)
+        + " | encoded configurations |"
+    )
+    print("|---|---|---|---|---|")
+    for m, n, k in PROBLEMS:
+        request = OptimizeTilingRequest.model_validate(
+            {"m": m, "n": n, "k": k, "device": DEVICE, "pipeline_model": "async-copy"}
+        )
+        problem = problem_of(request, default_profiles()[DEVICE])[1]
+        assert isinstance(problem, AsyncTilingProblem)
+        cells, encoded = [], 0
+        for kwargs in options.values():
+
+            def layout(*args: Any, kwargs: dict[str, bool] = kwargs, **_: Any) -> Any:
+                return encode_async(*args, **kwargs)
+
+            certify.encode_async = layout  # type: ignore[assignment]
+            solve = partial(certify.optimize_tiling_async_certified, problem, top_k=5)
+            result = solve()
+            assert result.status == "optimal"
+            encoded = result.statistics.encoded_tile_triples
+            cells.append(f"{median_seconds(solve, repeats) * 1000:.1f}")
+        certify.encode_async = encode_async
+        print(f"| {m}x{n}x{k} | " + " | ".join(cells) + f" | {encoded} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--layouts", action="store_true")
     args = parser.parse_args()
+    if args.layouts:
+        print(f"command: {command_line()}\n")
+        layouts(args.repeats)
+        return
     profile_json = default_profiles()[DEVICE].model_dump(mode="json")
     print(f"command: {command_line()}\n")
     print(

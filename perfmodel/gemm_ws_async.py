@@ -297,7 +297,21 @@ def simulate_async(
         rest_events = run_stages(rest, stages, depth)
         overall += rest_events[-1].math_start_ns + rest.math_ns + epilogue
         wait += plan.partial * sum(e.math_wait_ns for e in rest_events)
-    bound, in_flight = steady_state(full, depth)
+    return _simulation(shape, tiling, plan, full, stages, wave, overall, wait, tuple(events))
+
+
+def _simulation(
+    shape: GemmShape,
+    tiling: Tiling,
+    plan: _WavePlan,
+    full: AsyncDurations,
+    stages: int,
+    wave_time_ns: int,
+    overall_time_ns: int,
+    total_math_wait_ns: int,
+    events: tuple[AsyncStageEvents, ...],
+) -> AsyncSimulation:
+    bound, in_flight = steady_state(full, tiling.buffer_depth)
     return AsyncSimulation(
         shape=shape,
         tiling=tiling,
@@ -306,12 +320,12 @@ def simulate_async(
         stages=stages,
         full_waves=plan.full_waves,
         partial_wave_ctas=plan.partial,
-        wave_time_ns=wave,
-        overall_time_ns=overall,
-        total_math_wait_ns=wait,
+        wave_time_ns=wave_time_ns,
+        overall_time_ns=overall_time_ns,
+        total_math_wait_ns=total_math_wait_ns,
         stages_in_flight=in_flight,
         bound=bound,
-        events=tuple(events),
+        events=events,
     )
 
 
@@ -360,22 +374,7 @@ def simulate_async_closed_form(
             overall += count * this_wave
             wait += count * ctas * (last - (stages - 1) * durations.math_ns)
     full = table.durations(tiling, plan.per_sm)
-    bound, in_flight = steady_state(full, depth)
-    return AsyncSimulation(
-        shape=shape,
-        tiling=tiling,
-        ctas_per_sm=plan.per_sm,
-        durations=full,
-        stages=stages,
-        full_waves=plan.full_waves,
-        partial_wave_ctas=plan.partial,
-        wave_time_ns=wave,
-        overall_time_ns=overall,
-        total_math_wait_ns=wait,
-        stages_in_flight=in_flight,
-        bound=bound,
-        events=(),
-    )
+    return _simulation(shape, tiling, plan, full, stages, wave, overall, wait, ())
 
 
 def overall_time_async_closed_form_ns(

@@ -22,10 +22,10 @@ from perfmodel.gemm_ws_async import AsyncDurationTable, AsyncSimulation, SmLimit
 from solver.candidates import SHARED_MEMORY_CONSTRAINT, CandidateProblem, Rejection, reject
 from solver.encoding_async import encode_async
 from solver.errors import InfeasibleSearchSpace, SolverTimeout
-from solver.factory import make_solver, z3_version
+from solver.factory import make_solver
 from solver.lexicographic import rank_by_blocking
-from solver.optimize import SolverMode, SolverStatistics
-from solver.optimize_async import AsyncTilingResult, _objectives, objective_key
+from solver.optimize import SolverMode
+from solver.optimize_async import AsyncTilingResult, _objectives, async_result, objective_key
 from solver.search_space import SearchSummary
 
 #: the constraint of a candidate whose buffer fits a CTA's share but no SM (per-SM shared
@@ -183,15 +183,8 @@ def _certified(
 def _result(
     status: str, ranked: Sequence[AsyncSimulation], started: float, **stats: Any
 ) -> AsyncTilingResult:
-    return AsyncTilingResult(
-        status=status,
-        best=ranked[0],
-        candidates=tuple(ranked),
-        summary=SearchSummary(0, 0, {}),  # replaced by rank_candidates_async
-        statistics=SolverStatistics(
-            elapsed_ms=(time.perf_counter() - started) * 1000, z3_version=z3_version(), **stats
-        ),
-    )
+    # the summary is replaced by rank_candidates_async, which counts the request's entries
+    return async_result(status, ranked, SearchSummary(0, 0, {}), started, **stats)
 
 
 def _z3_search(

@@ -49,18 +49,18 @@ from solver import optimize
 from solver.bounds_async import async_plan, may_beat
 from solver.encoding_async import AsyncConfig, encode_async
 from solver.errors import CertificateMismatch, InfeasibleSearchSpace, SolverTimeout
-from solver.factory import make_solver, z3_version
+from solver.factory import make_solver
 from solver.optimize import (
     CERTIFICATE_CLAIM,
     Certificate,
     CertificateCheck,
     SolverMode,
-    SolverStatistics,
     better_than,
 )
 from solver.optimize_async import (
     AsyncTilingProblem,
     AsyncTilingResult,
+    async_result,
     effective_limits,
     z3_search_async,
 )
@@ -344,21 +344,17 @@ def _certified(
             )
     checks = certificate.checks if certificate is not None else ()
     proven = bool(checks) and all(c.outcome == "unsat" for c in checks)
-    return AsyncTilingResult(
-        status="optimal" if proven else "timeout",
-        best=ranked[0],
-        candidates=tuple(ranked),
-        summary=summary,
-        statistics=SolverStatistics(
-            elapsed_ms=(time.perf_counter() - started) * 1000,
-            z3_version=z3_version(),
-            checks=len(checks),
-            encoded_tile_triples=certificate.encoded_tile_triples if certificate else 0,
-            pruned_tile_triples=certificate.pruned_tile_triples if certificate else 0,
-            mode=SolverMode.CERTIFIED,
-            configurations_scored=ranking.scored,
-            certificate=checks,
-        ),
+    return async_result(
+        "optimal" if proven else "timeout",
+        ranked,
+        summary,
+        started,
+        checks=len(checks),
+        encoded_tile_triples=certificate.encoded_tile_triples if certificate else 0,
+        pruned_tile_triples=certificate.pruned_tile_triples if certificate else 0,
+        mode=SolverMode.CERTIFIED,
+        configurations_scored=ranking.scored,
+        certificate=checks,
     )
 
 

@@ -37,6 +37,14 @@ class AsyncConfig:
     partial: AsyncDurations
 
 
+#: the variables every encoding declares (solver/encoding.py Encoding.parse reads them)
+_DECLARATIONS = (
+    "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
+    "(declare-const buffer_depth Int)",
+    "(declare-const overall_time Int) (declare-const total_math_wait Int)",
+)
+
+
 def encode_async(
     configs: Sequence[AsyncConfig],
     t_epilogue_ns: int,
@@ -64,11 +72,7 @@ def encode_async(
         return _encode_per_depth(configs, t_epilogue_ns, t_init_ns, per_configuration)
     deepest = max(c.tiling.buffer_depth for c in configs)
     window = max(2, min(max(c.stages for c in configs), 2 * deepest))
-    out: list[str] = [
-        "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
-        "(declare-const buffer_depth Int)",
-        "(declare-const overall_time Int) (declare-const total_math_wait Int)",
-    ]
+    out = list(_DECLARATIONS)
     a = out.append
     # The partial-wave schedule only when some configuration has a partial wave.
     waves = ("f", "p") if any(c.partial_wave_ctas for c in configs) else ("f",)
@@ -154,11 +158,7 @@ def _last_math_start(
 def _encode_per_depth(
     configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: int, per_configuration: bool
 ) -> Encoding:
-    out: list[str] = [
-        "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
-        "(declare-const buffer_depth Int)",
-        "(declare-const overall_time Int) (declare-const total_math_wait Int)",
-    ]
+    out = list(_DECLARATIONS)
     a = out.append
     waves = ("f", "p") if any(c.partial_wave_ctas for c in configs) else ("f",)
     # per depth, the window its configurations need: M(S) inside it, or M(r) and M(r + D)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import z3
 
@@ -141,6 +143,27 @@ def z3_search_async(
         ranked = sorted(ranked, key=objective_key)[:top_k]
     if not ranked:
         raise SolverTimeout(time_limit_s)
+    return async_result(
+        status,
+        ranked,
+        summary,
+        started,
+        checks=checks,
+        encoded_tile_triples=len(survivors),
+        pruned_tile_triples=summary.feasible - len(survivors),
+        mode=SolverMode.Z3_SEARCH,
+    )
+
+
+def async_result(
+    status: str,
+    ranked: Sequence[AsyncSimulation],
+    summary: SearchSummary,
+    started: float,
+    **statistics: Any,
+) -> AsyncTilingResult:
+    """The answer in rank order, with the elapsed time since ``started`` and ``statistics``
+    (the other SolverStatistics fields)."""
     return AsyncTilingResult(
         status=status,
         best=ranked[0],
@@ -149,10 +172,7 @@ def z3_search_async(
         statistics=SolverStatistics(
             elapsed_ms=(time.perf_counter() - started) * 1000,
             z3_version=z3_version(),
-            checks=checks,
-            encoded_tile_triples=len(survivors),
-            pruned_tile_triples=summary.feasible - len(survivors),
-            mode=SolverMode.Z3_SEARCH,
+            **statistics,
         ),
     )
 
@@ -258,6 +278,7 @@ __all__ = [
     "AsyncTilingProblem",
     "AsyncTilingResult",
     "objective_key",
+    "async_result",
     "effective_limits",
     "optimize_tiling_async",
     "z3_search_async",

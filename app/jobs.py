@@ -46,6 +46,8 @@ from device_profiles.provenance import provenance
 from perfmodel.gemm_ws import Tiling, simulate
 from perfmodel.manybsp import predict_kernel
 from solver.candidates import CandidateProblem
+from solver.candidates_async import AsyncCandidateProblem
+from solver.optimize import TilingProblem
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
@@ -91,7 +93,7 @@ def optimize_job(
     from app.convert import explore  # numpy: worker side only
 
     origin = provenance(profile, "gemm-ws")
-    if isinstance(problem, CandidateProblem):
+    if isinstance(problem, CandidateProblem | AsyncCandidateProblem):
         solved, ranking = explore.solve_candidates(request, profile, problem, time_limit_s)
         answer = candidates_convert.to_candidates_response(
             request, device, problem, solved, ranking, origin
@@ -106,8 +108,21 @@ def optimize_job(
     )
 
 
-def canonical_optimize_request(request: OptimizeTilingRequest) -> dict[str, Any]:
+#: why an async-copy answer has no picture yet (422 naming pipeline_model)
+ASYNC_PICTURE_REFUSAL = (
+    "no timeline picture for 'async-copy' answers yet: ask for JSON (Accept: application/json; "
+    "include_timeline gives the per-stage events) or draw the 'paper' model's answer"
+)
+
+
+def canonical_optimize_request(
+    request: OptimizeTilingRequest, profile: DeviceProfile | None = None
+) -> dict[str, Any]:
     """The request with defaults filled, minus what does not change a complete answer.
+
+    ``pipeline_model`` is the effective one (null resolves to the device's default, which may
+    differ between profiles and between a profile's calibrations), so a request naming the
+    default model and one leaving it null share an answer.
 
     ``time_limit_s`` only decides whether the answer is complete; incomplete ("timeout")
     answers are never cached, so it stays out of the key.
@@ -116,6 +131,8 @@ def canonical_optimize_request(request: OptimizeTilingRequest) -> dict[str, Any]
     entry, ``params`` included (they are echoed).
     """
     canonical = request.model_dump(mode="json", exclude={"time_limit_s"})
+    pipeline, _ = optimize_convert.pipeline_of(request, profile)
+    canonical["pipeline_model"] = pipeline.value
     if request.candidates is None:
         del canonical["candidates"]
         canonical["top_k"] = request.top_k or DEFAULT_TOP_K
@@ -164,7 +181,7 @@ async def optimize_via_pool(
     return await cached_solve(
         service,
         kind=OPTIMIZE_KIND,
-        canonical_request=canonical_optimize_request(request),
+        canonical_request=canonical_optimize_request(request, profile),
         profile=profile,
         compute=compute,
         wait_limit_s=time_limit_s,
@@ -299,6 +316,8 @@ def timeline_svg_job(
     (the answer keeps no per-stage events) and draw its timeline."""
     request = OptimizeTilingRequest.model_validate(request_json)
     device, problem = candidates_convert.problem_of(request, _profile(profile_json))
+    if not isinstance(problem, TilingProblem | CandidateProblem):
+        raise RequestFieldError("pipeline_model", ASYNC_PICTURE_REFUSAL)
     tiling = Tiling(
         candidate["tile_m"], candidate["tile_n"], candidate["tile_k"], candidate["buffer_depth"]
     )

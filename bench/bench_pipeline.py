@@ -1,48 +1,103 @@
 """Speed of a default /optimize-tiling request under each pipeline model (issue 17 target:
-async-copy <= 1.5x paper), measured in one run on the request-to-answer core (conversion,
-solve, response model), without HTTP.
+async-copy <= 1.5x paper), measured in one run on what a worker does for a request (the
+conversion, the certified solve, the explore shortlist, the response model and its JSON:
+app.jobs.optimize_job), without HTTP, the cache or the pool.
 
-Usage: python -m bench.bench_pipeline [--repeats N]
+With ``--layouts``: the certified async solve alone (scorer + one Z3 check) with each encoding
+of the certificate (solver/encoding_async.py: arrays, per depth, per configuration).
+
+Usage: python -m bench.bench_pipeline [--repeats N] [--layouts]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from functools import partial
+from typing import Any
 
-from app.convert.optimize import solve, to_problem, to_response
-from app.schemas.optimize import OptimizeTilingRequest, OptimizeTilingResponse
+from app.jobs import optimize_job
 from bench.common import command_line, median_seconds
+from device_profiles import default_profiles
 
 PROBLEMS = ((1024, 1024, 1024), (4096, 4096, 4096), (16384, 16384, 16384), (8192, 256, 8192))
+DEVICE = "rtx-a6000"
 
 
-def _answer(body: dict[str, object]) -> OptimizeTilingResponse:
-    request = OptimizeTilingRequest.model_validate(body)
-    device, problem = to_problem(request)
-    result = solve(problem, top_k=request.top_k, time_limit_s=request.time_limit_s)
-    return to_response(request, device, problem, result)
+def _answer(body: dict[str, Any], profile_json: dict[str, Any]) -> dict[str, Any]:
+    encoded = optimize_job(body, profile_json, time_limit_s=10.0)
+    answer: dict[str, Any] = json.loads(encoded.body)
+    return answer
+
+
+def layouts(repeats: int) -> None:
+    """Median certified async solve per certificate encoding, same problems, one run."""
+    import solver.certify_async as certify
+    from app.convert.candidates import problem_of
+    from app.schemas.optimize import OptimizeTilingRequest
+    from solver.encoding_async import encode_async
+    from solver.optimize_async import AsyncTilingProblem
+
+    options: dict[str, dict[str, bool]] = {
+        "arrays": {},
+        "per depth": {"per_depth": True},
+        "per configuration": {"per_configuration": True},
+    }
+    print(
+        f"| problem ({DEVICE}, async-copy, default space, top_k=5) | "
+        + " | ".join(f"{name} median ms" for name in options)
+        + " | encoded configurations |"
+    )
+    print("|---|---|---|---|---|")
+    for m, n, k in PROBLEMS:
+        request = OptimizeTilingRequest.model_validate(
+            {"m": m, "n": n, "k": k, "device": DEVICE, "pipeline_model": "async-copy"}
+        )
+        problem = problem_of(request, default_profiles()[DEVICE])[1]
+        assert isinstance(problem, AsyncTilingProblem)
+        cells, encoded = [], 0
+        for kwargs in options.values():
+
+            def layout(*args: Any, kwargs: dict[str, bool] = kwargs, **_: Any) -> Any:
+                return encode_async(*args, **kwargs)
+
+            certify.encode_async = layout  # type: ignore[assignment]
+            solve = partial(certify.optimize_tiling_async_certified, problem, top_k=5)
+            result = solve()
+            assert result.status == "optimal"
+            encoded = result.statistics.encoded_tile_triples
+            cells.append(f"{median_seconds(solve, repeats) * 1000:.1f}")
+        certify.encode_async = encode_async
+        print(f"| {m}x{n}x{k} | " + " | ".join(cells) + f" | {encoded} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--layouts", action="store_true")
     args = parser.parse_args()
+    if args.layouts:
+        print(f"command: {command_line()}\n")
+        layouts(args.repeats)
+        return
+    profile_json = default_profiles()[DEVICE].model_dump(mode="json")
     print(f"command: {command_line()}\n")
     print(
-        "| problem (rtx-a6000, fp16, default space, top_k=5) | paper median ms | paper best "
-        "| async-copy median ms | async-copy best | ratio |"
+        f"| problem ({DEVICE}, fp16, default space, top_k=5, explore) | paper median ms "
+        "| paper best | async-copy median ms | async-copy best | ratio |"
     )
     print("|---|---|---|---|---|---|")
     for m, n, k in PROBLEMS:
         row = []
         for model in ("paper", "async-copy"):
-            body = {"m": m, "n": n, "k": k, "device": "rtx-a6000", "pipeline_model": model}
-            seconds = median_seconds(partial(_answer, body), args.repeats)
-            best = _answer(body).best
-            label = f"{best.tile_m}x{best.tile_n}x{best.tile_k}/d{best.buffer_depth}"
+            body = {"m": m, "n": n, "k": k, "device": DEVICE, "pipeline_model": model}
+            answer = _answer(body, profile_json)  # warm-up, and the answer shown
+            assert answer["status"] == "optimal", answer["status"]
+            seconds = median_seconds(partial(_answer, body, profile_json), args.repeats)
+            best = answer["best"]
+            label = f"{best['tile_m']}x{best['tile_n']}x{best['tile_k']}/d{best['buffer_depth']}"
             if model == "async-copy":
-                label += f" c={best.ctas_per_sm} {best.bound}"
+                label += f" c={best['ctas_per_sm']} {best['bound']}"
             row.append((seconds * 1000, label))
         (paper_ms, paper_best), (async_ms, async_best) = row
         print(

@@ -25,12 +25,19 @@ def _capability(profile: DeviceProfile) -> tuple[int, ...] | None:
 
 def default_pipeline_model(profile: DeviceProfile | None) -> PipelineModelName:
     """The pipeline model of answers on ``profile`` (None: inline device_params) when the
-    request names none: the calibrated profile's own, else 'async-copy' for estimated GeMM-WS
-    figures of compute capability >= 8.0, else 'paper'."""
+    request names none: the calibrated profile's own ('paper' for a GeMM-WS fit stored
+    without one), else 'async-copy' for estimated GeMM-WS figures of compute capability >= 8.0,
+    else 'paper'."""
     if profile is None or profile.gemm_ws is None:
         return "paper"
-    if profile.calibration is not None and profile.calibration.pipeline_model is not None:
-        return profile.calibration.pipeline_model
+    calibration = profile.calibration
+    if calibration is not None and calibration.pipeline_model is not None:
+        return calibration.pipeline_model
+    if calibration is not None and calibration.model == "gemm-ws":
+        # GeMM-WS fits stored without a pipeline model were fitted under the paper's (the only
+        # one the fit knew): their figures, flagged estimates where the runs did not determine
+        # them, belong to it
+        return "paper"
     estimated = any(name.startswith("gemm_ws.") for name in profile.estimated_figures())
     capability = _capability(profile)
     if estimated and capability is not None and capability >= ASYNC_COPY_FROM_COMPUTE_CAPABILITY:

@@ -237,7 +237,7 @@ def last_math_start_ns(durations: AsyncDurations, stages: int, depth: int) -> in
 
 
 def last_math_start_formula(
-    d: Any, lam: int, t: Any, stages: Any, depth: Any, maximum: Callable[[Any, Any], Any]
+    d: Any, lam: Any, t: Any, stages: Any, depth: Any, maximum: Callable[[Any, Any], Any]
 ) -> Any:
     """The closed form of M(S) on ints, or element-wise on int64 arrays with ``maximum`` =
     np.maximum (perfmodel/gemm_ws_async_array.py); one formula for both."""
@@ -297,7 +297,21 @@ def simulate_async(
         rest_events = run_stages(rest, stages, depth)
         overall += rest_events[-1].math_start_ns + rest.math_ns + epilogue
         wait += plan.partial * sum(e.math_wait_ns for e in rest_events)
-    bound, in_flight = steady_state(full, depth)
+    return _simulation(shape, tiling, plan, full, stages, wave, overall, wait, tuple(events))
+
+
+def _simulation(
+    shape: GemmShape,
+    tiling: Tiling,
+    plan: _WavePlan,
+    full: AsyncDurations,
+    stages: int,
+    wave_time_ns: int,
+    overall_time_ns: int,
+    total_math_wait_ns: int,
+    events: tuple[AsyncStageEvents, ...],
+) -> AsyncSimulation:
+    bound, in_flight = steady_state(full, tiling.buffer_depth)
     return AsyncSimulation(
         shape=shape,
         tiling=tiling,
@@ -306,12 +320,12 @@ def simulate_async(
         stages=stages,
         full_waves=plan.full_waves,
         partial_wave_ctas=plan.partial,
-        wave_time_ns=wave,
-        overall_time_ns=overall,
-        total_math_wait_ns=wait,
+        wave_time_ns=wave_time_ns,
+        overall_time_ns=overall_time_ns,
+        total_math_wait_ns=total_math_wait_ns,
         stages_in_flight=in_flight,
         bound=bound,
-        events=tuple(events),
+        events=events,
     )
 
 
@@ -334,6 +348,33 @@ def _wave_plan(
     per_sm = min(ctas, busiest)  # an SM never holds more CTAs than it is given
     full_waves, partial = divmod(busiest, per_sm)
     return _WavePlan(per_sm, full_waves, partial)
+
+
+def simulate_async_closed_form(
+    shape: GemmShape,
+    tiling: Tiling,
+    machine: GemmWsMachine,
+    limits: SmLimits,
+    element_bytes: int,
+    table: AsyncDurationTable | None = None,
+) -> AsyncSimulation:
+    """:func:`simulate_async` in O(1) from :func:`last_math_start_ns`, without per-stage
+    events (``events`` is empty): every other field equal (the total MATH wait telescopes to
+    M(S) - (S - 1) T per CTA, GeMM-WS 8)."""
+    table = table or AsyncDurationTable(machine)
+    plan = _wave_plan(shape, tiling, machine, limits, element_bytes)
+    stages, depth = stage_count(shape, tiling), tiling.buffer_depth
+    overall, wait, wave = table.init_ns, 0, 0
+    for ctas, count in ((plan.per_sm, plan.full_waves), (plan.partial, 1)):
+        if ctas and count:
+            durations = table.durations(tiling, ctas)
+            last = last_math_start_ns(durations, stages, depth)
+            this_wave = last + durations.math_ns + table.epilogue_ns
+            wave = wave or this_wave
+            overall += count * this_wave
+            wait += count * ctas * (last - (stages - 1) * durations.math_ns)
+    full = table.durations(tiling, plan.per_sm)
+    return _simulation(shape, tiling, plan, full, stages, wave, overall, wait, ())
 
 
 def overall_time_async_closed_form_ns(

@@ -9,21 +9,27 @@ the solver's lexicographic order, the draws each candidate's chance of being the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from perfmodel.belief import FigureBelief
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, WaveTimeModel
+from perfmodel.gemm_ws_async import SmLimits
+from perfmodel.gemm_ws_async_array import ctas_per_sm_array, score_async_configurations
 from perfmodel.gemm_ws_scoring import (
     Configurations,
     Figures,
     ScoreOverflow,
+    Scores,
     enumerate_configurations,
     lexicographic_order,
     score_configurations,
 )
 from solver.optimize import TilingProblem
+from solver.optimize_async import AsyncTilingProblem, effective_limits
+from solver.search_space import SearchSpace
 from solver.shortlist import Shortlist, ShortlistMode, shortlist
 
 #: posterior draws per request: enough for a stable share of wins among a handful of leaders
@@ -47,11 +53,21 @@ def _feasible(problem: TilingProblem) -> Configurations | None:
     """Every feasible configuration of the space, or None above MAX_EXPLORE_CONFIGURATIONS."""
     space = problem.space
     limit = problem.machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
+    return _feasible_configurations(space, problem.element_bytes, limit, None)
+
+
+def _feasible_configurations(
+    space: SearchSpace, element_bytes: int, per_block: int | None, limits: SmLimits | None
+) -> Configurations | None:
+    """The space's configurations that fit ``per_block`` bytes per CTA (None: no limit) and,
+    given ``limits``, an SM; None above MAX_EXPLORE_CONFIGURATIONS or when none does."""
     chunks = []
     count = 0
     for chunk in enumerate_configurations(
-        space.tile_m, space.tile_n, space.tile_k, space.buffer_depth, problem.element_bytes, limit
+        space.tile_m, space.tile_n, space.tile_k, space.buffer_depth, element_bytes, per_block
     ):
+        if limits is not None:
+            chunk = chunk.take(np.flatnonzero(ctas_per_sm_array(limits, element_bytes, chunk) >= 1))
         count += chunk.count
         if count > MAX_EXPLORE_CONFIGURATIONS:
             return None
@@ -136,11 +152,101 @@ def explore_configurations(
     """The shortlist of ``configs`` (distinct, feasible) under ``belief``, as
     :func:`explore_problem` (an explicit candidate list's path); None when a draw's times
     overflow the scorer."""
+    return explore_scored(
+        machine,
+        configs,
+        lambda figures: score_configurations(shape, configs, figures, wave_model),
+        belief,
+        top_k,
+        mode,
+        ratios=ratios,
+        draws=draws,
+        seed=seed,
+    )
+
+
+def explore_async_problem(
+    problem: AsyncTilingProblem,
+    belief: FigureBelief,
+    top_k: int,
+    mode: ShortlistMode,
+    *,
+    ratios: tuple[float, float] = (1.0, 1.0),
+    draws: int = DRAWS,
+    seed: int = 0,
+) -> ExploredShortlist | None:
+    """:func:`explore_problem` under the async-copy variant: every configuration of the space
+    that fits a CTA and an SM, scored by the async closed form (point figures and draws)."""
+    space, limits = problem.space, effective_limits(problem)
+    per_block = problem.machine.shared_memory_per_block_bytes
+    configs = _feasible_configurations(
+        space, problem.element_bytes, per_block if space.enforce_shared_memory else None, limits
+    )
+    if configs is None:
+        return None
+    return explore_async_configurations(
+        problem.shape,
+        problem.machine,
+        limits,
+        problem.element_bytes,
+        configs,
+        belief,
+        top_k,
+        mode,
+        ratios=ratios,
+        draws=draws,
+        seed=seed,
+    )
+
+
+def explore_async_configurations(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    limits: SmLimits,
+    element_bytes: int,
+    configs: Configurations,
+    belief: FigureBelief,
+    top_k: int,
+    mode: ShortlistMode,
+    *,
+    ratios: tuple[float, float] = (1.0, 1.0),
+    draws: int = DRAWS,
+    seed: int = 0,
+) -> ExploredShortlist | None:
+    """:func:`explore_configurations` under the async-copy variant (each configuration must
+    fit an SM)."""
+    return explore_scored(
+        machine,
+        configs,
+        lambda figures: score_async_configurations(shape, configs, figures, limits, element_bytes),
+        belief,
+        top_k,
+        mode,
+        ratios=ratios,
+        draws=draws,
+        seed=seed,
+    )
+
+
+def explore_scored(
+    machine: GemmWsMachine,
+    configs: Configurations,
+    score: Callable[[Figures], Scores],
+    belief: FigureBelief,
+    top_k: int,
+    mode: ShortlistMode,
+    *,
+    ratios: tuple[float, float] = (1.0, 1.0),
+    draws: int = DRAWS,
+    seed: int = 0,
+) -> ExploredShortlist | None:
+    """The shortlist of ``configs`` scored by ``score`` (a pipeline model's vectorised
+    scorer of every configuration under figures) at ``machine``'s point figures and under
+    ``draws`` draws of ``belief``; None when a draw's times overflow the scorer."""
     figures = drawn_figures(machine, belief.draws(np.random.default_rng(seed), draws), ratios)
     try:
         # one scorer call: row 0 the point figures, rows 1.. the draws
-        both = _with_point(machine, figures, draws)
-        scores = score_configurations(shape, configs, both, wave_model)
+        scores = score(_with_point(machine, figures, draws))
     except ScoreOverflow:
         return None
     point_time, point_wait = scores.overall_time_ns[0], scores.total_math_wait_ns[0]

@@ -37,6 +37,7 @@ from perfmodel.gemm_ws import (
     WaveTimeModel,
     simulate,
 )
+from perfmodel.gemm_ws_async import AsyncSimulation
 from solver.bounds import TripleBound, summarize, triple_bounds
 from solver.encoding import Encoding, encode, encode_text
 from solver.errors import CertificateMismatch, InvalidSearchSpace, SolverTimeout
@@ -519,7 +520,7 @@ def certify(
     return Certificate((check,), better, len(candidates), len(bounds) - len(candidates))
 
 
-def better_than(enc: Encoding, incumbent: Simulation) -> z3.BoolRef:
+def better_than(enc: Encoding, incumbent: Simulation | AsyncSimulation) -> z3.BoolRef:
     """The encoded configuration beats ``incumbent`` in the optimizer's lexicographic order."""
     t = incumbent.tiling
     time_ns, wait_ns = incumbent.overall_time_ns, incumbent.total_math_wait_ns

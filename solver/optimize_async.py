@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import z3
 
@@ -28,7 +30,7 @@ from solver.encoding_async import AsyncConfig, encode_async
 from solver.errors import InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
 from solver.lexicographic import Objective, rank_by_blocking
-from solver.optimize import SolverStatistics, tie_break_key
+from solver.optimize import SolverMode, SolverStatistics, check_mode, tie_break_key
 from solver.search_space import SearchSpace, SearchSummary
 
 
@@ -52,7 +54,7 @@ class AsyncTilingResult:
     statistics: SolverStatistics
 
 
-def _effective_limits(problem: AsyncTilingProblem) -> SmLimits:
+def effective_limits(problem: AsyncTilingProblem) -> SmLimits:
     # Without the shared-memory constraint, only the block/thread/register caps limit residency.
     if problem.space.enforce_shared_memory:
         return problem.limits
@@ -60,16 +62,46 @@ def _effective_limits(problem: AsyncTilingProblem) -> SmLimits:
 
 
 def optimize_tiling_async(
+    problem: AsyncTilingProblem,
+    *,
+    top_k: int = 5,
+    time_limit_s: float = 10.0,
+    mode: SolverMode = SolverMode.CERTIFIED,
+) -> AsyncTilingResult:
+    """Solve ``problem``; ``top_k`` ranked candidates; SolverTimeout if none was found.
+
+    ``certified`` (default): the exact vectorised scorer ranks the whole space and one Z3
+    check proves its best (solver/certify_async.py, numpy: imported here, in the worker);
+    ``z3-search``: :func:`z3_search_async`, Z3 rank by rank.
+    """
+    if top_k < 1:
+        raise ValueError("top_k must be at least 1")
+    if not time_limit_s > 0:
+        raise ValueError("time_limit_s must be positive")
+    check_mode(problem.space, mode)
+    if SolverMode(mode) is SolverMode.CERTIFIED:
+        from perfmodel.gemm_ws_scoring import ScoreOverflow
+        from solver.certify_async import optimize_tiling_async_certified
+
+        try:
+            return optimize_tiling_async_certified(problem, top_k=top_k, time_limit_s=time_limit_s)
+        except ScoreOverflow:
+            pass  # times beyond int64 ns: only the Python-int path represents them
+    return z3_search_async(problem, top_k=top_k, time_limit_s=time_limit_s)
+
+
+def z3_search_async(
     problem: AsyncTilingProblem, *, top_k: int = 5, time_limit_s: float = 10.0
 ) -> AsyncTilingResult:
-    """Solve ``problem``; ``top_k`` ranked candidates; SolverTimeout if none was found."""
+    """The pure Z3 search: rank by rank, each Z3's lexicographic optimum with earlier ranks
+    blocked, over the encoding of the presolve's survivors."""
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
     if not time_limit_s > 0:
         raise ValueError("time_limit_s must be positive")
     started = time.perf_counter()
     deadline = started + time_limit_s
-    machine, limits = problem.machine, _effective_limits(problem)
+    machine, limits = problem.machine, effective_limits(problem)
     tilings = list(problem.space.tilings())
     summary, feasible = _summary(problem, limits, tilings)
     table = AsyncDurationTable(machine)
@@ -111,6 +143,27 @@ def optimize_tiling_async(
         ranked = sorted(ranked, key=objective_key)[:top_k]
     if not ranked:
         raise SolverTimeout(time_limit_s)
+    return async_result(
+        status,
+        ranked,
+        summary,
+        started,
+        checks=checks,
+        encoded_tile_triples=len(survivors),
+        pruned_tile_triples=summary.feasible - len(survivors),
+        mode=SolverMode.Z3_SEARCH,
+    )
+
+
+def async_result(
+    status: str,
+    ranked: Sequence[AsyncSimulation],
+    summary: SearchSummary,
+    started: float,
+    **statistics: Any,
+) -> AsyncTilingResult:
+    """The answer in rank order, with the elapsed time since ``started`` and ``statistics``
+    (the other SolverStatistics fields)."""
     return AsyncTilingResult(
         status=status,
         best=ranked[0],
@@ -119,9 +172,7 @@ def optimize_tiling_async(
         statistics=SolverStatistics(
             elapsed_ms=(time.perf_counter() - started) * 1000,
             z3_version=z3_version(),
-            checks=checks,
-            encoded_tile_triples=len(survivors),
-            pruned_tile_triples=summary.feasible - len(survivors),
+            **statistics,
         ),
     )
 
@@ -227,5 +278,8 @@ __all__ = [
     "AsyncTilingProblem",
     "AsyncTilingResult",
     "objective_key",
+    "async_result",
+    "effective_limits",
     "optimize_tiling_async",
+    "z3_search_async",
 ]

@@ -95,9 +95,11 @@ def inline_profile(model: str, params: GemmWsDeviceParams | DeviceProfile) -> De
 
     values = params.model_dump()
     hardware = {"sm_count": figure(values.pop("sm_count"))}
-    shared = values.pop("shared_memory_per_block_bytes")
-    if shared is not None:
-        hardware["shared_memory_per_block_bytes"] = figure(shared)
+    # the hardware limits (shared memory per CTA; the SM's residency limits, async-copy)
+    for name in ("shared_memory_per_block_bytes", *GemmWsDeviceParams.RESIDENCY_FIELDS):
+        value = values.pop(name)
+        if value is not None:
+            hardware[name] = figure(value)
     return DeviceProfile.model_validate(
         {
             "schema_version": 1,

@@ -9,8 +9,10 @@ from __future__ import annotations
 from pydantic_core import to_json
 
 from app.convert.optimize import (
+    AnyProblem,
     Solved,
     check_timeline,
+    pipeline_of,
     request_machine,
     to_problem,
     to_response,
@@ -25,15 +27,41 @@ from device_profiles import DeviceProfile
 from device_profiles.provenance import Provenance
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import GemmShape, Tiling, WaveTimeModel
+from perfmodel.gemm_ws_async import PipelineModel
 from solver import ELEMENT_BYTES, InvalidSearchSpace, TilingProblem
 from solver.candidates import CandidateProblem, CandidateRanking
+from solver.candidates_async import AsyncCandidateProblem, AsyncCandidateRanking
+from solver.optimize_async import AsyncTilingProblem
 
 
 def problem_of(
     request: OptimizeTilingRequest, profile: DeviceProfile | None = None
-) -> tuple[str, TilingProblem | CandidateProblem]:
+) -> tuple[str, AnyProblem]:
     """The core problem: a search space (:func:`app.convert.optimize.to_problem`) or, with
-    ``candidates``, the candidate list; returns (device id or "inline", problem)."""
+    ``candidates``, the candidate list, under the request's pipeline model (else the device's
+    default, :func:`app.convert.optimize.pipeline_of`); returns (device id or "inline",
+    problem)."""
+    pipeline, limits = pipeline_of(request, profile)
+    device, problem = _paper_problem_of(request, profile)
+    if pipeline is PipelineModel.PAPER:
+        return device, problem
+    if isinstance(problem, CandidateProblem):
+        return device, AsyncCandidateProblem(
+            shape=problem.shape,
+            machine=problem.machine,
+            tilings=problem.tilings,
+            limits=limits,
+            element_bytes=problem.element_bytes,
+            enforce_shared_memory=problem.enforce_shared_memory,
+        )
+    return device, AsyncTilingProblem(
+        problem.shape, problem.machine, problem.space, limits, problem.element_bytes
+    )
+
+
+def _paper_problem_of(
+    request: OptimizeTilingRequest, profile: DeviceProfile | None
+) -> tuple[str, TilingProblem | CandidateProblem]:
     if request.candidates is None:
         return to_problem(request, profile)
     if request.search_space is not None:
@@ -60,10 +88,10 @@ def problem_of(
     )
 
 
-def configurations_of(problem: TilingProblem | CandidateProblem) -> int:
+def configurations_of(problem: AnyProblem) -> int:
     """Configurations the request asks to consider (the server's max_search_space_candidates
     bounds it)."""
-    if isinstance(problem, CandidateProblem):
+    if isinstance(problem, CandidateProblem | AsyncCandidateProblem):
         return len(problem.tilings)
     return problem.space.size
 
@@ -71,9 +99,9 @@ def configurations_of(problem: TilingProblem | CandidateProblem) -> int:
 def to_candidates_response(
     request: OptimizeTilingRequest,
     device: str,
-    problem: CandidateProblem,
+    problem: CandidateProblem | AsyncCandidateProblem,
     solved: Solved,
-    ranking: CandidateRanking,
+    ranking: CandidateRanking | AsyncCandidateRanking,
     origin: Provenance | None = None,
 ) -> OptimizeTilingResponse:
     """The answer with one entry per requested candidate of each ranked group (same rank and

@@ -17,18 +17,32 @@ from app.schemas.optimize import DEFAULT_TOP_K, OptimizeTilingRequest, Shortlist
 from device_profiles import DeviceProfile
 from perfmodel.belief import FigureBelief
 from perfmodel.gemm_ws import DurationTable, GemmWsMachine, simulate, simulate_closed_form
+from perfmodel.gemm_ws_async import AsyncDurationTable, simulate_async_closed_form
 from perfmodel.gemm_ws_scoring import Configurations
-from solver import SolverMode, TilingProblem, optimize_tiling
+from solver import SolverMode, TilingProblem, TilingResult, optimize_tiling
 from solver.candidates import (
     CandidateProblem,
     CandidateRanking,
     rank_candidates,
 )
+from solver.candidates_async import (
+    AsyncCandidateProblem,
+    AsyncCandidateRanking,
+    rank_candidates_async,
+)
 from solver.explore import (
     DRAWS,
     MAX_EXPLORE_CONFIGURATIONS,
+    explore_async_configurations,
+    explore_async_problem,
     explore_configurations,
     explore_problem,
+)
+from solver.optimize_async import (
+    AsyncTilingProblem,
+    AsyncTilingResult,
+    effective_limits,
+    optimize_tiling_async,
 )
 from solver.shortlist import ShortlistMode
 
@@ -36,12 +50,13 @@ from solver.shortlist import ShortlistMode
 def solve(
     request: OptimizeTilingRequest,
     profile: DeviceProfile | None,
-    problem: TilingProblem,
+    problem: TilingProblem | AsyncTilingProblem,
     time_limit_s: float,
 ) -> Solved:
     """Z3's proven optimum, then the shortlist: in explore mode the configurations most often
     fastest under the device's belief (rank 1 stays Z3's); both modes carry each candidate's
-    probability of being fastest and its interval when the space is small enough to draw."""
+    probability of being fastest and its interval when the space is small enough to draw.
+    Either pipeline model: ``problem``'s type says which (the same steps, its own scorer)."""
     mode = ShortlistMode(request.shortlist)
     started = time.perf_counter()
     solver_mode = SolverMode(request.solver)
@@ -49,36 +64,60 @@ def solve(
     # path ranks the whole space at once, so a partial ("timeout") answer keeps its shortlist
     explore_z3 = mode is ShortlistMode.EXPLORE and solver_mode is SolverMode.Z3_SEARCH
     top_k = request.top_k or DEFAULT_TOP_K
-    result = optimize_tiling(
-        problem, top_k=1 if explore_z3 else top_k, time_limit_s=time_limit_s, mode=solver_mode
-    )
+
+    def optimize(ranks: int) -> TilingResult | AsyncTilingResult:
+        if isinstance(problem, AsyncTilingProblem):
+            return optimize_tiling_async(
+                problem, top_k=ranks, time_limit_s=time_limit_s, mode=solver_mode
+            )
+        return optimize_tiling(problem, top_k=ranks, time_limit_s=time_limit_s, mode=solver_mode)
+
+    result = optimize(1 if explore_z3 else top_k)
     if result.status != "optimal":
         return Solved(result, None)
     kind, belief, ratios = _belief(request, profile, problem.machine)
     picks = None
     if time.perf_counter() - started < time_limit_s:
-        picks = explore_problem(problem, belief, top_k, mode, ratios=ratios)
+        if isinstance(problem, AsyncTilingProblem):
+            picks = explore_async_problem(problem, belief, top_k, mode, ratios=ratios)
+        else:
+            picks = explore_problem(problem, belief, top_k, mode, ratios=ratios)
     if picks is None:
         note = f"more than {MAX_EXPLORE_CONFIGURATIONS} feasible configurations, or no time left"
         if explore_z3:
-            result = optimize_tiling(
-                problem, top_k=top_k, time_limit_s=time_limit_s, mode=solver_mode
-            )
+            result = optimize(top_k)
         return Solved(result, ShortlistOut(mode=mode.value, belief="none", draws=0, note=note))
     if picks.tilings[0] != result.best.tiling:
         raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
+    uncertainty = tuple(
+        zip(picks.probability_best, picks.interval_low_us, picks.interval_high_us, strict=True)
+    )
+    shortlist = ShortlistOut(mode=mode.value, belief=kind, draws=DRAWS)
+    if isinstance(problem, AsyncTilingProblem) and isinstance(result, AsyncTilingResult):
+        limits = effective_limits(problem)
+        table = AsyncDurationTable(problem.machine)
+        # rank 1 is the certified optimum (with its events); the others in O(1)
+        known_ranked = {s.tiling: s for s in result.candidates}
+        sims = (result.best,) + tuple(
+            known_ranked.get(t)
+            or simulate_async_closed_form(
+                problem.shape, t, problem.machine, limits, problem.element_bytes, table
+            )
+            for t in picks.tilings[1:]
+        )
+        return Solved(
+            dataclasses.replace(result, best=sims[0], candidates=sims), shortlist, uncertainty
+        )
+    assert isinstance(problem, TilingProblem) and isinstance(result, TilingResult)
     # the solve simulated its ranks already: only picks beyond them are simulated here
     known = {s.tiling: s for s in result.candidates}
     candidates = tuple(
         known.get(t) or simulate(problem.shape, t, problem.machine, problem.wave_model)
         for t in picks.tilings
     )
-    uncertainty = tuple(
-        zip(picks.probability_best, picks.interval_low_us, picks.interval_high_us, strict=True)
-    )
     return Solved(
         dataclasses.replace(result, best=candidates[0], candidates=candidates),
-        ShortlistOut(mode=mode.value, belief=kind, draws=DRAWS),
+        shortlist,
         uncertainty,
     )
 
@@ -102,23 +141,26 @@ def _belief(
 def solve_candidates(
     request: OptimizeTilingRequest,
     profile: DeviceProfile | None,
-    problem: CandidateProblem,
+    problem: CandidateProblem | AsyncCandidateProblem,
     time_limit_s: float,
-) -> tuple[Solved, CandidateRanking]:
+) -> tuple[Solved, CandidateRanking | AsyncCandidateRanking]:
     """The candidate list's ranking (rank 1 proven by Z3), then the shortlist as for a space:
     explore or exploit over the feasible distinct candidates, each with its probability of
-    being the fastest and its interval under the device's belief."""
+    being the fastest and its interval under the device's belief (either pipeline model)."""
     mode = ShortlistMode(request.shortlist)
     started = time.perf_counter()
     solver_mode = SolverMode(request.solver)
     # the pure Z3 search pays a solve per rank, which explore would replace
     explore_z3 = mode is ShortlistMode.EXPLORE and solver_mode is SolverMode.Z3_SEARCH
-    ranking = rank_candidates(
-        problem,
-        top_k=1 if explore_z3 else request.top_k,
-        time_limit_s=time_limit_s,
-        mode=solver_mode,
-    )
+
+    def rank(top_k: int | None) -> CandidateRanking | AsyncCandidateRanking:
+        if isinstance(problem, AsyncCandidateProblem):
+            return rank_candidates_async(
+                problem, top_k=top_k, time_limit_s=time_limit_s, mode=solver_mode
+            )
+        return rank_candidates(problem, top_k=top_k, time_limit_s=time_limit_s, mode=solver_mode)
+
+    ranking = rank(1 if explore_z3 else request.top_k)
     result = ranking.result
     if result.status != "optimal":
         return Solved(result, None), ranking
@@ -130,27 +172,57 @@ def solve_candidates(
         configs = Configurations.of(
             *([getattr(t, f) for t in feasible] for f in Configurations.__slots__)
         )
-        picks = explore_configurations(
-            problem.shape,
-            problem.machine,
-            problem.wave_model,
-            configs,
-            belief,
-            ranks,
-            mode,
-            ratios=ratios,
-        )
+        if isinstance(problem, AsyncCandidateProblem):
+            picks = explore_async_configurations(
+                problem.shape,
+                problem.machine,
+                problem.effective_limits,
+                problem.element_bytes,
+                configs,
+                belief,
+                ranks,
+                mode,
+                ratios=ratios,
+            )
+        else:
+            picks = explore_configurations(
+                problem.shape,
+                problem.machine,
+                problem.wave_model,
+                configs,
+                belief,
+                ranks,
+                mode,
+                ratios=ratios,
+            )
     if picks is None:
         if explore_z3:
-            ranking = rank_candidates(
-                problem, top_k=request.top_k, time_limit_s=time_limit_s, mode=solver_mode
-            )
+            ranking = rank(request.top_k)
         note = "no time left, or the drawn figures overflow the scorer"
         shortlist = ShortlistOut(mode=mode.value, belief="none", draws=0, note=note)
         return Solved(ranking.result, shortlist), ranking
     if picks.tilings[0] != result.best.tiling:
         raise AssertionError(f"explore's point optimum {picks.tilings[0]} is not Z3's")
-    # the ranking simulated its ranks already; only explored picks beyond them are new
+    uncertainty = tuple(
+        zip(picks.probability_best, picks.interval_low_us, picks.interval_high_us, strict=True)
+    )
+    shortlist = ShortlistOut(mode=mode.value, belief=kind, draws=DRAWS)
+    if isinstance(problem, AsyncCandidateProblem) and isinstance(result, AsyncTilingResult):
+        # the ranking simulated its ranks already; only explored picks beyond them are new
+        known_async = {s.tiling: s for s in result.candidates}
+        limits, table_async = problem.effective_limits, AsyncDurationTable(problem.machine)
+        async_candidates = (result.best,) + tuple(
+            known_async.get(t)
+            or simulate_async_closed_form(
+                problem.shape, t, problem.machine, limits, problem.element_bytes, table_async
+            )
+            for t in picks.tilings[1:]
+        )
+        solved = Solved(
+            dataclasses.replace(result, candidates=async_candidates), shortlist, uncertainty
+        )
+        return solved, ranking
+    assert isinstance(problem, CandidateProblem) and isinstance(result, TilingResult)
     known = {s.tiling: s for s in result.candidates}
     table = DurationTable(problem.machine)
     candidates = (result.best,) + tuple(
@@ -158,12 +230,5 @@ def solve_candidates(
         or simulate_closed_form(problem.shape, t, problem.machine, problem.wave_model, table)
         for t in picks.tilings[1:]
     )
-    uncertainty = tuple(
-        zip(picks.probability_best, picks.interval_low_us, picks.interval_high_us, strict=True)
-    )
-    solved = Solved(
-        dataclasses.replace(result, candidates=candidates),
-        ShortlistOut(mode=mode.value, belief=kind, draws=DRAWS),
-        uncertainty,
-    )
+    solved = Solved(dataclasses.replace(result, candidates=candidates), shortlist, uncertainty)
     return solved, ranking

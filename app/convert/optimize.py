@@ -23,6 +23,7 @@ from app.schemas.optimize import (
     ValueRange,
 )
 from device_profiles import DeviceProfile, ModelNotServed, get_profile
+from device_profiles.pipeline import default_pipeline_model
 from device_profiles.priors import gemm_ws_dtype_ratios
 from device_profiles.provenance import Provenance
 from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
@@ -31,12 +32,15 @@ from perfmodel.gemm_ws import (
     GemmShape,
     GemmWsMachine,
     Simulation,
+    Tiling,
     WaveTimeModel,
     ns_to_us,
     scaled_throughputs,
 )
+from perfmodel.gemm_ws_async import AsyncSimulation, PipelineModel, SmLimits
 from solver import (
     ELEMENT_BYTES,
+    InfeasibleSearchSpace,
     SearchSpace,
     SolverMode,
     TilingProblem,
@@ -44,7 +48,17 @@ from solver import (
     values_from_range,
 )
 from solver.candidates import CandidateProblem
+from solver.candidates_async import AsyncCandidateProblem
 from solver.optimize import check_mode
+from solver.optimize_async import AsyncTilingProblem, AsyncTilingResult
+
+#: the profile's hardware figures that limit async-copy's CTAs per SM (SmLimits' names)
+GEMM_WS_RESIDENCY_FIGURES = (
+    "max_blocks_per_sm",
+    "shared_memory_per_sm_bytes",
+    "max_threads_per_sm",
+    "registers_per_sm",
+)
 
 #: most stages a timeline may list: S = ceil(K / TK) for the largest K (2^20) and the smallest
 #: default tile (16). A smaller TK makes the body grow ~120 bytes per stage (TK = 1 and
@@ -136,12 +150,74 @@ def request_machine(
         machine = gemm_ws_machine(profile, request.dtype)
     elif request.device_params is not None:
         device = "inline"
-        machine = GemmWsMachine(**request.device_params.model_dump())
+        params = request.device_params
+        machine = GemmWsMachine(**params.model_dump(exclude=set(params.RESIDENCY_FIELDS)))
     else:
         raise ModelInputError(
             "device", "give a device profile id (GET /devices) or inline device_params"
         )
     return device, machine
+
+
+def pipeline_of(
+    request: OptimizeTilingRequest, profile: DeviceProfile | None = None
+) -> tuple[PipelineModel, SmLimits]:
+    """The pipeline model that answers (the request's, else the device's default:
+    device_profiles/pipeline.py) and the SM's residency limits (async-copy's CTAs per SM):
+    the profile's (or the inline device_params') limits with the request's threads_per_cta and
+    registers_per_thread. A CTA the SM cannot hold is a ModelInputError naming the field."""
+    if request.device is not None and request.device_params is None and profile is None:
+        profile = get_profile(request.device)
+    name = request.pipeline_model or default_pipeline_model(
+        profile if request.device_params is None else None
+    )
+    threads = request.threads_per_cta
+    # registers limit residency per CTA: without threads_per_cta they say nothing (ignored)
+    registers = request.registers_per_thread if threads is not None else None
+    figures: dict[str, int | None] = {}
+    max_threads_per_block = max_registers = None
+    if request.device_params is not None:
+        figures = {f: getattr(request.device_params, f) for f in GEMM_WS_RESIDENCY_FIGURES}
+    elif profile is not None:
+        hardware = profile.hardware
+        for field_name in GEMM_WS_RESIDENCY_FIGURES:
+            figure = getattr(hardware, field_name)
+            figures[field_name] = int(figure.value) if figure is not None else None
+        if hardware.max_threads_per_block is not None:
+            max_threads_per_block = int(hardware.max_threads_per_block.value)
+        if hardware.max_registers_per_thread is not None:
+            max_registers = int(hardware.max_registers_per_thread.value)
+    if (
+        threads is not None
+        and max_threads_per_block is not None
+        and threads > max_threads_per_block
+    ):
+        raise ModelInputError(
+            "threads_per_cta",
+            f"{threads} threads exceed the device's {max_threads_per_block} threads per CTA",
+        )
+    if registers is not None and registers > (max_registers or registers):
+        raise ModelInputError(
+            "registers_per_thread",
+            f"{registers} registers exceed the device's {max_registers} per thread",
+        )
+    limits = SmLimits(
+        max_blocks_per_sm=figures.get("max_blocks_per_sm") or 1,
+        shared_memory_per_sm_bytes=figures.get("shared_memory_per_sm_bytes"),
+        registers_per_sm=figures.get("registers_per_sm"),
+        max_threads_per_sm=figures.get("max_threads_per_sm"),
+        threads_per_cta=threads,
+        registers_per_thread=registers,
+    )
+    if PipelineModel(name) is PipelineModel.ASYNC_COPY and limits.ctas_per_sm(1) < 1:
+        field = "registers_per_thread" if registers is not None else "threads_per_cta"
+        raise InfeasibleSearchSpace(
+            f"a CTA of {threads} threads x {registers or 0} registers does not fit one SM "
+            f"({limits.max_threads_per_sm} threads, {limits.registers_per_sm} registers)",
+            {"registers_per_sm" if field == "registers_per_thread" else "max_threads_per_sm": 1},
+            field=field,
+        )
+    return PipelineModel(name), limits
 
 
 def check_timeline(request: OptimizeTilingRequest, smallest_tile_k: int) -> None:
@@ -155,20 +231,24 @@ def check_timeline(request: OptimizeTilingRequest, smallest_tile_k: int) -> None
         )
 
 
+#: the core problem of a request: a search space or a candidate list, under either pipeline model
+AnyProblem = TilingProblem | CandidateProblem | AsyncTilingProblem | AsyncCandidateProblem
+
+
 @dataclass(frozen=True, slots=True)
 class Solved:
     """A solve's result with the shortlist chosen for the request, and how."""
 
-    result: TilingResult
+    result: TilingResult | AsyncTilingResult
     shortlist: ShortlistOut | None
     #: per ranked candidate: (probability_best, interval low, interval high), or empty
     uncertainty: tuple[tuple[float, float, float], ...] = ()
 
 
 def _prediction(
-    request: OptimizeTilingRequest, sim: Simulation, element_bytes: int
+    request: OptimizeTilingRequest, sim: Simulation | AsyncSimulation, element_bytes: int
 ) -> dict[str, object]:
-    t, d = sim.tiling, sim.durations
+    t = sim.tiling
     run = GemmWsRun(
         m=request.m,
         n=request.n,
@@ -179,7 +259,7 @@ def _prediction(
         tile_k=t.tile_k,
         buffer_depth=t.buffer_depth,
     )
-    return {
+    out: dict[str, object] = {
         "measurement": run,
         "tile_m": t.tile_m,
         "tile_n": t.tile_n,
@@ -188,26 +268,63 @@ def _prediction(
         "predicted_time_us": ns_to_us(sim.overall_time_ns),
         "waves": sim.waves,
         "stages": sim.stages,
-        "t_load_a_us": ns_to_us(d.t_load_a_ns),
-        "t_load_b_us": ns_to_us(d.t_load_b_ns),
-        "t_math_us": ns_to_us(d.t_math_ns),
-        "math_wait_us": ns_to_us(sim.total_math_wait_ns),
-        "bound": "load" if sim.load_bound else "math",
-        "shared_memory_bytes": t.shared_memory_bytes(element_bytes),
     }
+    if isinstance(sim, AsyncSimulation):
+        d = sim.durations
+        load_a_ns = _a_share_ns(t, d.issue_ns)
+        out |= {
+            "t_load_a_us": ns_to_us(load_a_ns),
+            "t_load_b_us": ns_to_us(d.issue_ns - load_a_ns),
+            "t_math_us": ns_to_us(d.math_ns),
+            "math_wait_us": ns_to_us(sim.total_math_wait_ns),
+            "bound": sim.bound.value,
+            "ctas_per_sm": sim.ctas_per_sm,
+            "stages_in_flight": sim.stages_in_flight,
+            "load_latency_us": ns_to_us(d.latency_ns),
+        }
+    else:
+        p = sim.durations
+        math_bound = not sim.load_bound
+        out |= {
+            "t_load_a_us": ns_to_us(p.t_load_a_ns),
+            "t_load_b_us": ns_to_us(p.t_load_b_ns),
+            "t_math_us": ns_to_us(p.t_math_ns),
+            "math_wait_us": ns_to_us(sim.total_math_wait_ns),
+            "bound": "math" if math_bound else "load",
+            # docs/model-notes.md, async-copy 5: one CTA per SM; the DMA warp runs ahead into
+            # every slot only when MATH sets the pace
+            "ctas_per_sm": 1,
+            "stages_in_flight": t.buffer_depth if math_bound else min(t.buffer_depth, 2),
+            "load_latency_us": None,
+        }
+    out["shared_memory_bytes"] = t.shared_memory_bytes(element_bytes)
+    return out
+
+
+def _a_share_ns(tiling: Tiling, issue_ns: int) -> int:
+    """The A tile's share of one stage's issue time, by element count (rounded half up)."""
+    a = tiling.tile_m * tiling.tile_k
+    total = a + tiling.tile_k * tiling.tile_n
+    return (2 * issue_ns * a + total) // (2 * total)
 
 
 def to_response(
     request: OptimizeTilingRequest,
     device: str,
-    problem: TilingProblem | CandidateProblem,
+    problem: AnyProblem,
     solved: Solved,
     origin: Provenance | None = None,
 ) -> OptimizeTilingResponse:
     result = solved.result
+    ranked: tuple[Simulation | AsyncSimulation, ...] = result.candidates
     eb = problem.element_bytes
+    pipeline = (
+        PipelineModel.ASYNC_COPY
+        if isinstance(problem, AsyncTilingProblem | AsyncCandidateProblem)
+        else PipelineModel.PAPER
+    )
 
-    def with_uncertainty(rank: int, sim: Simulation) -> dict[str, object]:
+    def with_uncertainty(rank: int, sim: Simulation | AsyncSimulation) -> dict[str, object]:
         out = _prediction(request, sim, eb)
         if solved.uncertainty:
             p, low, high = solved.uncertainty[rank - 1]
@@ -215,7 +332,21 @@ def to_response(
         return out
 
     timeline = None
-    if request.include_timeline:
+    best = result.best
+    if request.include_timeline and isinstance(best, AsyncSimulation):
+        a_share = _a_share_ns(best.tiling, best.durations.issue_ns)
+        timeline = [
+            TimelineStage(
+                stage=e.stage,
+                load_a_start_us=ns_to_us(e.issue_start_ns),
+                load_b_start_us=ns_to_us(e.issue_start_ns + a_share),
+                math_start_us=ns_to_us(e.math_start_ns),
+                math_wait_us=ns_to_us(e.math_wait_ns),
+                arrival_us=ns_to_us(e.arrival_ns),
+            )
+            for e in best.events
+        ]
+    elif request.include_timeline and isinstance(best, Simulation):
         timeline = [
             TimelineStage(
                 stage=e.stage,
@@ -224,16 +355,17 @@ def to_response(
                 math_start_us=ns_to_us(e.math_start_ns),
                 math_wait_us=ns_to_us(e.math_wait_ns),
             )
-            for e in result.best.events
+            for e in best.events
         ]
     return OptimizeTilingResponse(
         status="optimal" if result.status == "optimal" else "timeout",
         device=device,
         dtype=request.dtype,
+        pipeline_model=pipeline.value,
         best=TilingPrediction.model_validate(with_uncertainty(1, result.best)),
         candidates=[
             RankedCandidate.model_validate({"rank": rank, **with_uncertainty(rank, sim)})
-            for rank, sim in enumerate(result.candidates, start=1)
+            for rank, sim in enumerate(ranked, start=1)
         ],
         search=SearchSummaryOut(
             candidates_considered=result.summary.candidates_considered,

@@ -7,7 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from app.convert.candidates import configurations_of, problem_of
-from app.jobs import optimize_svg_via_pool, optimize_via_pool, request_profile
+from app.jobs import (
+    ASYNC_PICTURE_REFUSAL,
+    optimize_svg_via_pool,
+    optimize_via_pool,
+    request_profile,
+)
 from app.negotiation import (
     NOT_ACCEPTABLE_RESPONSE,
     SVG_RESPONSE,
@@ -18,7 +23,9 @@ from app.negotiation import (
 from app.routes.access import read_access
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.optimize import MAX_TOP_K, OptimizeTilingRequest, OptimizeTilingResponse
-from app.service import ServiceDep
+from app.service import RequestFieldError, ServiceDep
+from solver.candidates_async import AsyncCandidateProblem
+from solver.optimize_async import AsyncTilingProblem
 
 router = APIRouter(
     tags=["optimize"], route_class=OffLoopJSONRoute, dependencies=[Depends(read_access)]
@@ -49,12 +56,18 @@ async def optimize(
     """Proven-optimal GeMM-WS tiling and a ranked shortlist for a GEMM on a device.
 
     With `Accept: image/svg+xml` the answer is the pipeline timeline of the candidate at
-    `candidate_rank` (for any one tiling, give a search space of one value per dimension).
+    `candidate_rank` (for any one tiling, give a search space of one value per dimension);
+    'paper' answers only for now: the picture of an 'async-copy' answer is a 422 naming
+    pipeline_model.
     """
     # bad device or search space: answer 4xx without taking a worker
     profile = await request_profile(service, request)
-    service.check_search_space(configurations_of(problem_of(request, profile)[1]))
+    problem = problem_of(request, profile)[1]
+    service.check_search_space(configurations_of(problem))
     if picture_requested(http_request.headers.get("accept")):
+        if isinstance(problem, AsyncTilingProblem | AsyncCandidateProblem):
+            # the async-copy timeline has no renderer yet
+            raise RequestFieldError("pipeline_model", ASYNC_PICTURE_REFUSAL)
         svg, hit = await optimize_svg_via_pool(service, request, profile, candidate_rank)
         return svg_response(svg, hit)
     # the solve itself (optimize_tiling + to_response) runs in a worker process, behind the

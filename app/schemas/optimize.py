@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.base import ONE_DEVICE_SCHEMA, ProfileProvenanceOut, RequestModel
 from app.settings import TIME_LIMIT_CEILING_S
-from device_profiles.schema import MAX_ID_CHARS
+from device_profiles.schema import MAX_ID_CHARS, PipelineModelName
 from solver.search_space import (
     DEFAULT_BUFFER_DEPTHS,
     DEFAULT_TILE_VALUES,
@@ -24,6 +24,14 @@ DEFAULT_TIME_LIMIT_S = 10.0
 MIN_TIME_LIMIT_S = 0.1
 
 Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
+
+#: most threads a CTA may have (CUDA C++ Programming Guide, "Technical Specifications per
+#: Compute Capability": maximum number of threads per block, 1024 on every compute capability
+#: >= 2.0)
+MAX_THREADS_PER_CTA = 1024
+#: most registers a thread may use (same table: maximum number of 32-bit registers per thread,
+#: 255 on every compute capability >= 3.5)
+MAX_REGISTERS_PER_THREAD = 255
 
 
 class ValueRange(RequestModel):
@@ -95,6 +103,30 @@ class GemmWsDeviceParams(RequestModel):
     )
     shared_memory_per_block_bytes: int | None = Field(
         default=None, ge=1, le=1 << 30, description="shared memory a CTA may use, bytes"
+    )
+    # residency limits of one SM: async-copy only (CTAs per SM); null: no limit from it
+    max_blocks_per_sm: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="async-copy: resident CTAs per SM at most (null: 1, one CTA per SM)",
+    )
+    shared_memory_per_sm_bytes: int | None = Field(
+        default=None, ge=1, le=1 << 30, description="async-copy: shared memory of one SM, bytes"
+    )
+    max_threads_per_sm: int | None = Field(
+        default=None, ge=1, le=1 << 20, description="async-copy: resident threads per SM at most"
+    )
+    registers_per_sm: int | None = Field(
+        default=None, ge=1, le=1 << 30, description="async-copy: 32-bit registers of one SM"
+    )
+
+    #: the fields that are not GeMM-WS machine figures (perfmodel.gemm_ws.GemmWsMachine)
+    RESIDENCY_FIELDS: ClassVar[tuple[str, ...]] = (
+        "max_blocks_per_sm",
+        "shared_memory_per_sm_bytes",
+        "max_threads_per_sm",
+        "registers_per_sm",
     )
 
 
@@ -193,7 +225,33 @@ class OptimizeTilingRequest(RequestModel):
     wave_time_model: Literal["paper", "include-last-math"] = Field(
         default="paper",
         description="'paper': wave time = Sm(S) + T_EPILOGUE as printed in §2.2; "
-        "'include-last-math': also waits for the last MATH to finish",
+        "'include-last-math': also waits for the last MATH to finish (pipeline_model 'paper' "
+        "only: an async-copy wave always ends when its last MATH does)",
+    )
+    pipeline_model: PipelineModelName | None = Field(
+        default=None,
+        description="GeMM-WS pipeline model: 'paper' (eq. (1)-(3): one load in flight, every "
+        "buffer depth >= 2 predicts the same time) or 'async-copy' (cp.async/TMA: copies issued "
+        "back to back, up to buffer_depth stages in flight, several CTAs per SM sharing it); "
+        "null: the device's default (GET /devices/{id}; 'paper' for inline device_params). "
+        "The answer names the model used",
+    )
+    threads_per_cta: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_THREADS_PER_CTA,
+        description=f"async-copy: threads of one CTA (1..{MAX_THREADS_PER_CTA}, at most the "
+        "device's max_threads_per_block, else 422); with registers_per_thread it limits the "
+        "CTAs per SM by the SM's threads and registers (null: no limit from them; a CTA no SM "
+        "holds is a 422); 'paper' runs one CTA per SM whatever they are",
+    )
+    registers_per_thread: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REGISTERS_PER_THREAD,
+        description=f"async-copy: 32-bit registers per thread (1..{MAX_REGISTERS_PER_THREAD}, "
+        "at most the device's max_registers_per_thread, else 422); used with threads_per_cta "
+        "(ignored without it)",
     )
     shortlist: Literal["explore", "exploit"] = Field(
         default="explore",
@@ -231,12 +289,38 @@ class TilingPrediction(BaseModel):
     predicted_time_us: float = Field(description="overall execution time W x wave + T_INIT, us")
     waves: int = Field(description="W = ceil(output tiles / SMs)")
     stages: int = Field(description="S = ceil(K / TK)")
-    t_load_a_us: float = Field(description="T_LOAD-A per stage, us")
-    t_load_b_us: float = Field(description="T_LOAD-B per stage, us")
-    t_math_us: float = Field(description="T_MATH per stage, us")
+    t_load_a_us: float = Field(
+        description="T_LOAD-A per stage, us (async-copy: the A tile's share of the issue time "
+        "d, by element count, at the CTAs' shared throughput; the latency is load_latency_us)"
+    )
+    t_load_b_us: float = Field(description="T_LOAD-B per stage, us (async-copy: B's share of d)")
+    t_math_us: float = Field(
+        description="T_MATH per stage, us (async-copy: at the CTAs' shared throughput)"
+    )
     math_wait_us: float = Field(description="total MATH wait, W x sum of per-stage waits, us")
-    bound: Literal["load", "math"] = Field(
-        description="'load' when T_LOAD-A + T_LOAD-B exceeds T_MATH, else 'math'"
+    bound: Literal["latency", "load", "math"] = Field(
+        description="what sets the steady-state period of a stage. 'paper': 'load' when "
+        "T_LOAD-A + T_LOAD-B exceeds T_MATH, else 'math' (never 'latency': each load carries "
+        "its latency). 'async-copy': 'latency' when d + latency + T_MATH exceeds "
+        "buffer_depth x max(d, T_MATH) (too few slots to hide the latency), else 'load' when "
+        "d > T_MATH, else 'math'"
+    )
+    ctas_per_sm: int = Field(
+        description="CTAs resident on one SM and sharing it in a full wave ('paper': always 1; "
+        "async-copy: the tightest of max_blocks_per_sm, shared memory, and threads/registers "
+        "when given, at most the CTAs the SM receives)"
+    )
+    stages_in_flight: int = Field(
+        description="stages holding a buffer slot in the steady state. 'paper': buffer_depth "
+        "when MATH-bound (the DMA warp fills every slot ahead), else min(buffer_depth, 2) (one "
+        "stage loading, one multiplied). 'async-copy': buffer_depth when latency- or "
+        "MATH-bound, ceil((d + latency + T_MATH) / d) when load-bound"
+    )
+    load_latency_us: float | None = Field(
+        default=None,
+        description="async-copy: time from the end of a copy's issue to its data in shared "
+        "memory, us (the profile's load_startup_latency_us); null under 'paper', whose "
+        "T_LOAD-A and T_LOAD-B include it",
     )
     shared_memory_bytes: int = Field(description="circular buffer size for this dtype, bytes")
     measurement: GemmWsRun = Field(
@@ -333,10 +417,19 @@ class SolverStats(BaseModel):
 
 class TimelineStage(BaseModel):
     stage: int = Field(description="stage index i, 1..stages")
-    load_a_start_us: float
-    load_b_start_us: float
+    load_a_start_us: float = Field(
+        description="start of the A tile's load (async-copy: of the stage's copy issue)"
+    )
+    load_b_start_us: float = Field(
+        description="start of the B tile's load (async-copy: after A's share of the issue)"
+    )
     math_start_us: float
     math_wait_us: float
+    arrival_us: float | None = Field(
+        default=None,
+        description="async-copy: the stage's data in shared memory (issue end + latency); "
+        "null under 'paper'",
+    )
 
 
 class Feedback(BaseModel):
@@ -357,6 +450,10 @@ class OptimizeTilingResponse(BaseModel):
     )
     device: str = Field(description="profile id, or 'inline' for device_params")
     dtype: Dtype
+    pipeline_model: PipelineModelName = Field(
+        description="the GeMM-WS pipeline model that answered: the request's, else the "
+        "device's default"
+    )
     best: TilingPrediction
     candidates: list[RankedCandidate] = Field(
         description="the shortlist, best first; for a candidate list every requested entry of "

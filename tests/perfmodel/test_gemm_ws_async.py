@@ -3,6 +3,8 @@ properties the issue asks of depth and CTAs per SM (docs/model-notes.md, async-c
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from perfmodel.gemm_ws_async import (
     overall_time_async_closed_form_ns,
     run_stages,
     simulate_async,
+    simulate_async_closed_form,
     steady_state,
 )
 from perfmodel.gemm_ws_async_array import NOT_RESIDENT, overall_time_async_ns_array
@@ -64,6 +67,19 @@ def test_closed_form_of_the_last_math_start_equals_the_recurrences(
     assert (
         last_math_start_ns(dur, stages, depth) == run_stages(dur, stages, depth)[-1].math_start_ns
     )
+
+
+@settings(max_examples=400, deadline=None)
+@given(shapes, tilings, machines, limits)
+def test_closed_form_simulation_equals_the_simulator_but_for_events(
+    shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, sm: SmLimits
+) -> None:
+    if not _fits(tiling, sm):
+        return
+    stepped = simulate_async(shape, tiling, machine, sm, 2)
+    closed = simulate_async_closed_form(shape, tiling, machine, sm, 2)
+    assert closed.events == () and stepped.events
+    assert dataclasses.replace(closed, events=stepped.events) == stepped
 
 
 @settings(max_examples=400, deadline=None)

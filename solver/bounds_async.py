@@ -1,0 +1,128 @@
+"""Per-configuration constants and lower bounds ("cuts") of the async-copy variant, over arrays
+of configurations (numpy; worker side only). The async twin of solver/bounds.py.
+
+For one configuration (c CTAs sharing an SM, issue cost d, latency lambda, MATH T, depth D,
+S stages), (A1)-(A3) (docs/model-notes.md, "GeMM-WS async-copy" 1) imply
+
+* ``M(S) >= d + lambda + (S-1) max(d, T)``: the arrival of stage 1, then S-1 steps of the
+  copy-engine chain (A1) or of the MATH chain (A3), whichever is slower;
+* ``M(S) >= d + lambda + K (d + lambda + T)``, K = floor((S-1)/D): K laps round the slot cycle
+  M(j) -> I(j+D) -> A(j+D) -> M(j+D) of (A1)-(A3).
+
+Each is a path of the event graph, so each holds for every solution of the recurrences whether
+or not it is tight; the wave time adds T + T_EPILOGUE, the overall time counts the full and the
+partial wave as the model does, and the total MATH wait, which telescopes to
+sum over CTAs of M(S) - (S-1) T (GeMM-WS 8), is bounded at the same M(S) bound. The certificate
+(solver/certify_async.py) encodes only configurations these bounds leave able to beat the
+incumbent (:func:`may_beat`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
+from perfmodel.gemm_ws_async import AsyncDurationTable, SmLimits
+from perfmodel.gemm_ws_async_array import _lookup, ctas_per_sm_array
+from perfmodel.gemm_ws_scoring import Configurations, IntArray
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncPlan:
+    """What is constant once a configuration is chosen, per configuration (int64 arrays)."""
+
+    #: CTAs sharing an SM in a full wave (c), full waves, CTAs of the partial wave (0: none)
+    ctas_per_sm: IntArray
+    full_waves: IntArray
+    partial_wave_ctas: IntArray
+    stages: IntArray
+    #: unshared per-stage work, integer ns (exact rationals, AsyncDurationTable)
+    issue_work_ns: IntArray
+    math_work_ns: IntArray
+    latency_ns: int
+    math_startup_ns: int
+    epilogue_ns: int
+    init_ns: int
+    #: lower bound on the overall time (the module docstring)
+    overall_time_floor_ns: IntArray
+    #: lower bound on the total MATH wait: sum over CTAs of M(S) - (S - 1) T, at M(S)'s bound
+    total_math_wait_floor_ns: IntArray
+
+
+def async_plan(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    limits: SmLimits,
+    element_bytes: int,
+    configs: Configurations,
+) -> AsyncPlan:
+    """Constants and overall-time bounds of ``configs`` (each must fit an SM)."""
+    table = AsyncDurationTable(machine)
+    tm, tn, tk, depth = configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
+    issue = _lookup(tm * tk + tk * tn, table.issue_ns_of_elements)
+    math = _lookup(tm * tn * tk, table.math_ns_of_macs)
+    ctas = ctas_per_sm_array(limits, element_bytes, configs)
+    if configs.count and int(ctas.min()) < 1:
+        raise ValueError("every configuration must fit the shared memory of one SM")
+    busiest = -(-(-(-shape.m // tm) * -(-shape.n // tn)) // machine.sm_count)
+    per_sm = np.minimum(ctas, busiest)
+    full_waves, partial = np.divmod(busiest, per_sm)
+    stages = -(-shape.k // tk)
+    lam, startup = table.latency_ns, table.math_startup_ns
+
+    def floors(share: IntArray) -> tuple[IntArray, IntArray]:
+        """(wave time, one CTA's MATH wait) bounds of a wave of ``share`` CTAs per SM."""
+        d, t = share * issue, share * math + startup
+        chains = d + lam + (stages - 1) * np.maximum(d, t)
+        laps = d + lam + ((stages - 1) // depth) * (d + lam + t)
+        last_math_start = np.maximum(chains, laps)
+        return last_math_start + t + table.epilogue_ns, last_math_start - (stages - 1) * t
+
+    full_wave, full_wait = floors(per_sm)
+    rest_wave, rest_wait = floors(np.maximum(partial, 1))
+    has_rest = partial > 0
+    floor = table.init_ns + full_waves * full_wave + np.where(has_rest, rest_wave, 0)
+    wait_floor = full_waves * per_sm * full_wait + np.where(has_rest, partial * rest_wait, 0)
+    return AsyncPlan(
+        ctas_per_sm=per_sm,
+        full_waves=full_waves,
+        partial_wave_ctas=partial,
+        stages=stages,
+        issue_work_ns=issue,
+        math_work_ns=math,
+        latency_ns=lam,
+        math_startup_ns=startup,
+        epilogue_ns=table.epilogue_ns,
+        init_ns=table.init_ns,
+        overall_time_floor_ns=floor.astype(np.int64),
+        total_math_wait_floor_ns=wait_floor.astype(np.int64),
+    )
+
+
+def may_beat(
+    plan: AsyncPlan, configs: Configurations, time_ns: int, wait_ns: int, tiling: Tiling
+) -> npt.NDArray[np.bool_]:
+    """Which configurations the bounds leave able to beat an incumbent of ``time_ns`` and
+    ``wait_ns`` in the optimizer's order (time, then wait, then larger tile_m, tile_n, tile_k,
+    smaller depth). With t >= time floor and w >= wait floor: a floor above ``time_ns`` rules
+    a configuration out; at a time floor >= ``time_ns`` it can only tie the time, so a wait
+    floor above ``wait_ns`` rules it out, and at a wait floor >= ``wait_ns`` it can only tie
+    the wait too, so a tie-break no better than the incumbent's rules it out."""
+    time_floor, wait_floor = plan.overall_time_floor_ns, plan.total_math_wait_floor_ns
+    key = (configs.tile_m, configs.tile_n, configs.tile_k, -configs.buffer_depth)
+    incumbent = (tiling.tile_m, tiling.tile_n, tiling.tile_k, -tiling.buffer_depth)
+    # lexicographic "key > incumbent's key", digit by digit
+    better_key = np.zeros(configs.count, dtype=bool)
+    equal = np.ones(configs.count, dtype=bool)
+    for mine, theirs in zip(key, incumbent, strict=True):
+        better_key |= equal & (mine > theirs)
+        equal &= mine == theirs
+    can_tie_time = time_floor >= time_ns
+    can_tie_wait = wait_floor >= wait_ns
+    ruled_out = (time_floor > time_ns) | (can_tie_time & (wait_floor > wait_ns))
+    ruled_out |= can_tie_time & can_tie_wait & ~better_key
+    result: npt.NDArray[np.bool_] = ~ruled_out
+    return result

@@ -44,10 +44,11 @@ from app.service import (
 from device_profiles import DeviceProfile
 from device_profiles.provenance import provenance
 from perfmodel.gemm_ws import Tiling, simulate
+from perfmodel.gemm_ws_async import simulate_async
 from perfmodel.manybsp import predict_kernel
 from solver.candidates import CandidateProblem
 from solver.candidates_async import AsyncCandidateProblem
-from solver.optimize import TilingProblem
+from solver.optimize_async import AsyncTilingProblem, effective_limits
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
@@ -108,7 +109,6 @@ def optimize_job(
     )
 
 
-#: why an async-copy answer has no picture yet (422 naming pipeline_model)
 ASYNC_PICTURE_REFUSAL = (
     "no timeline picture for 'async-copy' answers yet: ask for JSON (Accept: application/json; "
     "include_timeline gives the per-stage events) or draw the 'paper' model's answer"
@@ -316,15 +316,23 @@ def timeline_svg_job(
     (the answer keeps no per-stage events) and draw its timeline."""
     request = OptimizeTilingRequest.model_validate(request_json)
     device, problem = candidates_convert.problem_of(request, _profile(profile_json))
-    if not isinstance(problem, TilingProblem | CandidateProblem):
-        raise RequestFieldError("pipeline_model", ASYNC_PICTURE_REFUSAL)
     tiling = Tiling(
         candidate["tile_m"], candidate["tile_n"], candidate["tile_k"], candidate["buffer_depth"]
     )
+    labels: dict[str, Any] = {"device": device, "dtype": request.dtype, "rank": rank}
+    if isinstance(problem, AsyncTilingProblem | AsyncCandidateProblem):
+        limits = (
+            effective_limits(problem)
+            if isinstance(problem, AsyncTilingProblem)
+            else problem.effective_limits
+        )
+        sim_async = simulate_async(
+            problem.shape, tiling, problem.machine, limits, problem.element_bytes
+        )
+        drawn: bytes = _render().async_timeline_svg(sim_async, problem.machine, **labels)
+        return drawn
     sim = simulate(problem.shape, tiling, problem.machine, problem.wave_model)
-    svg: bytes = _render().timeline_svg(
-        sim, problem.machine, device=device, dtype=request.dtype, rank=rank
-    )
+    svg: bytes = _render().timeline_svg(sim, problem.machine, **labels)
     return svg
 
 

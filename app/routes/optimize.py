@@ -8,7 +8,6 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from app.convert.candidates import configurations_of, problem_of
 from app.jobs import (
-    ASYNC_PICTURE_REFUSAL,
     optimize_svg_via_pool,
     optimize_via_pool,
     request_profile,
@@ -23,9 +22,7 @@ from app.negotiation import (
 from app.routes.access import read_access
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.optimize import MAX_TOP_K, OptimizeTilingRequest, OptimizeTilingResponse
-from app.service import RequestFieldError, ServiceDep
-from solver.candidates_async import AsyncCandidateProblem
-from solver.optimize_async import AsyncTilingProblem
+from app.service import ServiceDep
 
 router = APIRouter(
     tags=["optimize"], route_class=OffLoopJSONRoute, dependencies=[Depends(read_access)]
@@ -56,18 +53,14 @@ async def optimize(
     """Proven-optimal GeMM-WS tiling and a ranked shortlist for a GEMM on a device.
 
     With `Accept: image/svg+xml` the answer is the pipeline timeline of the candidate at
-    `candidate_rank` (for any one tiling, give a search space of one value per dimension);
-    'paper' answers only for now: the picture of an 'async-copy' answer is a 422 naming
-    pipeline_model.
+    `candidate_rank` (for any one tiling, give a search space of one value per dimension),
+    drawn under the answer's pipeline model (async-copy: copies issued, in flight, arrived).
     """
     # bad device or search space: answer 4xx without taking a worker
     profile = await request_profile(service, request)
     problem = problem_of(request, profile)[1]
     service.check_search_space(configurations_of(problem))
     if picture_requested(http_request.headers.get("accept")):
-        if isinstance(problem, AsyncTilingProblem | AsyncCandidateProblem):
-            # the async-copy timeline has no renderer yet
-            raise RequestFieldError("pipeline_model", ASYNC_PICTURE_REFUSAL)
         svg, hit = await optimize_svg_via_pool(service, request, profile, candidate_rank)
         return svg_response(svg, hit)
     # the solve itself (optimize_tiling + to_response) runs in a worker process, behind the

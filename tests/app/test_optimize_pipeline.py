@@ -329,17 +329,21 @@ def test_async_timeline_lists_issue_arrival_and_math(client: TestClient) -> None
         assert stage["math_start_us"] == pytest.approx(event.math_start_ns / 1000)
 
 
-def test_picture_of_an_async_answer_is_422_naming_pipeline_model(client: TestClient) -> None:
+def test_picture_of_an_async_answer_draws_its_ranked_candidate_under_async_copy(
+    client: TestClient,
+) -> None:
+    body = {"m": 512, "n": 512, "k": 512, "device": "h100", "shortlist": "exploit"}
+    answer = _ok(client, **body)
+    assert answer["pipeline_model"] == "async-copy"
     svg = {"accept": "image/svg+xml"}
-    r = client.post(
-        "/optimize-tiling", json={"m": 512, "n": 512, "k": 512, "device": "h100"}, headers=svg
-    )
-    assert r.status_code == 422, r.text
-    assert [e["field"] for e in r.json()["errors"]] == ["pipeline_model"]
-    assert "async-copy" in r.json()["errors"][0]["reason"]
-    paper = client.post(
-        "/optimize-tiling",
-        json={"m": 512, "n": 512, "k": 512, "device": "h100", "pipeline_model": "paper"},
-        headers=svg,
-    )
+    for rank in (1, 2):
+        r = client.post(f"/optimize-tiling?candidate_rank={rank}", json=body, headers=svg)
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"].startswith("image/svg+xml")
+        text = r.text
+        c = answer["candidates"][rank - 1]
+        tiling = f"{c['tile_m']}×{c['tile_n']}×{c['tile_k']}, buffer depth {c['buffer_depth']}"
+        assert "async-copy timeline" in text and tiling in text and f"rank {rank}" in text
+    paper = client.post("/optimize-tiling", json={**body, "pipeline_model": "paper"}, headers=svg)
     assert paper.status_code == 200 and paper.headers["content-type"].startswith("image/svg+xml")
+    assert "async-copy timeline" not in paper.text

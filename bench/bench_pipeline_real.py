@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.convert.optimize import gemm_ws_machine
 from bench.common import command_line
 from device_profiles import get_profile
 from device_profiles.pipeline import sm_limits
@@ -93,16 +94,10 @@ class Device:
 
 def _device(profile_id: str, sm_count: int, limits: SmLimits | None = None) -> Device:
     profile = get_profile(profile_id)
-    section = profile.gemm_ws
-    assert section is not None
-    base = GemmWsMachine(
-        sm_count=sm_count,
-        t_init_us=section.t_init_us.value,
-        t_epilogue_us=section.t_epilogue_us.value,
-        load_startup_latency_us=section.load_startup_latency_us.value,
-        compute_startup_latency_us=section.compute_startup_latency_us.value,
-        load_throughput_elements_per_us=section.load_throughput_elements_per_us.value,
-        compute_throughput_macs_per_us=section.compute_throughput_macs_per_us.value,
+    # the service's fp16 figures of the profile, on the data's GPU's SM count, without the
+    # per-block shared-memory limit (the sweep's configs all ran)
+    base = dataclasses.replace(
+        gemm_ws_machine(profile), sm_count=sm_count, shared_memory_per_block_bytes=None
     )
     return Device(base, profile, limits or sm_limits(profile))
 

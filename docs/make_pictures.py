@@ -29,11 +29,11 @@ from app.convert.optimize import gemm_ws_machine  # noqa: E402
 from app.convert.predict import resolve_device, terms_of, to_core, to_response  # noqa: E402
 from app.schemas.predict import PredictKernelRequest  # noqa: E402
 from device_profiles import get_profile  # noqa: E402
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, simulate  # noqa: E402
+from perfmodel.gemm_ws import GemmShape, Tiling, simulate  # noqa: E402
 from perfmodel.gemm_ws_async import SmLimits, simulate_async  # noqa: E402
 from perfmodel.manybsp import predict_kernel  # noqa: E402
 from render import async_timeline_svg, breakdown_svg, calibration_svg, timeline_svg  # noqa: E402
-from tests.gemm_ws_cases import FAST_DMA  # noqa: E402
+from tests.gemm_ws_cases import FAST_DMA, PIPELINE_STAGE  # noqa: E402
 from tests.paper_cases import paper_case, paper_http_body  # noqa: E402
 
 NAMES = (
@@ -47,16 +47,7 @@ NAMES = (
 #: the README's pipeline-models stage (inline figures, illustrative): issue d = 1.024 us,
 #: latency 2 us, MATH T = 1.311 us per 64x64x32 stage; one CTA per SM, so both models draw
 #: the same CTA
-PIPELINE_MACHINE = GemmWsMachine(
-    sm_count=84,
-    t_init_us=1.0,
-    t_epilogue_us=1.0,
-    load_startup_latency_us=2.0,
-    compute_startup_latency_us=0.0,
-    load_throughput_elements_per_us=4000.0,
-    compute_throughput_macs_per_us=1e5,
-    shared_memory_per_block_bytes=101376,
-)
+PIPELINE_MACHINE = PIPELINE_STAGE
 PIPELINE_SHAPE, PIPELINE_TILING = GemmShape(64, 64, 192), Tiling(64, 64, 32, 3)
 
 

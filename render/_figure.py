@@ -64,3 +64,15 @@ def svg_bytes(fig: Figure) -> bytes:
 def fmt_us(value_us: float) -> str:
     """A time in µs with nanosecond resolution, as every picture labels it."""
     return f"{value_us:,.3f} µs"
+
+
+def bottom_legend(fig: Any, handles: list[Any]) -> None:
+    """The timelines' legend: ``handles`` in five columns along the figure's bottom edge."""
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncols=5,
+        fontsize=7.5,
+        frameon=False,
+    )

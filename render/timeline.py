@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.gemm_ws import GemmWsMachine, Simulation, StageEvents, us_to_ns
-from render._figure import figure, fmt_us, svg_bytes
+from render._figure import bottom_legend, figure, fmt_us, svg_bytes
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -487,14 +487,7 @@ def _legend(fig: Any) -> None:
         Patch(facecolor=COLORS["wave"], label="wave"),
         Patch(facecolor=COLORS["init"], label="T_INIT"),
     ]
-    fig.legend(
-        handles=handles,
-        loc="lower center",
-        bbox_to_anchor=(0.5, 0.0),
-        ncols=5,
-        fontsize=7.5,
-        frameon=False,
-    )
+    bottom_legend(fig, handles)
 
 
 def timeline_svg(

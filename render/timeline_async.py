@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfmodel.gemm_ws import GemmWsMachine, us_to_ns
 from perfmodel.gemm_ws_async import AsyncSimulation
-from render._figure import figure, fmt_us, svg_bytes
+from render._figure import bottom_legend, figure, fmt_us, svg_bytes
 from render.timeline import COLORS, LABEL_BOX
 
 if TYPE_CHECKING:
@@ -249,14 +249,7 @@ def _legend(fig: Any) -> None:
         Patch(facecolor=COLORS["slot"], label="partial wave"),
         Patch(facecolor=COLORS["init"], label="T_INIT"),
     ]
-    fig.legend(
-        handles=handles,
-        loc="lower center",
-        bbox_to_anchor=(0.5, 0.0),
-        ncols=5,
-        fontsize=7.5,
-        frameon=False,
-    )
+    bottom_legend(fig, handles)
 
 
 def async_timeline_svg(

@@ -206,6 +206,14 @@ def _score(problem: CandidateProblem, tilings: Sequence[Tiling]) -> list[Tiling]
     return [tilings[int(i)] for i in order]
 
 
+def check_ranking_arguments(top_k: int | None, time_limit_s: float) -> None:
+    """ValueError for a programming error in a ranking call (the HTTP layer validates both)."""
+    if top_k is not None and top_k < 1:
+        raise ValueError("top_k must be at least 1")
+    if not time_limit_s > 0:
+        raise ValueError("time_limit_s must be positive")
+
+
 def rank_candidates(
     problem: CandidateProblem,
     *,
@@ -215,10 +223,7 @@ def rank_candidates(
 ) -> CandidateRanking:
     """Rank the feasible candidates (the first ``top_k`` groups; None: all) and prove the best
     among them; InfeasibleSearchSpace (field ``candidates``) when every one is rejected."""
-    if top_k is not None and top_k < 1:
-        raise ValueError("top_k must be at least 1")
-    if not time_limit_s > 0:
-        raise ValueError("time_limit_s must be positive")
+    check_ranking_arguments(top_k, time_limit_s)
     started = time.perf_counter()
     members, rejected = reject(problem)
     counts: dict[str, int] = {SHARED_MEMORY_CONSTRAINT: len(rejected)}

@@ -14,18 +14,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import z3
-
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
 from perfmodel.gemm_ws_async import AsyncDurationTable, AsyncSimulation, SmLimits
-from solver.candidates import SHARED_MEMORY_CONSTRAINT, CandidateProblem, Rejection, reject
-from solver.encoding_async import encode_async
+from solver.candidates import (
+    SHARED_MEMORY_CONSTRAINT,
+    CandidateProblem,
+    Rejection,
+    check_ranking_arguments,
+    reject,
+)
 from solver.errors import InfeasibleSearchSpace, SolverTimeout
-from solver.factory import make_solver
-from solver.lexicographic import rank_by_blocking
 from solver.optimize import SolverMode
-from solver.optimize_async import AsyncTilingResult, _objectives, async_result, objective_key
+from solver.optimize_async import AsyncTilingResult, async_result, objective_key, rank_encoded
 from solver.search_space import SearchSummary
 
 #: the constraint of a candidate whose buffer fits a CTA's share but no SM (per-SM shared
@@ -100,10 +101,7 @@ def rank_candidates_async(
 ) -> AsyncCandidateRanking:
     """Rank the feasible candidates (the first ``top_k`` groups; None: all) and prove the best
     among them; InfeasibleSearchSpace (field ``candidates``) when every one is rejected."""
-    if top_k is not None and top_k < 1:
-        raise ValueError("top_k must be at least 1")
-    if not time_limit_s > 0:
-        raise ValueError("time_limit_s must be positive")
+    check_ranking_arguments(top_k, time_limit_s)
     started = time.perf_counter()
     limits = problem.effective_limits
     members, rejected = _reject(problem, limits)
@@ -210,22 +208,12 @@ def _z3_search(
         zip(feasible, simulate_ranked_with(shape, machine, limits, eb, feasible), strict=True)
     )
     table = AsyncDurationTable(machine)
-    enc = encode_async(
+    ranking = rank_encoded(
         encoded_configs(shape, machine, limits, eb, configs_of(feasible)),
-        table.epilogue_ns,
-        table.init_ns,
-    )
-    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
-    solver.from_string(enc.smtlib)
-    blocked: set[Tiling] = set()
-
-    def read(model: z3.ModelRef) -> Tiling:
-        tiling = enc.tiling_of(model)
-        blocked.add(tiling)
-        return tiling
-
-    ranking = rank_by_blocking(
-        solver, _objectives(enc, sims, blocked), deadline, ranks, read, enc.is_tiling
+        sims,
+        (table.epilogue_ns, table.init_ns),
+        deadline,
+        ranks,
     )
     ranked = [sims[t] for t in ranking.found]
     if not ranking.proven:

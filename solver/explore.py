@@ -122,11 +122,10 @@ def explore_problem(
     configs = _feasible(problem)
     if configs is None:
         return None
-    return explore_configurations(
-        problem.shape,
+    return explore_scored(
         problem.machine,
-        problem.wave_model,
         configs,
+        paper_scorer(problem.shape, configs, problem.wave_model),
         belief,
         top_k,
         mode,
@@ -136,32 +135,19 @@ def explore_problem(
     )
 
 
-def explore_configurations(
-    shape: GemmShape,
-    machine: GemmWsMachine,
-    wave_model: WaveTimeModel,
-    configs: Configurations,
-    belief: FigureBelief,
-    top_k: int,
-    mode: ShortlistMode,
-    *,
-    ratios: tuple[float, float] = (1.0, 1.0),
-    draws: int = DRAWS,
-    seed: int = 0,
-) -> ExploredShortlist | None:
-    """The shortlist of ``configs`` (distinct, feasible) under ``belief``, as
-    :func:`explore_problem` (an explicit candidate list's path); None when a draw's times
-    overflow the scorer."""
-    return explore_scored(
-        machine,
-        configs,
-        lambda figures: score_configurations(shape, configs, figures, wave_model),
-        belief,
-        top_k,
-        mode,
-        ratios=ratios,
-        draws=draws,
-        seed=seed,
+def paper_scorer(
+    shape: GemmShape, configs: Configurations, wave_model: WaveTimeModel
+) -> Callable[[Figures], Scores]:
+    """The paper model's vectorised scorer of ``configs`` (eq. (1)-(3)) under given figures."""
+    return lambda figures: score_configurations(shape, configs, figures, wave_model)
+
+
+def async_scorer(
+    shape: GemmShape, configs: Configurations, limits: SmLimits, element_bytes: int
+) -> Callable[[Figures], Scores]:
+    """The async-copy variant's vectorised scorer of ``configs`` (each must fit an SM)."""
+    return lambda figures: score_async_configurations(
+        shape, configs, figures, limits, element_bytes
     )
 
 
@@ -184,41 +170,10 @@ def explore_async_problem(
     )
     if configs is None:
         return None
-    return explore_async_configurations(
-        problem.shape,
-        problem.machine,
-        limits,
-        problem.element_bytes,
-        configs,
-        belief,
-        top_k,
-        mode,
-        ratios=ratios,
-        draws=draws,
-        seed=seed,
-    )
-
-
-def explore_async_configurations(
-    shape: GemmShape,
-    machine: GemmWsMachine,
-    limits: SmLimits,
-    element_bytes: int,
-    configs: Configurations,
-    belief: FigureBelief,
-    top_k: int,
-    mode: ShortlistMode,
-    *,
-    ratios: tuple[float, float] = (1.0, 1.0),
-    draws: int = DRAWS,
-    seed: int = 0,
-) -> ExploredShortlist | None:
-    """:func:`explore_configurations` under the async-copy variant (each configuration must
-    fit an SM)."""
     return explore_scored(
-        machine,
+        problem.machine,
         configs,
-        lambda figures: score_async_configurations(shape, configs, figures, limits, element_bytes),
+        async_scorer(problem.shape, configs, limits, problem.element_bytes),
         belief,
         top_k,
         mode,
@@ -240,9 +195,11 @@ def explore_scored(
     draws: int = DRAWS,
     seed: int = 0,
 ) -> ExploredShortlist | None:
-    """The shortlist of ``configs`` scored by ``score`` (a pipeline model's vectorised
-    scorer of every configuration under figures) at ``machine``'s point figures and under
-    ``draws`` draws of ``belief``; None when a draw's times overflow the scorer."""
+    """The shortlist of ``configs`` (distinct, feasible) scored by ``score`` (a pipeline
+    model's vectorised scorer: :func:`paper_scorer`, :func:`async_scorer`) at ``machine``'s
+    point figures and under ``draws`` draws of ``belief``, as :func:`explore_problem` (an
+    explicit candidate list's path calls it directly); None when a draw's times overflow the
+    scorer."""
     figures = drawn_figures(machine, belief.draws(np.random.default_rng(seed), draws), ratios)
     try:
         # one scorer call: row 0 the point figures, rows 1.. the draws

@@ -29,7 +29,7 @@ from solver.encoding import Encoding
 from solver.encoding_async import AsyncConfig, encode_async
 from solver.errors import InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver, z3_version
-from solver.lexicographic import Objective, rank_by_blocking
+from solver.lexicographic import Objective, Ranking, rank_by_blocking
 from solver.optimize import SolverMode, SolverStatistics, check_mode, tie_break_key
 from solver.search_space import SearchSpace, SearchSummary
 
@@ -116,23 +116,12 @@ def z3_search_async(
     survivors = [t for t in feasible if times[t] <= kth]
     sims = {t: _simulate(problem, limits, t, table) for t in survivors}
     configs = [_config(problem, t, table, sims[t]) for t in survivors]
-    enc = encode_async(configs, us_to_ns(machine.t_epilogue_us), us_to_ns(machine.t_init_us))
-    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
-    solver.from_string(enc.smtlib)
-    blocked: set[Tiling] = set()
-
-    def read(model: z3.ModelRef) -> Tiling:
-        tiling = enc.tiling_of(model)
-        blocked.add(tiling)
-        return tiling
-
-    ranking = rank_by_blocking(
-        solver,
-        _objectives(enc, sims, blocked),
+    ranking = rank_encoded(
+        configs,
+        sims,
+        (us_to_ns(machine.t_epilogue_us), us_to_ns(machine.t_init_us)),
         deadline,
         min(top_k, summary.feasible),
-        read,
-        enc.is_tiling,
     )
     ranked = [sims[t] for t in ranking.found]
     status, checks = ("optimal" if ranking.proven else "timeout"), ranking.checks
@@ -234,6 +223,30 @@ def _config(
 
 #: tie_break_key is below this (four digits of base 2^17), so it is the last digit
 _KEY_SPAN = 1 << 68
+
+
+def rank_encoded(
+    configs: Sequence[AsyncConfig],
+    sims: dict[Tiling, AsyncSimulation],
+    epilogue_and_init_ns: tuple[int, int],
+    deadline: float,
+    ranks: int,
+) -> Ranking[Tiling]:
+    """Up to ``ranks`` lexicographic optima among ``configs`` (simulated in ``sims``), each
+    found by Z3 over their (A1)-(A3) encoding with the earlier ones blocked."""
+    enc = encode_async(configs, *epilogue_and_init_ns)
+    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
+    solver.from_string(enc.smtlib)
+    blocked: set[Tiling] = set()
+
+    def read(model: z3.ModelRef) -> Tiling:
+        tiling = enc.tiling_of(model)
+        blocked.add(tiling)
+        return tiling
+
+    return rank_by_blocking(
+        solver, _objectives(enc, sims, blocked), deadline, ranks, read, enc.is_tiling
+    )
 
 
 def _objectives(

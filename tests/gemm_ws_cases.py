@@ -23,6 +23,19 @@ A6000 = GemmWsMachine(
 #: the A6000 with a 5,000 elements/us DMA: MATH-bound, the DMA warp fills the buffer and stalls
 #: (the timeline pictures' second case)
 FAST_DMA = dataclasses.replace(A6000, load_throughput_elements_per_us=5000.0)
+#: the README's pipeline-models stage (inline figures, illustrative): load 4,000 elements/us
+#: with a 2 us latency, MATH 10^5 MACs/us; for a 64x64x32 stage the copy issue d = 1.024 us is
+#: shorter than the latency, MATH T = 1.311 us (the async timeline's test case too)
+PIPELINE_STAGE = GemmWsMachine(
+    sm_count=84,
+    t_init_us=1.0,
+    t_epilogue_us=1.0,
+    load_startup_latency_us=2.0,
+    compute_startup_latency_us=0.0,
+    load_throughput_elements_per_us=4000.0,
+    compute_throughput_macs_per_us=1e5,
+    shared_memory_per_block_bytes=101376,
+)
 
 #: Table 1: problem (M, N, K) -> optimal tiling (TM, TN, TK).
 TABLE_1 = [

@@ -33,10 +33,11 @@ from solver.candidates_async import (
 from solver.explore import (
     DRAWS,
     MAX_EXPLORE_CONFIGURATIONS,
-    explore_async_configurations,
+    async_scorer,
     explore_async_problem,
-    explore_configurations,
     explore_problem,
+    explore_scored,
+    paper_scorer,
 )
 from solver.optimize_async import (
     AsyncTilingProblem,
@@ -172,29 +173,12 @@ def solve_candidates(
         configs = Configurations.of(
             *([getattr(t, f) for t in feasible] for f in Configurations.__slots__)
         )
-        if isinstance(problem, AsyncCandidateProblem):
-            picks = explore_async_configurations(
-                problem.shape,
-                problem.machine,
-                problem.effective_limits,
-                problem.element_bytes,
-                configs,
-                belief,
-                ranks,
-                mode,
-                ratios=ratios,
-            )
-        else:
-            picks = explore_configurations(
-                problem.shape,
-                problem.machine,
-                problem.wave_model,
-                configs,
-                belief,
-                ranks,
-                mode,
-                ratios=ratios,
-            )
+        score = (
+            async_scorer(problem.shape, configs, problem.effective_limits, problem.element_bytes)
+            if isinstance(problem, AsyncCandidateProblem)
+            else paper_scorer(problem.shape, configs, problem.wave_model)
+        )
+        picks = explore_scored(problem.machine, configs, score, belief, ranks, mode, ratios=ratios)
     if picks is None:
         if explore_z3:
             ranking = rank(request.top_k)

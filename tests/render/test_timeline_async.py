@@ -13,20 +13,12 @@ from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
 from perfmodel.gemm_ws_async import AsyncSimulation, SmLimits, simulate_async
 from render import async_timeline_svg
 from render.timeline_async import MAX_ASYNC_STAGES_DRAWN
+from tests.gemm_ws_cases import PIPELINE_STAGE
 from tests.render.svg import Svg, last_number
 
 #: the README's stage: load 4000 elements/us with a 2 us latency, MATH 10^5 MACs/us (64x64x32:
 #: issue d = 1.024 us < latency 2 us, MATH T = 1.311 us)
-MACHINE = GemmWsMachine(
-    sm_count=84,
-    t_init_us=1.0,
-    t_epilogue_us=1.0,
-    load_startup_latency_us=2.0,
-    compute_startup_latency_us=0.0,
-    load_throughput_elements_per_us=4000.0,
-    compute_throughput_macs_per_us=1e5,
-    shared_memory_per_block_bytes=101376,
-)
+MACHINE = PIPELINE_STAGE
 SM = SmLimits(16, 102400)
 
 

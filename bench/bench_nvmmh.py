@@ -59,22 +59,32 @@ def distinct_tiles(triples: Sequence[tuple[int, int, int]], count: int = TOP) ->
     return kept
 
 
-async def ours(problems: list[tuple[int, int, int]]) -> tuple[list[Any], list[float], list[float]]:
+async def ours(
+    problems: list[tuple[int, int, int]], pipeline_model: str | None
+) -> tuple[list[Any], list[float], list[float], list[int], set[str]]:
     from kperf_client.client import KperfClient
 
-    tops, miss_s, hit_s = [], [], []
+    tops: list[Any] = []
+    miss_s: list[float] = []
+    hit_s: list[float] = []
+    depths: list[int] = []
+    models: set[str] = set()
     async with KperfClient() as client:
         for timings in (miss_s, hit_s):
             for m, n, k in problems:
                 body = {"m": m, "n": n, "k": k, "dtype": "fp16", "device": DEVICE}
                 body |= {"shortlist": "exploit", "top_k": 40}
+                if pipeline_model is not None:
+                    body["pipeline_model"] = pipeline_model
                 started = time.perf_counter()
                 answer = await client.optimize(body)
                 timings.append(time.perf_counter() - started)
                 if timings is miss_s:
                     ranked = answer.response.candidates
                     tops.append(distinct_tiles([(c.tile_m, c.tile_n, c.tile_k) for c in ranked]))
-    return tops, miss_s, hit_s
+                    depths.append(answer.response.best.buffer_depth)
+                    models.add(answer.response.pipeline_model)
+    return tops, miss_s, hit_s, depths, models
 
 
 def theirs(problems: list[tuple[int, int, int]]) -> tuple[list[Any], list[float], list[Any]]:
@@ -107,9 +117,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--pipeline-model",
+        choices=["paper", "async-copy"],
+        default=None,
+        help="ours: the GeMM-WS pipeline model (default: the a100 profile's)",
+    )
     args = parser.parse_args(argv)
     problems = shapes(args.shapes, args.seed)
-    our_tops, miss_s, hit_s = asyncio.run(ours(problems))
+    our_tops, miss_s, hit_s, our_depths, models = asyncio.run(ours(problems, args.pipeline_model))
     their_tops, their_s, their_stages = theirs(problems)
     overlaps = [len(set(a) & set(b)) for a, b in zip(our_tops, their_tops, strict=True)]
     square = overlaps[0::2]
@@ -118,7 +134,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     def ms(values: Sequence[float]) -> str:
         return f"{1000 * statistics.median(values):.2f} / {1000 * p90(values):.2f}"
 
-    print(f"`{command_line()}` ({len(problems)} shapes, fp16, A100; per query median / p90 ms)")
+    print(
+        f"`{command_line()}` ({len(problems)} shapes, fp16, A100, ours under "
+        f"{', '.join(sorted(models))}; per query median / p90 ms)"
+    )
     print()
     print("| what | per query ms (median / p90) |")
     print("|---|---|")
@@ -131,6 +150,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{statistics.mean(overlaps):.2f} (square {statistics.mean(square):.2f}, skinny "
         f"{statistics.mean(skinny):.2f}); shapes with none in common: "
         f"{sum(o == 0 for o in overlaps)}/{len(overlaps)}"
+    )
+    their_best = [stages[0] for stages in their_stages if stages]
+    same = sum(o == t[0] for o, t in zip(our_depths, their_stages, strict=True) if t)
+    print(
+        f"Rank 1's buffer depth: ours median {statistics.median(our_depths):g} (range "
+        f"{min(our_depths)}-{max(our_depths)}), their stages median "
+        f"{statistics.median(their_best):g} (range {min(their_best)}-{max(their_best)}); "
+        f"equal on {same}/{len(our_depths)} shapes"
     )
     for index in (0, 1, 2, 3):
         m, n, k = problems[index]

@@ -122,6 +122,8 @@ def _optimize_body(args: argparse.Namespace) -> dict[str, Any]:
         body["time_limit_s"] = args.time_limit_s
     if args.timeline:
         body["include_timeline"] = True
+    if args.pipeline_model is not None:
+        body["pipeline_model"] = args.pipeline_model
     return body
 
 
@@ -142,8 +144,9 @@ async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _print_json(result.model_dump(mode="json"), out)
         return 0
     out.write(
-        f"GEMM {args.m}x{args.n}x{args.k} on {result.device} ({result.dtype}): status "
-        f"{result.status}, cache {answer.cache or '-'}, solver {result.solver.elapsed_ms:.1f} ms\n"
+        f"GEMM {args.m}x{args.n}x{args.k} on {result.device} ({result.dtype}, "
+        f"{result.pipeline_model}): status {result.status}, cache {answer.cache or '-'}, "
+        f"solver {result.solver.elapsed_ms:.1f} ms\n"
     )
     rows = [
         (
@@ -158,13 +161,15 @@ async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             else f"{c.interval_low_us:.1f}..{c.interval_high_us:.1f}",
             "-" if c.probability_best is None else f"{c.probability_best:.2f}",
             c.waves,
+            c.ctas_per_sm,
             c.stages,
+            c.stages_in_flight,
             c.bound,
         )
         for c in result.candidates
     ]
     header = ("rank", "TM", "TN", "TK", "depth", "time_us", "10-90 %", "P(best)", "waves")
-    out.write(_table((*header, "stages", "bound"), rows) + "\n")
+    out.write(_table((*header, "CTAs/SM", "stages", "in flight", "bound"), rows) + "\n")
     if result.profile_provenance is not None:
         origin = result.profile_provenance
         runs = f", {origin.measurement_count} runs" if origin.measurement_count else ""
@@ -666,6 +671,12 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--top-k", type=int, default=None)
     optimize.add_argument("--time-limit-s", type=float, default=None)
     optimize.add_argument("--timeline", action="store_true", help="include per-stage times")
+    optimize.add_argument(
+        "--pipeline-model",
+        default=None,
+        choices=["paper", "async-copy"],
+        help="GeMM-WS pipeline model to answer under; default: the device's",
+    )
     optimize.add_argument(
         "--svg", type=Path, default=None, metavar="FILE", help="also write the timeline as SVG"
     )

@@ -141,7 +141,12 @@ class TilingPrediction(Answer):
     predicted_time_us: float
     waves: int
     stages: int
-    bound: str = Field(description="'load' or 'math'")
+    bound: str = Field(description="'latency', 'load' or 'math'")
+    ctas_per_sm: int = Field(description="CTAs resident per SM (async-copy; 1 under 'paper')")
+    stages_in_flight: int = Field(description="stages loading or loaded in steady state")
+    load_latency_us: float | None = Field(
+        default=None, description="a copy's latency in flight, us (async-copy; null: 'paper')"
+    )
     #: this run, ready to post back with its measured_time_us (to ``feedback.url``)
     measurement: GemmWsRun
     probability_best: float | None = None
@@ -178,6 +183,7 @@ class OptimizeTilingResponse(Answer):
     status: str = Field(description="'optimal' (proven by Z3) or 'timeout'")
     device: str
     dtype: str
+    pipeline_model: str = Field(description="'paper' or 'async-copy': the model that answered")
     best: TilingPrediction
     candidates: list[RankedCandidate]
     solver: SolverStats

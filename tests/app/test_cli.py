@@ -67,6 +67,28 @@ def test_optimize_table_matches_json(remote: bool, request: pytest.FixtureReques
         assert float(row[7]) == pytest.approx(candidate["probability_best"], abs=0.005)
 
 
+@pytest.mark.parametrize("model", ["paper", "async-copy"])
+def test_optimize_table_shows_the_pipeline_model_and_residency(model: str) -> None:
+    args = ["optimize", "--m", "4096", "--n", "4096", "--k", "4096", "--device", "h100"]
+    args += ["--pipeline-model", model, "--top-k", "3"]
+    code, table, _ = run(*args)
+    assert code == 0
+    code, text, _ = run(*args, "--json")
+    document = json.loads(text)
+    assert document["pipeline_model"] == model
+    assert f"(fp16, {model})" in table.splitlines()[0]
+    rows = [row for row in table_rows(table) if row[0].isdigit()]
+    assert len(rows) == len(document["candidates"])
+    for row, candidate in zip(rows, document["candidates"], strict=True):
+        ctas, stages, in_flight, bound = row[-4:]
+        assert (int(ctas), int(stages), int(in_flight), bound) == (
+            candidate["ctas_per_sm"],
+            candidate["stages"],
+            candidate["stages_in_flight"],
+            candidate["bound"],
+        )
+
+
 def test_devices_list_and_detail(live_server: str) -> None:
     code, table, _ = run("devices", "--url", live_server)
     assert code == 0

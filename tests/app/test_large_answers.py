@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 
 from app.convert.predict import encode_view, to_core, to_response
 from app.schemas.predict import PredictKernelRequest, PredictKernelResponse
-from bench.bench_large_answers import RSS_HEADROOM_BYTES, measure_concurrent_hits
+from bench.bench_large_answers import measure_concurrent_hits, rss_limit_bytes
 from bench.load_test import percentile
 from kperf_client.client import KperfClient
 from perfmodel.manybsp import predict_kernel
@@ -216,7 +216,7 @@ def test_ten_concurrent_hits_of_the_big_answer_keep_healthz_fast_and_memory_boun
         assert run.miss_bytes > 30_000_000  # the 36 MB answer, not a summary
     else:
         assert run.miss_bytes < 1 << 20
-    assert max(run.rss_server_bytes) <= memory_bytes + RSS_HEADROOM_BYTES
+    assert max(run.rss_server_bytes) <= rss_limit_bytes(memory_bytes)
     assert len(run.health_s) >= 10
     health_p99_s = percentile(run.health_s, 99)
     idle_p99_s = percentile(run.health_idle_s, 99)

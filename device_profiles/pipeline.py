@@ -38,7 +38,7 @@ def default_pipeline_model(profile: DeviceProfile | None) -> PipelineModelName:
         # one the fit knew): their figures, flagged estimates where the runs did not determine
         # them, belong to it
         return "paper"
-    estimated = any(name.startswith("gemm_ws.") for name in profile.estimated_figures())
+    estimated = bool(profile.estimated_figures_of("gemm_ws"))
     capability = _capability(profile)
     if estimated and capability is not None and capability >= ASYNC_COPY_FROM_COMPUTE_CAPABILITY:
         return "async-copy"

@@ -429,6 +429,12 @@ class DeviceProfile(_Strict):
         """Dotted names of the numbers flagged as uncalibrated estimates (schema_version 2)."""
         return sorted({path for path, estimate in _estimate_flags(self, "") if estimate})
 
+    def estimated_figures_of(self, section: str) -> list[str]:
+        """:meth:`estimated_figures` of one top-level section (``gemm_ws``): the answer's
+        path walks that section alone (a request resolves its pipeline model this way)."""
+        node = getattr(self, section)
+        return sorted({path for path, estimate in _estimate_flags(node, section) if estimate})
+
     def missing_many_bsp_figures(self) -> list[str]:
         """Dotted names of the figures the Many-BSP model needs and this profile lacks."""
         return (self.many_bsp or ManyBspSection.model_validate({})).missing_figures()

@@ -83,3 +83,10 @@ def test_sm_limits_of_a_profile_hold_the_ctas_its_hardware_section_allows(device
         threads = int(hardware.max_threads_per_sm.value)
         with_threads = dataclasses.replace(limits, threads_per_cta=threads // 2)
         assert with_threads.ctas_per_sm(1) == min(cap, 2)
+
+
+@pytest.mark.parametrize("section", ["gemm_ws", "many_bsp", "hardware"])
+def test_a_sections_estimates_are_the_profiles_estimates_under_it(section: str) -> None:
+    for profile in default_profiles().values():
+        whole = [name for name in profile.estimated_figures() if name.startswith(f"{section}.")]
+        assert profile.estimated_figures_of(section) == whole, profile.id

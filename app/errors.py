@@ -32,7 +32,7 @@ from app.store import CapExceeded, StoreUnavailable
 from app.store.resilient import without_address
 from device_profiles import ModelNotServed, UnknownDevice, is_calibratable
 from device_profiles.schema import INCONSISTENT_LENGTHS
-from perfmodel.errors import ModelInputError, PTXSyntaxError
+from perfmodel.errors import ModelInputError, PTXSyntaxError, UnfittableMeasurements
 from solver.errors import (
     CertificateMismatch,
     InfeasibleSearchSpace,
@@ -229,6 +229,11 @@ async def _field_handler(request: Request, exc: Exception) -> JSONResponse:
     return field_error(422, "Invalid request", exc.field, exc.reason)
 
 
+async def _unfittable_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, UnfittableMeasurements)
+    return field_error(422, "Unfittable measurements", exc.field, exc.reason)
+
+
 async def _state_conflict_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestStateConflict)
     return field_error(409, "Conflict with the resource's state", exc.field, exc.reason)
@@ -367,6 +372,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestStateConflict: _state_conflict_handler,
     RequestedItemMissing: _item_missing_handler,
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
+    UnfittableMeasurements: _unfittable_handler,  # more specific too: a type of its own
     NameTaken: _name_taken_handler,
     UnknownRun: _unknown_run_handler,
     Unauthorized: _unauthorized_handler,

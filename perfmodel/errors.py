@@ -23,6 +23,14 @@ class ModelInputError(ValueError):
         self.reason = reason
 
 
+class UnfittableMeasurements(ModelInputError):
+    """Runs that no figures within the priors' range predict in finite time (every start of a
+    fit overflowed): a property of the numbers together, which no request schema can state."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("measurements", reason)
+
+
 class PTXSyntaxError(ModelInputError):
     """The submitted text is not PTX we can read; ``line``/``column`` are 1-based."""
 

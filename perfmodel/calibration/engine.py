@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
 from perfmodel.belief import Posterior, Prior
-from perfmodel.errors import ModelInputError
+from perfmodel.errors import UnfittableMeasurements
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
@@ -334,10 +334,9 @@ def fit_posterior(
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         predicted = problem.model.predict(internal_of(specs, theta))
     if not np.all(np.isfinite(predicted / measured)):
-        raise ModelInputError(
-            "measurements",
+        raise UnfittableMeasurements(
             "no figures within the priors' range predict these runs in finite time (every "
-            "start of the fit overflowed); check the runs' units and the base figures",
+            "start of the fit overflowed); check the runs' units and the base figures"
         )
     for _ in range(NOISE_ITERATIONS):
         weighted, information = _information(problem, theta, noise_scale)

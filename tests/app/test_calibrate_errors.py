@@ -181,3 +181,32 @@ def test_too_many_runs_for_the_server() -> None:
     with TestClient(create_app(settings)) as small:
         reason = problem(small.post("/calibrate", json=body()), 422, "measurements")
         assert "8" in reason
+
+
+def test_runs_no_figures_predict_finitely_are_unfittable_naming_measurements(
+    client: TestClient,
+) -> None:
+    """A run of 5e-324 us (schema-valid: > 0) makes every start's relative residual overflow:
+    a problem type of its own (a property of the numbers together, no schema can state it),
+    not a 500 and not a generic invalid request."""
+    run = {"m": 1, "n": 1, "k": 1, "dtype": "fp16", "tile_m": 1, "tile_n": 2, "tile_k": 1}
+    payload = {
+        "model": "gemm-ws",
+        "base_device_params": {
+            "sm_count": 1,
+            "t_init_us": 0,
+            "t_epilogue_us": 0,
+            "load_startup_latency_us": 0,
+            "load_throughput_elements_per_us": 1,
+            "compute_throughput_macs_per_us": 1,
+        },
+        "measurements": [{**run, "buffer_depth": 1, "measured_time_us": 5e-324}],
+    }
+    r = client.post("/calibrate", json=payload)
+    assert r.status_code == 422, r.text
+    problem = r.json()
+    assert problem["type"].endswith("/unfittable-measurements")
+    assert [e["field"] for e in problem["errors"]] == ["measurements"]
+    # the same run at a time the figures can reach is fitted
+    payload["measurements"][0]["measured_time_us"] = 5.0
+    assert client.post("/calibrate", json=payload).status_code == 200

@@ -90,6 +90,8 @@ DOMAIN_422_TYPES = {
     "memory-limit-exceeded",
     # lists whose lengths must agree (a posterior's mean, covariance and figures)
     "inconsistent-lengths",
+    # runs no figures within the priors' range predict in finite time (a fit's overflow)
+    "unfittable-measurements",
 }
 
 

@@ -407,11 +407,15 @@ class _Search:
         group = self.groups[tiling]
         measured = [(self.times[c], c) for c in group if c in self.times and c not in self.starts]
         measured = [(t, c) for t, c in measured if math.isfinite(t)]
+        fresh = [c for c in group if c not in self.times]
         if measured and not self.stale.get(tiling, 0):
             start = min(measured)[1]
-        else:
-            start = self.rng.choice([c for c in group if c not in self.times])
+        elif fresh:
+            start = self.rng.choice(fresh)
             self.evaluate([start])
+        else:
+            # a queued tiling the probes and earlier climbs measured whole: nothing left here
+            return
         self.starts.add(start)
         before = self.best.get(tiling, math.inf)
         found = self._climb(start)

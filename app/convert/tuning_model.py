@@ -1,0 +1,149 @@
+"""The one place a tuning table asks the GeMM-WS pipeline model anything (worker side).
+
+Two questions, both about a fixed list of distinct tilings of one (N, K) on one device:
+
+* :meth:`TableModel.rank` -- at one M, the certified ranking of every feasible tiling, as
+  ``POST /optimize-tiling`` answers a candidate list: predicted times, the Z3-proven optimum,
+  each tiling's ``probability_best`` and 10-90 % interval under the device's belief;
+* :meth:`TableModel.times` -- at many M, the point prediction of every feasible tiling (the
+  same exact scorer the certificate checks), for the loss bound between keys.
+
+Everything else about tables (choice per key, max_distinct_configs, loss bound, file formats)
+lives in solver/tuning_table and sees only integer nanoseconds by tiling index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.convert import explore
+from app.convert.candidates import problem_of
+from app.schemas.optimize import CandidateIn, OptimizeTilingRequest
+from device_profiles import DeviceProfile
+from perfmodel.errors import ModelInputError
+from perfmodel.gemm_ws import GemmShape, Tiling
+from perfmodel.gemm_ws_scoring import Configurations, Figures, ScoreOverflow
+from solver.candidates import CandidateProblem, Rejection
+from solver.candidates_async import AsyncCandidateProblem
+from solver.explore import async_scorer, paper_scorer
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRanking:
+    """One M's answer, per feasible tiling (the model's ``tilings`` order)."""
+
+    m: int
+    times_ns: tuple[int, ...]
+    #: index of the Z3-certified optimum
+    best: int
+    #: the optimum was proven (every certificate check unsat, status optimal)
+    certified: bool
+    z3_checks: int
+    probability_best: tuple[float | None, ...]
+    interval_low_us: tuple[float | None, ...]
+    interval_high_us: tuple[float | None, ...]
+
+
+class TableModel:
+    """The pipeline model's view of ``tilings`` (distinct) for ``template``'s (N, K), dtype,
+    device and pipeline model; ``template.m`` is ignored."""
+
+    def __init__(
+        self,
+        template: OptimizeTilingRequest,
+        profile: DeviceProfile | None,
+        tilings: Sequence[Tiling],
+    ) -> None:
+        listed = [
+            CandidateIn(
+                tile_m=t.tile_m, tile_n=t.tile_n, tile_k=t.tile_k, buffer_depth=t.buffer_depth
+            )
+            for t in tilings
+        ]
+        self._request = template.model_copy(
+            update={"candidates": listed, "search_space": None, "top_k": None}
+        )
+        self._profile = profile
+        self.device, problem = problem_of(self._request, profile)
+        assert isinstance(problem, CandidateProblem | AsyncCandidateProblem)
+        self._problem = problem
+        self.pipeline_model = (
+            "async-copy" if isinstance(problem, AsyncCandidateProblem) else "paper"
+        )
+        self.tilings: tuple[Tiling, ...] = ()
+        self.rejected: tuple[Rejection, ...] = ()
+        self.rejected_counts: dict[str, int] = {}
+        self._configs: Configurations | None = None
+
+    def _at(self, m: int) -> CandidateProblem | AsyncCandidateProblem:
+        shape = GemmShape(m, self._problem.shape.n, self._problem.shape.k)
+        return dataclasses.replace(self._problem, shape=shape)
+
+    def rank(self, m: int, time_limit_s: float) -> KeyRanking:
+        """The certified ranking at ``m`` (the first call fixes ``tilings``: the feasible
+        ones; a list with none is InfeasibleSearchSpace naming ``candidates``)."""
+        request = self._request.model_copy(update={"m": m})
+        solved, ranking = explore.solve_candidates(
+            request, self._profile, self._at(m), time_limit_s
+        )
+        if not self.tilings:
+            self.tilings = tuple(ranking.members)
+            self.rejected = ranking.infeasible
+            self.rejected_counts = dict(ranking.result.summary.rejected)
+        index = {t: i for i, t in enumerate(self.tilings)}
+        result = solved.result
+        count = len(self.tilings)
+        times: list[int | None] = [None] * count
+        probability: list[float | None] = [None] * count
+        low: list[float | None] = [None] * count
+        high: list[float | None] = [None] * count
+        for rank, sim in enumerate(result.candidates):
+            i = index[sim.tiling]
+            times[i] = sim.overall_time_ns
+            if solved.uncertainty:
+                probability[i], low[i], high[i] = solved.uncertainty[rank]
+        if any(t is None for t in times):
+            # a partial ("timeout") ranking: the rest from the scorer, unproven
+            scored = self.times([m])[m]
+            times = [t if t is not None else s for t, s in zip(times, scored, strict=True)]
+        certificate = result.statistics.certificate
+        return KeyRanking(
+            m=m,
+            times_ns=tuple(int(t or 0) for t in times),
+            best=index[result.best.tiling],
+            certified=result.status == "optimal"
+            and bool(certificate)
+            and all(c.outcome == "unsat" for c in certificate),
+            z3_checks=result.statistics.checks,
+            probability_best=tuple(probability),
+            interval_low_us=tuple(low),
+            interval_high_us=tuple(high),
+        )
+
+    def times(self, ms: Sequence[int]) -> dict[int, list[int]]:
+        """Point predictions (ns) of every feasible tiling at each M of ``ms``."""
+        if self._configs is None:
+            self._configs = Configurations.of(
+                *([getattr(t, f) for t in self.tilings] for f in Configurations.__slots__)
+            )
+        configs = self._configs
+        figures = Figures.of_machine(self._problem.machine)
+        out: dict[int, list[int]] = {}
+        for m in ms:
+            problem = self._at(m)
+            score = (
+                async_scorer(
+                    problem.shape, configs, problem.effective_limits, problem.element_bytes
+                )
+                if isinstance(problem, AsyncCandidateProblem)
+                else paper_scorer(problem.shape, configs, problem.wave_model)
+            )
+            try:
+                out[m] = [int(t) for t in score(figures).overall_time_ns[0]]
+            except ScoreOverflow:
+                raise ModelInputError(
+                    "device_params", "predicted times exceed the scorer's range (2^60 ns)"
+                ) from None
+        return out

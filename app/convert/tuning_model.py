@@ -23,7 +23,8 @@ from app.convert.candidates import problem_of
 from app.schemas.optimize import CandidateIn, OptimizeTilingRequest
 from device_profiles import DeviceProfile
 from perfmodel.errors import ModelInputError
-from perfmodel.gemm_ws import GemmShape, Tiling
+from perfmodel.gemm_ws import GemmShape, Simulation, Tiling
+from perfmodel.gemm_ws_async import AsyncSimulation
 from perfmodel.gemm_ws_scoring import Configurations, Figures, ScoreOverflow
 from solver.candidates import CandidateProblem, Rejection
 from solver.candidates_async import AsyncCandidateProblem
@@ -99,7 +100,8 @@ class TableModel:
         probability: list[float | None] = [None] * count
         low: list[float | None] = [None] * count
         high: list[float | None] = [None] * count
-        for rank, sim in enumerate(result.candidates):
+        ranked: Sequence[Simulation | AsyncSimulation] = result.candidates
+        for rank, sim in enumerate(ranked):
             i = index[sim.tiling]
             times[i] = sim.overall_time_ns
             if solved.uncertainty:

@@ -94,9 +94,7 @@ def _engine_int(params: dict[str, Any] | None, name: str, default: int, where: s
     return value
 
 
-def configurations(
-    request: TuningTableRequest, profile: DeviceProfile | None
-) -> list[TableConfig]:
+def configurations(request: TuningTableRequest, profile: DeviceProfile | None) -> list[TableConfig]:
     """Every configuration the request asks to choose from, in request order; fp8 tables
     keep BLOCK_SIZE_K within one quantization block (the engines' kernels read one K scale
     per tile), so a listed tile_k not dividing the block's K is a 422 naming it."""
@@ -326,4 +324,3 @@ def build_table(
         worst_loss=bound.worst_loss,
     )
     return TableAnswer(response, curve)
-

@@ -18,7 +18,14 @@ import re
 from enum import StrEnum
 
 #: the integer fields of one entry, in the engines' order
-ENGINE_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+ENGINE_FIELDS = (
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
+)
 
 
 class EngineFormat(StrEnum):

@@ -44,7 +44,7 @@ def pieces(keys: Sequence[int], step: int) -> list[Piece]:
     if list(keys) != sorted(set(keys)) or not keys:
         raise ValueError("keys must be ascending and distinct")
     starts = {keys[0]}
-    starts.update(range((keys[0] // step + 1) * step + 1, keys[-1] + 1, step))
+    starts.update(range(-(-keys[0] // step) * step + 1, keys[-1] + 1, step))
     for left, right in zip(keys, keys[1:], strict=False):
         # M <= (left + right) / 2 goes to left (ties to the smaller key)
         starts.add((left + right) // 2 + 1)

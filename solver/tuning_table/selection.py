@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import z3
 
@@ -73,26 +74,26 @@ def select(
     while low < high:
         middle = (low + high) // 2
         checks += 1
-        answer = _cover(loss, thresholds[middle], max_distinct, timeout_ms)
-        if answer is None:  # unknown: not proven either way
-            exact = False
-            low = middle + 1
-        elif answer:
-            best_cover = answer
+        outcome, cover = _cover(loss, thresholds[middle], max_distinct, timeout_ms)
+        if outcome == "sat":
+            best_cover = cover
             high = middle
         else:
-            proven_below = max(proven_below, thresholds[middle + 1])
+            if outcome == "unsat":
+                proven_below = max(proven_below, thresholds[middle + 1])
+            else:  # unknown: not proven either way
+                exact = False
             low = middle + 1
     if best_cover is None or _worst(loss, best_cover) > thresholds[low]:
         checks += 1
-        found = _cover(loss, thresholds[low], max_distinct, timeout_ms)
-        if not found:
+        outcome, cover = _cover(loss, thresholds[low], max_distinct, timeout_ms)
+        if outcome != "sat":
             # only reached when every check at this threshold ran out of time: the largest
             # threshold is always covered by one configuration (the best at the worst key)
-            found = [_single_best(loss)]
+            cover = [_single_best(loss)]
             exact = False
-        best_cover = found
-    chosen = tuple(min(best_cover, key=lambda c, k=k: (times[k][c], c)) for k in range(len(loss)))
+        best_cover = cover
+    chosen = tuple(_fastest(best_cover, row) for row in times)
     worst = max(loss[k][c] for k, c in enumerate(chosen))
     return Selection(
         chosen=chosen,
@@ -102,6 +103,11 @@ def select(
         exact=exact,
         z3_checks=checks,
     )
+
+
+def _fastest(cover: list[int], row: Sequence[int]) -> int:
+    """The configuration of ``cover`` fastest at this key (the lower index on a tie)."""
+    return min(cover, key=lambda c: (row[c], c))
 
 
 def _worst(loss: list[list[float]], cover: list[int]) -> float:
@@ -115,9 +121,10 @@ def _single_best(loss: list[list[float]]) -> int:
 
 def _cover(
     loss: list[list[float]], threshold: float, most: int, timeout_ms: int
-) -> list[int] | None | bool:
+) -> tuple[Literal["sat", "unsat", "unknown"], list[int]]:
     """At most ``most`` configurations, each key within ``threshold`` of its optimum by one
-    of them: the configurations (a list), False when none exists, None when Z3 ran out."""
+    of them: ("sat", the configurations), ("unsat", []) when none exists, ("unknown", [])
+    when Z3 ran out of time."""
     masks: dict[int, int] = {}
     for c in range(len(loss[0])):
         mask = sum(1 << k for k, row in enumerate(loss) if row[c] <= threshold)
@@ -130,9 +137,9 @@ def _cover(
     for mask in kept:
         union |= mask
     if union != everything:
-        return False
+        return "unsat", []
     if len(kept) <= most:
-        return [masks[m] for m in kept]
+        return "sat", [masks[m] for m in kept]
     solver = make_solver(timeout_ms)
     picks = [z3.Bool(f"use_{i}") for i in range(len(kept))]
     solver.add(z3.AtMost(*picks, most))
@@ -140,10 +147,9 @@ def _cover(
         solver.add(z3.Or([p for p, m in zip(picks, kept, strict=True) if m >> k & 1]))
     outcome = solver.check()
     if outcome == z3.unknown:
-        return None
+        return "unknown", []
     if outcome == z3.unsat:
-        return False
+        return "unsat", []
     model = solver.model()
-    return [
-        masks[m] for p, m in zip(picks, kept, strict=True) if z3.is_true(model.eval(p, True))
-    ]
+    used = [masks[m] for p, m in zip(picks, kept, strict=True) if z3.is_true(model.eval(p, True))]
+    return "sat", used

@@ -103,7 +103,8 @@ def test_file_names_are_the_loaders() -> None:
     assert device == "NVIDIA_H100_80GB_HBM3"
     assert (
         engine_file_name(EngineFormat.VLLM, 1536, 7168, device, "fp8", (128, 128))
-        == "N=1536,K=7168,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128,128].json"
+        == "N=1536,K=7168,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,"
+        "block_shape=[128,128].json"
     )
     assert engine_file_name(EngineFormat.SGLANG, 1, 2, "X", "fp8", (64, 32)).endswith(
         "block_shape=[64, 32].json"

@@ -1,5 +1,5 @@
 """kperf command line: ``serve``, ``optimize``, ``batch``, ``sweep``, ``predict``, ``devices``,
-``calibrate``, ``recalibrate``, ``measurements add|list``.
+``calibrate``, ``recalibrate``, ``measurements add|list``, ``table`` (kperf_client/table_cli.py).
 
 Every command except ``serve`` goes through :class:`kperf_client.client.KperfClient`: against
 ``--url`` when given, else against an in-process instance of the service (same validation,
@@ -27,6 +27,7 @@ import httpx
 
 from kperf_client.client import KperfClient, KperfError, ServerNotInstalled, server_imports
 from kperf_client.models import CalibrateResponse
+from kperf_client.table_cli import add_table_parser
 
 
 def _cell(value: Any) -> str:
@@ -800,6 +801,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("device_id")
     client_options(listing)
     listing.set_defaults(handler=_measurements_list, kind="out")
+
+    add_table_parser(sub, client_options, _client)
 
     devices = sub.add_parser("devices", help="list device profiles, or show one")
     devices.add_argument("device_id", nargs="?", default=None)

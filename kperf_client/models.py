@@ -290,6 +290,12 @@ class TableTiling(Answer):
     buffer_depth: int
 
 
+class TableShortlistEntry(Answer):
+    tiling: TableTiling
+    config: EngineConfig
+    predicted_time_us: float
+
+
 class TableEntry(Answer):
     m: int
     config: EngineConfig
@@ -302,6 +308,7 @@ class TableEntry(Answer):
     optimum_time_us: float
     loss: float = Field(description="predicted_time / optimum_time - 1")
     certified: bool
+    shortlist: list[TableShortlistEntry] = Field(description="fastest by prediction, best first")
 
 
 class LossOverRange(Answer):
@@ -319,6 +326,11 @@ class TableSelection(Answer):
     worst_key_loss: float
     lower_bound_loss: float
     exact: bool
+
+
+class TableSearch(Answer):
+    configurations: int = Field(description="configurations asked for")
+    feasible_tilings: int
 
 
 class TableSolver(Answer):
@@ -339,4 +351,5 @@ class TuningTableResponse(Answer):
     entries: list[TableEntry]
     loss_over_range: LossOverRange
     selection: TableSelection
+    search: TableSearch
     solver: TableSolver

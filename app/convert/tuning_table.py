@@ -15,6 +15,7 @@ from app.schemas.tuning_table import (
     EngineConfigOut,
     LossOverRange,
     SelectionOut,
+    ShortlistEntryOut,
     TableEntryOut,
     TableSearchOut,
     TableSearchSpace,
@@ -206,6 +207,33 @@ def _tiling_out(t: Tiling) -> TableTiling:
     )
 
 
+def _engine_config(tiling: Tiling, config: TableConfig) -> EngineConfigOut:
+    return EngineConfigOut(
+        BLOCK_SIZE_M=tiling.tile_m,
+        BLOCK_SIZE_N=tiling.tile_n,
+        BLOCK_SIZE_K=tiling.tile_k,
+        GROUP_SIZE_M=config.group_size_m,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+
+
+def _shortlist(
+    ranking: KeyRanking, model: TableModel, first_of: dict[Tiling, TableConfig], count: int
+) -> list[ShortlistEntryOut]:
+    times = ranking.times_ns
+    order = sorted(range(len(times)), key=lambda i: (i != ranking.best, times[i], i))
+    return [
+        ShortlistEntryOut(
+            tiling=_tiling_out(model.tilings[i]),
+            config=_engine_config(model.tilings[i], first_of[model.tilings[i]]),
+            predicted_time_us=ns_to_us(times[i]),
+            probability_best=ranking.probability_best[i],
+        )
+        for i in order[:count]
+    ]
+
+
 def build_table(
     request: TuningTableRequest, profile: DeviceProfile | None, time_limit_s: float
 ) -> TableAnswer:
@@ -243,14 +271,7 @@ def build_table(
         entries.append(
             TableEntryOut(
                 m=ranking.m,
-                config=EngineConfigOut(
-                    BLOCK_SIZE_M=tiling.tile_m,
-                    BLOCK_SIZE_N=tiling.tile_n,
-                    BLOCK_SIZE_K=tiling.tile_k,
-                    GROUP_SIZE_M=config.group_size_m,
-                    num_warps=config.num_warps,
-                    num_stages=config.num_stages,
-                ),
+                config=_engine_config(tiling, config),
                 tiling=_tiling_out(tiling),
                 input_index=config.input_index,
                 params=config.params,
@@ -262,6 +283,7 @@ def build_table(
                 optimum_time_us=ns_to_us(optimum_ns),
                 loss=ranking.times_ns[c] / optimum_ns - 1.0,
                 certified=ranking.certified,
+                shortlist=_shortlist(ranking, model, first_of, request.shortlist_per_m),
             )
         )
     file: dict[str, dict[str, Any]] = {}

@@ -133,6 +133,13 @@ class TuningTableRequest(RequestModel):
         max_length=2,
         description="fp8 quantization block [N, K] of the weights, in the file name",
     )
+    shortlist_per_m: int = Field(
+        default=3,
+        ge=1,
+        le=16,
+        description="per key, this many configurations fastest by prediction (the ones worth "
+        "timing on the GPU: kperf table --verify)",
+    )
     loss_sample_step: int = Field(
         default=16,
         ge=1,
@@ -165,6 +172,13 @@ class TableTiling(BaseModel):
     buffer_depth: int = Field(description="A/B buffers in shared memory")
 
 
+class ShortlistEntryOut(BaseModel):
+    tiling: TableTiling
+    config: EngineConfigOut
+    predicted_time_us: float = Field(description="at this key, us")
+    probability_best: float | None = Field(description="as the entry's")
+
+
 class TableEntryOut(BaseModel):
     m: int = Field(description="the key")
     config: EngineConfigOut
@@ -183,6 +197,10 @@ class TableEntryOut(BaseModel):
     optimum_time_us: float = Field(description="its predicted time, us")
     loss: float = Field(description="predicted_time / optimum_time - 1 (0: the optimum)")
     certified: bool = Field(description="Z3 proved the optimum at this M")
+    shortlist: list[ShortlistEntryOut] = Field(
+        description="the shortlist_per_m configurations fastest by prediction at this M, the "
+        "optimum first"
+    )
 
 
 class LossOverRange(BaseModel):

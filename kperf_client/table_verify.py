@@ -94,6 +94,8 @@ class VerifyResult:
     gpu_time_us: float
     #: the last table the service answered (before the rewrite from the timings)
     answer: TuningTableResponse
+    #: the first one (from the device as given, before any timing)
+    first: TuningTableResponse
     #: str(M) -> the fastest configuration timed at that key (the file to write)
     file: dict[str, dict[str, int]]
     #: per key, the time of that configuration, us
@@ -130,6 +132,7 @@ async def verify_table(
     bench: Bench,
     *,
     rounds: int = 5,
+    fit_time_limit_s: float = 60.0,
 ) -> VerifyResult:
     """Run the loop for the table ``body`` asks (a /tuning-table request naming ``device``)."""
     if rounds < 1:
@@ -142,8 +145,10 @@ async def verify_table(
     seen: dict[tuple[int, ConfigKey], Timed] = {}
     done = 0
     answer: TuningTableResponse | None = None
+    first: TuningTableResponse | None = None
     for done in range(1, rounds + 1):  # noqa: B007 - the rounds run are reported
         answer = await client.tuning_table({**body, "device": device})
+        first = first or answer
         new = []
         for entry in answer.entries:
             for item in entry.shortlist:
@@ -158,8 +163,9 @@ async def verify_table(
         if not new:
             break
         await client.add_measurements(device, "gemm-ws", [_run(answer, t) for t in new])
-        device = (await client.recalibrate(device, {"model": "gemm-ws"})).device
-    assert answer is not None
+        refit = {"model": "gemm-ws", "time_limit_s": fit_time_limit_s}
+        device = (await client.recalibrate(device, refit)).device
+    assert answer is not None and first is not None
     timed_all = list(seen.values())
     best = _fastest(timed_all, answer.entries)
     return VerifyResult(
@@ -168,6 +174,7 @@ async def verify_table(
         runs=len(timed_all),
         gpu_time_us=sum(t.time_us for t in timed_all),
         answer=answer,
+        first=first,
         file={str(m): best[m].config.model_dump() for m in sorted(best)},
         best_time_us={m: best[m].time_us for m in sorted(best)},
         timed=timed_all,

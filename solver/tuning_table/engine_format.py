@@ -49,8 +49,10 @@ _CUDA_NAMES = {
 
 def engine_device_name(profile_name: str | None, given: str | None = None) -> str | None:
     """The device's name as the engines put it in a file name (``given``: the CUDA device name
-    the caller states, else the one known for the profile), or None when unknown."""
-    name = given if given is not None else _CUDA_NAMES.get(profile_name or "")
+    the caller states, else the one known for the profile, a calibrated profile's by the name
+    of the profile it was calibrated from), or None when unknown."""
+    base = (profile_name or "").partition(", calibrated")[0]
+    name = given if given is not None else _CUDA_NAMES.get(base)
     return None if name is None else re.sub(r"[\s/]+", "_", name.strip())
 
 

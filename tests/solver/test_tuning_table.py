@@ -111,6 +111,8 @@ def test_file_names_are_the_loaders() -> None:
     )
     assert engine_device_name(None, "NVIDIA A100-SXM4-80GB") == "NVIDIA_A100-SXM4-80GB"
     assert engine_device_name("unknown") is None
+    calibrated = "NVIDIA H100 (SXM5), calibrated (gemm-ws, async-copy)"
+    assert engine_device_name(calibrated) == device
 
 
 def test_num_stages_are_tritons_buffers() -> None:

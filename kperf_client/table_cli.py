@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -166,6 +167,11 @@ async def _sweep(args: argparse.Namespace, client: KperfClient, out: TextIO, err
     return 1 if bad or stats.errors or stats.failed else 0
 
 
+def _sweep_client(args: argparse.Namespace) -> KperfClient:
+    settings = {"workers": max(1, args.concurrency), "log_level": "WARNING"}
+    return KperfClient(None, settings=settings, token=os.environ.get("KPERF_TOKEN") or None)
+
+
 def table_handler(make_client: ClientFactory) -> Callable[..., Any]:
     async def handler(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if args.sweep is None and (args.n is None or args.k is None):
@@ -174,7 +180,11 @@ def table_handler(make_client: ClientFactory) -> Callable[..., Any]:
         if args.verify and args.sweep is not None:
             err.write("error: --verify takes one (N, K), not --sweep\n")
             return 2
-        async with make_client(args) as client:
+        client_of = make_client
+        if args.sweep is not None and args.url is None:
+            # in-process: one worker per table in flight
+            client_of = _sweep_client
+        async with client_of(args) as client:
             if args.sweep is not None:
                 return await _sweep(args, client, out, err)
             if args.verify:

@@ -3,7 +3,7 @@ key), each M's own optimum, and the loss band between them; the keys marked.
 
 Plain sequences in (the curve of app/convert/tuning_table.TableCurve), SVG bytes out.
 SVG ids: ``entry`` (the table's time), ``optimum``, ``loss-band``, ``key-<M>`` (one marker
-per key), ``worst-loss`` (the stated bound's label).
+per key), ``summary`` (the stated bound's label).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def tuning_table_svg(
             ha="right",
             va="bottom",
             fontsize=8,
-            gid="worst-loss",
+            gid="summary",
         )
         axes.legend(loc="upper left", fontsize=7.5, frameon=False)
         return svg_bytes(fig)

@@ -16,6 +16,7 @@ NAMES = {
     "calibration.svg",
     "pipeline-paper.svg",
     "pipeline-async-copy.svg",
+    "tuning-table.svg",
 }
 
 

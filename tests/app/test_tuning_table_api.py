@@ -131,7 +131,7 @@ def test_the_picture(client: TestClient) -> None:
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("image/svg+xml")
     svg = answer.text
-    for gid in ("entry", "optimum", "loss-band", "key-1", "key-64", "key-512", "worst-loss"):
+    for gid in ("entry", "optimum", "loss-band", "key-1", "key-64", "key-512", "summary"):
         assert f'id="{gid}"' in svg
 
 

@@ -42,6 +42,7 @@ _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"Used (\d+) registers(.*)")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+_TARGET = re.compile(r"^\s*\.target\s+(sm_[0-9]+[a-z]?)", re.MULTILINE)
 _TIMEOUT_S = 300
 
 
@@ -115,6 +116,12 @@ def _tool(name: str) -> str:
             "elsewhere and pass its folder (prebuilt PTX)"
         )
     return path
+
+
+def require_toolchain() -> None:
+    """Raises :class:`ToolchainMissing` unless nvcc and ptxas are both on PATH."""
+    _tool("nvcc")
+    _tool("ptxas")
 
 
 def _run(command: list[str], what: str) -> subprocess.CompletedProcess[str]:
@@ -237,8 +244,11 @@ class PtxBuilder:
         )
 
 
-def load_prebuilt(folder: Path, params: Params, *, arch: str, kernel: str | None) -> PtxBuild:
-    """One configuration's PTX from a folder of prebuilt PTX (naming: the module's docstring)."""
+def load_prebuilt(
+    folder: Path, params: Params, *, arch: str | None, kernel: str | None
+) -> PtxBuild:
+    """One configuration's PTX from a folder of prebuilt PTX (naming: the module's docstring);
+    ``arch`` for ptxas, default: the PTX's own ``.target``."""
     stem = instance_name(params)
     ptx_path = folder / f"{stem}.ptx"
     if not ptx_path.is_file():
@@ -250,7 +260,8 @@ def load_prebuilt(folder: Path, params: Params, *, arch: str, kernel: str | None
         report = report_path.read_text(encoding="utf-8")
         resources = _entry_resources(parse_ptxas_report(report), kernel, str(report_path))
     elif shutil.which("ptxas") is not None:
-        report = ptxas_report(ptx_path, arch)
+        target = _TARGET.search(ptx)
+        report = ptxas_report(ptx_path, arch or (target.group(1) if target else "sm_80"))
         resources = _entry_resources(parse_ptxas_report(report), kernel, str(ptx_path))
     else:
         resources = None

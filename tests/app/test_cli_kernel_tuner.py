@@ -142,6 +142,7 @@ def write_cache(path: Path, times_ms: dict[tuple[int, int], float], unclosed: bo
         "cache": {},
     }
     text = json.dumps(header, indent="")[:-3]
+    entries: list[tuple[tuple[int, int], dict[str, Any]]]
     entries = [((bx, t), {"block_size_x": bx, "tile_size_x": t, "loop_unroll_factor_t": 0,
                           "time": times_ms[(bx, t)]}) for bx, t in times_ms]  # fmt: skip
     entries += [((bx, 8), {"block_size_x": bx, "tile_size_x": 8, "loop_unroll_factor_t": 0,

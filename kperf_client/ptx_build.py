@@ -166,6 +166,15 @@ def _quoted_includes(text: str, folders: Sequence[Path], seen: dict[str, str]) -
                 break
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    """Whole or absent, whatever else builds into the same cache folder at the same time."""
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=path.parent, suffix=".part", delete=False
+    ) as f:
+        f.write(text)
+    os.replace(f.name, path)
+
+
 class PtxBuilder:
     """Builds one CUDA source's configurations to PTX with nvcc, as Kernel Tuner would."""
 
@@ -233,8 +242,8 @@ class PtxBuilder:
         if self.cache_dir is not None:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             # the report last: a build is cached only when both files are there
-            (self.cache_dir / f"{digest}.ptx").write_text(ptx, encoding="utf-8")
-            (self.cache_dir / f"{digest}.ptxas.txt").write_text(report, encoding="utf-8")
+            _write_atomically(self.cache_dir / f"{digest}.ptx", ptx)
+            _write_atomically(self.cache_dir / f"{digest}.ptxas.txt", report)
         return self._result(ptx, report, digest)
 
     def _result(self, ptx: str, report: str, digest: str) -> PtxBuild:

@@ -4,28 +4,20 @@ simulated time, and the point order it cites is ascending predicted time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from app.convert.shortlist_why import Ranked, reasons
-from app.main import create_app
-from app.settings import Settings
 from perfmodel.gemm_ws import GemmShape, Tiling, simulate
+from tests.app.test_optimize_api import client
 from tests.gemm_ws_cases import A6000
+
+__all__ = ["client"]  # the module's in-process app, shared with the optimize API tests
 
 #: the paper's Table 1 row the README shows; its default space holds tilings that tie the
 #: optimum (TM and TN swapped), which then follow slower tilings that win some draws
 PROBLEM = {"m": 1024, "n": 512, "k": 1024, "device": "rtx-a6000"}
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    settings = Settings(workers=1, cache_path=None, cache_memory_items=0)
-    with TestClient(create_app(settings)) as test_client:
-        yield test_client
 
 
 def _answer(client: TestClient, **extra: Any) -> Any:

@@ -237,8 +237,11 @@ class Outcome:
     left_running: bool = False
 
 
-def run_block(block: Block, workdir: Path, env: dict[str, str], ports: Ports) -> Outcome:
-    """``block`` as pasted, its ports rewritten, in its own session (killed afterwards)."""
+def run_block(
+    block: Block, workdir: Path, env: dict[str, str], ports: Ports, settle_s: float = 15.0
+) -> Outcome:
+    """``block`` as pasted, its ports rewritten, in its own session: whatever of it still
+    runs ``settle_s`` after it ended is reported (``left_running``) and killed."""
     text = ports.rewrite(block.text)
     if RUN_LANGUAGES[block.language] == "bash":
         command = ["bash", "-e", "-o", "pipefail", "-c", text]
@@ -262,7 +265,7 @@ def run_block(block: Block, workdir: Path, env: dict[str, str], ports: Ports) ->
         return Outcome(124, out.decode(errors="replace"), err.decode(errors="replace"))
     proc.wait()
     # a server the block stopped itself may take a few seconds to finish shutting down
-    left_running = not settle(proc.pid, 15.0)
+    left_running = not settle(proc.pid, settle_s)
     stop_group(proc)
     return Outcome(
         proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"), left_running

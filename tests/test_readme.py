@@ -8,9 +8,11 @@ docs/make_examples.py``."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +21,8 @@ from tests.readme_runner import (
     MARKER,
     README,
     Block,
+    Ports,
+    block_environment,
     parse,
     readme_session,
     regenerated_sample,
@@ -80,6 +84,25 @@ def test_samples_are_rewritten_in_place() -> None:
     assert rewritten == "intro\n```sh\necho a\n```\n```\na\n```\nafter\n"
     (again,) = parse(rewritten)
     assert again.sample is not None and again.sample.text == "a\n"
+
+
+def test_a_block_runs_with_its_ports_rewritten(tmp_path: Path) -> None:
+    ports = Ports(server=1234)
+    text = "echo localhost:8000 --port 8001 --host 0.0.0.0\necho 127.0.0.1:8001 >&2\nfalse\n"
+    outcome = run_block(Block("sh", text, 1), tmp_path, block_environment(), ports)
+    other = ports.others["8001"]
+    assert outcome.stdout == f"localhost:1234 --port {other} --host 127.0.0.1\n"
+    assert outcome.stderr == f"127.0.0.1:{other}\n"
+    assert outcome.returncode == 1 and not outcome.left_running
+
+
+def test_a_process_a_block_leaves_running_is_reported_and_stopped(tmp_path: Path) -> None:
+    block = Block("sh", "sleep 300 > /dev/null 2>&1 &\necho $! > pid\n", 1)
+    outcome = run_block(block, tmp_path, block_environment(), Ports(server=1), settle_s=0.5)
+    assert outcome.returncode == 0 and outcome.left_running
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 @pytest.mark.slow

@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 from app.convert.optimize import gemm_ws_machine  # noqa: E402
 from app.convert.predict import resolve_device, terms_of, to_core, to_response  # noqa: E402
 from app.convert.tuning_table import build_table  # noqa: E402
-from app.schemas.tuning_table import TuningTableRequest  # noqa: E402
 from app.schemas.predict import PredictKernelRequest  # noqa: E402
+from app.schemas.tuning_table import TuningTableRequest  # noqa: E402
 from device_profiles import get_profile  # noqa: E402
 from perfmodel.gemm_ws import GemmShape, Tiling, simulate  # noqa: E402
 from perfmodel.gemm_ws_async import SmLimits, simulate_async  # noqa: E402

@@ -5,7 +5,8 @@ The loop needs something that times one configuration at one M (:class:`Bench`):
 with a GPU the Triton bench (kperf_client/triton_bench.py); without one, timings recorded
 before (:class:`RecordedBench`, a JSON-lines file), which is how the tests and
 bench/bench_table_verify.py run it. Each round asks ``POST /tuning-table`` for every key's
-shortlist (``shortlist_per_m``), times the ones not timed yet, posts them to
+shortlist (``shortlist_per_m``), adds the fastest configuration timed so far at each
+neighbouring key, times the ones not timed yet at this key, posts them to
 ``POST /devices/{id}/measurements`` and refits (``POST /devices/{id}/recalibrate``): the next
 round asks the refit device. It stops when a round finds nothing new to time, or after
 ``rounds``. The table written takes, per key, the fastest configuration timed at that key.
@@ -115,11 +116,16 @@ def _run(answer: TuningTableResponse, timed: Timed) -> dict[str, Any]:
     }
 
 
-def _fastest(timed: Sequence[Timed], entries: Sequence[TableEntry]) -> dict[int, Timed]:
+def _fastest_so_far(timed: Sequence[Timed]) -> dict[int, Timed]:
     best: dict[int, Timed] = {}
     for t in timed:
         if t.m not in best or t.time_us < best[t.m].time_us:
             best[t.m] = t
+    return best
+
+
+def _fastest(timed: Sequence[Timed], entries: Sequence[TableEntry]) -> dict[int, Timed]:
+    best = _fastest_so_far(timed)
     missing = [e.m for e in entries if e.m not in best]
     if missing:
         raise ValueError(f"no configuration timed at M = {missing}")
@@ -150,14 +156,24 @@ async def verify_table(
         answer = await client.tuning_table({**body, "device": device})
         first = first or answer
         new = []
-        for entry in answer.entries:
-            for item in entry.shortlist:
-                key = (entry.m, config_key(item.config))
+        entries = answer.entries
+        fastest = _fastest_so_far(list(seen.values()))
+        for i, entry in enumerate(entries):
+            # the model's shortlist, and the fastest timed so far at the neighbouring keys
+            # (a configuration the refit cannot rank, because its edge lies outside the
+            # model, often wins next door too)
+            picks = [(item.config, item.tiling.model_dump()) for item in entry.shortlist]
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(entries) and entries[j].m in fastest:
+                    won = fastest[entries[j].m]
+                    picks.append((won.config, won.tiling))
+            for config, tiling in picks:
+                key = (entry.m, config_key(config))
                 if key in seen:
                     continue
-                values = item.config.model_dump()
+                values = config.model_dump()
                 time_us = bench.time_us(entry.m, answer.n, answer.k, answer.dtype, values)
-                timed = Timed(entry.m, item.config, item.tiling.model_dump(), time_us)
+                timed = Timed(entry.m, config, tiling, time_us)
                 seen[key] = timed
                 new.append(timed)
         if not new:

@@ -23,15 +23,8 @@ from typing import Any, Protocol
 from kperf_client.client import KperfClient
 from kperf_client.models import EngineConfig, TableEntry, TuningTableResponse
 
-#: the six integers of one engine entry, in the engines' order
-ENGINE_FIELDS = (
-    "BLOCK_SIZE_M",
-    "BLOCK_SIZE_N",
-    "BLOCK_SIZE_K",
-    "GROUP_SIZE_M",
-    "num_warps",
-    "num_stages",
-)
+#: the six integers of one engine entry, in the engines' order (the client's view of them)
+ENGINE_FIELDS = tuple(EngineConfig.model_fields)
 
 ConfigKey = tuple[int, ...]
 

@@ -5,9 +5,9 @@ Usage: python -m bench.bench_table_verify [--shapes N] [--noise-pct P] [--rounds
        [--truth far|farther] [--shortlist-per-m S]
 
 The "true device" is the async-copy GeMM-WS model with the h100 profile's figures moved far
-(``far``: loads 0.45x as fast, MATH 1.6x, load latency 2.5x, launch 3x, epilogue 2x;
-``farther``: 0.25x, 3x, 6x, 4x, 3x) times a fixed per-tiling factor, uniform in +-P %
-(default 2 %), that no figure of the model can express.
+(``farther``, the default: loads 0.25x as fast, MATH 3x, load latency 6x, launch 4x,
+epilogue 3x; ``far``: 0.45x, 1.6x, 2.5x, 3x, 2x) times a fixed per-tiling factor, uniform in
++-P % (default 2 %), that no figure of the model can express.
 Its time for every feasible configuration of the default space (160 tilings, vLLM's ranges
 with BLOCK_SIZE_K dividing 128) at every one of vLLM's 18 keys is recorded (what exhaustive
 tuning would time), and the loop (kperf_client.table_verify.verify_table) runs against those

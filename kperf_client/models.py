@@ -336,6 +336,7 @@ class TableSearch(Answer):
 
 class TableSolver(Answer):
     elapsed_ms: float
+    cpu_ms: float
     keys_certified: int
 
 

@@ -121,6 +121,7 @@ async def run_table_sweep(
                         "file_name": answer.file_name,
                         "worst_loss": answer.loss_over_range.worst_loss,
                         "elapsed_ms": answer.solver.elapsed_ms,
+                        "cpu_ms": answer.solver.cpu_ms,
                     }
                 journal.record(record)
                 stats.answered += 1

@@ -33,10 +33,10 @@ from solver.explore import async_scorer, paper_scorer
 
 @dataclass(frozen=True, slots=True)
 class KeyRanking:
-    """One M's answer, per feasible tiling (the model's ``tilings`` order)."""
+    """One M's answer, by feasible tiling (the model's ``tilings`` order); the uncertainty
+    of the tilings ranked (None for the others)."""
 
     m: int
-    times_ns: tuple[int, ...]
     #: index of the Z3-certified optimum
     best: int
     #: the optimum was proven (every certificate check unsat, status optimal)
@@ -82,10 +82,11 @@ class TableModel:
         shape = GemmShape(m, self._problem.shape.n, self._problem.shape.k)
         return dataclasses.replace(self._problem, shape=shape)
 
-    def rank(self, m: int, time_limit_s: float) -> KeyRanking:
-        """The certified ranking at ``m`` (the first call fixes ``tilings``: the feasible
-        ones; a list with none is InfeasibleSearchSpace naming ``candidates``)."""
-        request = self._request.model_copy(update={"m": m})
+    def rank(self, m: int, time_limit_s: float, top_k: int | None = None) -> KeyRanking:
+        """The certified ranking at ``m``, its first ``top_k`` (None: all) with their
+        uncertainty (the first call fixes ``tilings``: the feasible ones; a list with none is
+        InfeasibleSearchSpace naming ``candidates``)."""
+        request = self._request.model_copy(update={"m": m, "top_k": top_k})
         solved, ranking = explore.solve_candidates(
             request, self._profile, self._at(m), time_limit_s
         )
@@ -96,24 +97,17 @@ class TableModel:
         index = {t: i for i, t in enumerate(self.tilings)}
         result = solved.result
         count = len(self.tilings)
-        times: list[int | None] = [None] * count
         probability: list[float | None] = [None] * count
         low: list[float | None] = [None] * count
         high: list[float | None] = [None] * count
         ranked: Sequence[Simulation | AsyncSimulation] = result.candidates
         for rank, sim in enumerate(ranked):
-            i = index[sim.tiling]
-            times[i] = sim.overall_time_ns
             if solved.uncertainty:
+                i = index[sim.tiling]
                 probability[i], low[i], high[i] = solved.uncertainty[rank]
-        if any(t is None for t in times):
-            # a partial ("timeout") ranking: the rest from the scorer, unproven
-            scored = self.times([m])[m]
-            times = [t if t is not None else s for t, s in zip(times, scored, strict=True)]
         certificate = result.statistics.certificate
         return KeyRanking(
             m=m,
-            times_ns=tuple(int(t or 0) for t in times),
             best=index[result.best.tiling],
             certified=result.status == "optimal"
             and bool(certificate)

@@ -219,9 +219,12 @@ def _engine_config(tiling: Tiling, config: TableConfig) -> EngineConfigOut:
 
 
 def _shortlist(
-    ranking: KeyRanking, model: TableModel, first_of: dict[Tiling, TableConfig], count: int
+    ranking: KeyRanking,
+    times: list[int],
+    model: TableModel,
+    first_of: dict[Tiling, TableConfig],
+    count: int,
 ) -> list[ShortlistEntryOut]:
-    times = ranking.times_ns
     order = sorted(range(len(times)), key=lambda i: (i != ranking.best, times[i], i))
     return [
         ShortlistEntryOut(
@@ -238,7 +241,7 @@ def build_table(
     request: TuningTableRequest, profile: DeviceProfile | None, time_limit_s: float
 ) -> TableAnswer:
     """The table for ``request`` on ``profile`` (None: inline device_params)."""
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     keys = sorted(request.m_values)
     if len(set(keys)) != len(keys):
         raise ModelInputError("m_values", "the keys must be distinct (one entry per M)")
@@ -249,25 +252,30 @@ def build_table(
     model = TableModel(_template(request, keys[0]), profile, list(first_of))
     file_name = _file_name(request, profile, model.device)
     rankings: list[KeyRanking] = []
+    # every tiling's uncertainty is needed when the choice may fall beyond the shortlist
+    ranked = request.shortlist_per_m if request.max_distinct_configs is None else None
     for m in keys:
         left = time_limit_s - (time.perf_counter() - started)
         try:
-            rankings.append(model.rank(m, max(left, 0.05)))
+            rankings.append(model.rank(m, max(left, 0.05), ranked))
         except InfeasibleSearchSpace as exc:
             field = "candidates" if request.candidates is not None else "search_space"
             raise InfeasibleSearchSpace(exc.reason, exc.rejected, field=field) from None
-    chosen = select(
-        [r.times_ns for r in rankings], [r.best for r in rankings], request.max_distinct_configs
-    )
     parts = pieces(keys, request.loss_sample_step)
     points = sample_points(parts)
-    times_at = model.times(points)
+    # the exact scorer's times (the ones each key's certificate checks) at the keys and the
+    # pieces' ends
+    times_at = model.times(sorted(set(points) | set(keys)))
+    chosen = select(
+        [times_at[m] for m in keys], [r.best for r in rankings], request.max_distinct_configs
+    )
     bound = worst_loss(parts, chosen.chosen, times_at)
     entries = []
     for ranking, c in zip(rankings, chosen.chosen, strict=True):
         tiling = model.tilings[c]
         config = first_of[tiling]
-        optimum_ns = ranking.times_ns[ranking.best]
+        times = times_at[ranking.m]
+        optimum_ns = times[ranking.best]
         entries.append(
             TableEntryOut(
                 m=ranking.m,
@@ -275,15 +283,15 @@ def build_table(
                 tiling=_tiling_out(tiling),
                 input_index=config.input_index,
                 params=config.params,
-                predicted_time_us=ns_to_us(ranking.times_ns[c]),
+                predicted_time_us=ns_to_us(times[c]),
                 interval_low_us=ranking.interval_low_us[c],
                 interval_high_us=ranking.interval_high_us[c],
                 probability_best=ranking.probability_best[c],
                 optimum=_tiling_out(model.tilings[ranking.best]),
                 optimum_time_us=ns_to_us(optimum_ns),
-                loss=ranking.times_ns[c] / optimum_ns - 1.0,
+                loss=times[c] / optimum_ns - 1.0,
                 certified=ranking.certified,
-                shortlist=_shortlist(ranking, model, first_of, request.shortlist_per_m),
+                shortlist=_shortlist(ranking, times, model, first_of, request.shortlist_per_m),
             )
         )
     file: dict[str, dict[str, Any]] = {}
@@ -331,6 +339,7 @@ def build_table(
         ),
         solver=TableSolverOut(
             elapsed_ms=(time.perf_counter() - started) * 1000,
+            cpu_ms=(time.process_time() - cpu_started) * 1000,
             keys_certified=certified,
             z3_checks=sum(r.z3_checks for r in rankings) + chosen.z3_checks,
         ),

@@ -238,7 +238,8 @@ class TableSearchOut(BaseModel):
 
 
 class TableSolverOut(BaseModel):
-    elapsed_ms: float
+    elapsed_ms: float = Field(description="wall time of the table in the worker, ms")
+    cpu_ms: float = Field(description="CPU time the worker spent on it, ms")
     keys_certified: int = Field(description="keys whose optimum Z3 proved")
     z3_checks: int = Field(description="checks over every key and the selection")
 

@@ -6,7 +6,9 @@ Two questions, both about a fixed list of distinct tilings of one (N, K) on one 
   ``POST /optimize-tiling`` answers a candidate list: predicted times, the Z3-proven optimum,
   each tiling's ``probability_best`` and 10-90 % interval under the device's belief;
 * :meth:`TableModel.times` -- at many M, the point prediction of every feasible tiling (the
-  same exact scorer the certificate checks), for the loss bound between keys.
+  same exact scorer the certificate checks), for the loss bound between keys;
+* :meth:`TableModel.simulate_ns` -- one tiling at one M by the model's event simulator, stage
+  by stage (independent of the scorer: what tests compare the bound with).
 
 Everything else about tables (choice per key, max_distinct_configs, loss bound, file formats)
 lives in solver/tuning_table and sees only integer nanoseconds by tiling index.
@@ -23,8 +25,8 @@ from app.convert.candidates import problem_of
 from app.schemas.optimize import CandidateIn, OptimizeTilingRequest
 from device_profiles import DeviceProfile
 from perfmodel.errors import ModelInputError
-from perfmodel.gemm_ws import GemmShape, Simulation, Tiling
-from perfmodel.gemm_ws_async import AsyncSimulation
+from perfmodel.gemm_ws import GemmShape, Simulation, Tiling, simulate
+from perfmodel.gemm_ws_async import AsyncSimulation, simulate_async
 from perfmodel.gemm_ws_scoring import Configurations, Figures, ScoreOverflow
 from solver.candidates import CandidateProblem, Rejection
 from solver.candidates_async import AsyncCandidateProblem
@@ -117,6 +119,16 @@ class TableModel:
             interval_low_us=tuple(low),
             interval_high_us=tuple(high),
         )
+
+    def simulate_ns(self, tiling: Tiling, m: int) -> int:
+        """The event simulator's overall time of ``tiling`` at ``m``, ns."""
+        problem = self._at(m)
+        if isinstance(problem, AsyncCandidateProblem):
+            limits = problem.effective_limits
+            return simulate_async(
+                problem.shape, tiling, problem.machine, limits, problem.element_bytes
+            ).overall_time_ns
+        return simulate(problem.shape, tiling, problem.machine, problem.wave_model).overall_time_ns
 
     def times(self, ms: Sequence[int]) -> dict[int, list[int]]:
         """Point predictions (ns) of every feasible tiling at each M of ``ms``."""

@@ -1,6 +1,6 @@
 """The table's stated worst loss against brute force over every M of the range: each M's
-entry (the engines' nearest key) and each M's optimum simulated stage by stage
-(perfmodel.gemm_ws.simulate, simulate_async), not by the scorer the table uses."""
+entry (the engines' nearest key) and each M's optimum simulated stage by stage (the
+pipeline model's event simulator), not by the scorer the table uses."""
 
 from __future__ import annotations
 
@@ -9,14 +9,11 @@ import random
 
 import pytest
 
-from app.convert.candidates import problem_of
-from app.convert.tuning_table import build_table
-from app.schemas.optimize import OptimizeTilingRequest
-from app.schemas.tuning_table import TuningTableRequest
+from app.convert.tuning_model import TableModel
+from app.convert.tuning_table import _template, build_table
+from app.schemas.tuning_table import TuningTableRequest, TuningTableResponse
 from device_profiles import get_profile
-from perfmodel.gemm_ws import GemmShape, Tiling, simulate
-from perfmodel.gemm_ws_async import simulate_async
-from solver.candidates_async import AsyncCandidateProblem
+from perfmodel.gemm_ws import Tiling
 from tests.gemm_ws_cases import A6000
 
 TILES_M = (16, 32, 64, 128)
@@ -25,47 +22,26 @@ TILES_K = (32, 64)
 DEPTHS = (2, 4)
 
 
-def _brute_worst_loss(table: dict[str, object], request: TuningTableRequest) -> float:
+def _brute_worst_loss(answer: TuningTableResponse, request: TuningTableRequest) -> float:
+    """max over every M of the range of t(entry of the nearest key, M) / t*(M) - 1, each time
+    from the model's event simulator (not the scorer the table's bound reads)."""
     profile = get_profile(request.device) if request.device else None
-    base = OptimizeTilingRequest.model_validate(
-        {
-            "m": 1,
-            "n": request.n,
-            "k": request.k,
-            "dtype": request.dtype,
-            "device": request.device,
-            "device_params": request.device_params.model_dump() if request.device_params else None,
-            "candidates": [
-                {"tile_m": tm, "tile_n": tn, "tile_k": tk, "buffer_depth": d}
-                for tm in TILES_M
-                for tn in TILES_N
-                for tk in TILES_K
-                for d in DEPTHS
-            ],
-        }
-    )
-    _, problem = problem_of(base, profile)
-    limit = problem.machine.shared_memory_per_block_bytes
-    tilings = [t for t in problem.tilings if limit is None or t.shared_memory_bytes(1) <= limit]
-
-    def time(t: Tiling, m: int) -> int:
-        shape = GemmShape(m, request.n, request.k)
-        if isinstance(problem, AsyncCandidateProblem):
-            limits = problem.effective_limits
-            return simulate_async(shape, t, problem.machine, limits, 1).overall_time_ns
-        return simulate(shape, t, problem.machine).overall_time_ns
-
-    entries = table["entries"]
-    assert isinstance(entries, list)
-    keys = [e.m for e in entries]
+    tilings = [
+        Tiling(tm, tn, tk, d) for tm in TILES_M for tn in TILES_N for tk in TILES_K for d in DEPTHS
+    ]
+    model = TableModel(_template(request, 1), profile, tilings)
+    model.rank(1, 30.0)
+    feasible = model.tilings
+    keys = [e.m for e in answer.entries]
     chosen = {
         e.m: Tiling(e.tiling.tile_m, e.tiling.tile_n, e.tiling.tile_k, e.tiling.buffer_depth)
-        for e in entries
+        for e in answer.entries
     }
     worst = 0.0
     for m in range(keys[0], keys[-1] + 1):
         nearest = min(keys, key=lambda x, m=m: abs(x - m))
-        worst = max(worst, time(chosen[nearest], m) / min(time(t, m) for t in tilings) - 1)
+        optimum = min(model.simulate_ns(t, m) for t in feasible)
+        worst = max(worst, model.simulate_ns(chosen[nearest], m) / optimum - 1)
     return worst
 
 
@@ -99,7 +75,7 @@ def test_the_stated_worst_loss_bounds_every_m(seed: int) -> None:
         }
     )
     answer = build_table(request, get_profile("h100") if seed % 2 else None, 60.0).response
-    measured = _brute_worst_loss({"entries": answer.entries}, request)
+    measured = _brute_worst_loss(answer, request)
     assert answer.loss_over_range.worst_loss >= measured - 1e-12
     # tiles are multiples of 16 and M enters only through tile counts: the bound is exact
     assert answer.loss_over_range.worst_loss == pytest.approx(measured, abs=1e-9)

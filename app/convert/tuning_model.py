@@ -24,6 +24,7 @@ from app.convert import explore
 from app.convert.candidates import problem_of
 from app.schemas.optimize import CandidateIn, OptimizeTilingRequest
 from device_profiles import DeviceProfile
+from device_profiles.schema import PipelineModelName
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import GemmShape, Simulation, Tiling, simulate
 from perfmodel.gemm_ws_async import AsyncSimulation, simulate_async
@@ -72,7 +73,7 @@ class TableModel:
         self.device, problem = problem_of(self._request, profile)
         assert isinstance(problem, CandidateProblem | AsyncCandidateProblem)
         self._problem = problem
-        self.pipeline_model = (
+        self.pipeline_model: PipelineModelName = (
             "async-copy" if isinstance(problem, AsyncCandidateProblem) else "paper"
         )
         self.tilings: tuple[Tiling, ...] = ()

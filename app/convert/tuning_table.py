@@ -305,7 +305,7 @@ def build_table(
         status="optimal" if certified == len(rankings) else "timeout",
         device=model.device,
         dtype=request.dtype,
-        pipeline_model=model.pipeline_model,  # type: ignore[arg-type]
+        pipeline_model=model.pipeline_model,
         n=request.n,
         k=request.k,
         format=request.format,

@@ -9,11 +9,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
-from perfmodel.gemm_ws_async import (
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling
+from perfmodel.pipelines.async_copy.recurrences import (
     AsyncDurations,
     Bound,
-    SmLimits,
     last_math_start_ns,
     overall_time_async_closed_form_ns,
     run_stages,
@@ -21,7 +20,7 @@ from perfmodel.gemm_ws_async import (
     simulate_async_closed_form,
     steady_state,
 )
-from perfmodel.gemm_ws_async_array import NOT_RESIDENT, overall_time_async_ns_array
+from perfmodel.pipelines.async_copy.scoring import NOT_RESIDENT, overall_time_async_ns_array
 
 pow2 = st.sampled_from([8, 16, 32, 64, 128, 256])
 shapes = st.builds(

@@ -33,8 +33,7 @@ from perfmodel.calibration.gemm_ws_model import (
 )
 from perfmodel.calibration.records import GEMM_WS_FIGURES
 from perfmodel.errors import CalibrationInputError
-from perfmodel.gemm_ws import ELEMENT_BYTES, GemmWsMachine, stage_count, wave_count
-from perfmodel.gemm_ws_async import SmLimits
+from perfmodel.gemm_ws import ELEMENT_BYTES, GemmWsMachine, SmLimits, stage_count, wave_count
 
 
 def run_limits(limits: SmLimits, run: GemmWsRun) -> SmLimits:

@@ -13,7 +13,7 @@ Each is a path of the event graph, so each holds for every solution of the recur
 or not it is tight; the wave time adds T + T_EPILOGUE, the overall time counts the full and the
 partial wave as the model does, and the total MATH wait, which telescopes to
 sum over CTAs of M(S) - (S-1) T (GeMM-WS 8), is bounded at the same M(S) bound. The certificate
-(solver/certify_async.py) encodes only configurations these bounds leave able to beat the
+(solver/certify_configurations.py) encodes only configurations these bounds leave able to beat the
 incumbent (:func:`may_beat`).
 """
 
@@ -24,10 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
-from perfmodel.gemm_ws_async import AsyncDurationTable, SmLimits
-from perfmodel.gemm_ws_async_array import _lookup, ctas_per_sm_array
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling
 from perfmodel.gemm_ws_scoring import Configurations, IntArray
+from perfmodel.pipelines.async_copy.encoding import AsyncConfig
+from perfmodel.pipelines.async_copy.recurrences import AsyncDurations, AsyncDurationTable
+from perfmodel.pipelines.async_copy.scoring import _lookup, ctas_per_sm_array
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,3 +127,36 @@ def may_beat(
     ruled_out |= can_tie_time & can_tie_wait & ~better_key
     result: npt.NDArray[np.bool_] = ~ruled_out
     return result
+
+
+def encoded_configs(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    limits: SmLimits,
+    element_bytes: int,
+    configs: Configurations,
+) -> list[AsyncConfig]:
+    """The encoding's per-configuration constants (perfmodel/pipelines/async_copy/encoding.py)."""
+    plan = async_plan(shape, machine, limits, element_bytes, configs)
+    out = []
+    for i, tiling in enumerate(configs.tilings()):
+        c, r = int(plan.ctas_per_sm[i]), int(plan.partial_wave_ctas[i])
+        issue, math = int(plan.issue_work_ns[i]), int(plan.math_work_ns[i])
+
+        def durations(share: int, issue: int = issue, math: int = math) -> AsyncDurations:
+            return AsyncDurations(
+                share, share * issue, plan.latency_ns, share * math + plan.math_startup_ns
+            )
+
+        out.append(
+            AsyncConfig(
+                tiling=tiling,
+                stages=int(plan.stages[i]),
+                full_waves=int(plan.full_waves[i]),
+                ctas_per_sm=c,
+                partial_wave_ctas=r,
+                full=durations(c),
+                partial=durations(max(r, 1)),
+            )
+        )
+    return out

@@ -1,16 +1,15 @@
-"""The async-copy GeMM-WS closed form over arrays of configurations and figure draws (numpy;
-for the certified optimizer's scorer, explore shortlists and the presolve). Kept apart from
-perfmodel/gemm_ws_async.py so the service process, which imports the model, never loads numpy
+"""The async-copy closed form over arrays of configurations and figure draws (numpy; for the
+certified optimizer's scorer, explore shortlists and the presolve). Kept apart from
+recurrences.py so the service process, which imports the model, never loads numpy
 (tests/test_architecture.py).
 
-:func:`score_async_configurations` is the async twin of
-:func:`perfmodel.gemm_ws_scoring.score_configurations`: ``overall_time_ns`` and
-``total_math_wait_ns`` of shape ``(D, C)``, equal bit for bit to
-``perfmodel.gemm_ws_async.simulate_async`` on every pair. The rounded per-stage work (issue:
-A + B elements / load throughput; MATH: MACs / compute throughput) is evaluated in float64 where
-that decides the rounding and on exact rationals (:class:`AsyncDurationTable`) elsewhere, once
-per distinct work value; everything after is int64 arithmetic (docs/model-notes.md,
-"GeMM-WS async-copy" 1-2).
+:func:`score_async_configurations` gives what :func:`perfmodel.gemm_ws_scoring.score_configurations`
+gives for the paper's model: ``overall_time_ns`` and ``total_math_wait_ns`` of shape ``(D, C)``,
+equal bit for bit to :func:`perfmodel.pipelines.async_copy.recurrences.simulate_async` on every
+pair. The rounded per-stage work (issue: A + B elements / load throughput; MATH: MACs / compute
+throughput) is evaluated in float64 where that decides the rounding and on exact rationals
+(:class:`AsyncDurationTable`) elsewhere, once per distinct work value; everything after is int64
+arithmetic (docs/model-notes.md, "GeMM-WS async-copy" 1-2).
 """
 
 from __future__ import annotations
@@ -21,12 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine
-from perfmodel.gemm_ws_async import (
-    AsyncDurationTable,
-    SmLimits,
-    last_math_start_formula,
-)
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits
 from perfmodel.gemm_ws_scoring import (
     MAX_SCORED_TIME_NS,
     Configurations,
@@ -36,6 +30,10 @@ from perfmodel.gemm_ws_scoring import (
     Scores,
     _durations_ns,
     _times_ns,
+)
+from perfmodel.pipelines.async_copy.recurrences import (
+    AsyncDurationTable,
+    last_math_start_formula,
 )
 
 #: :func:`overall_time_async_ns_array`'s value for a configuration whose buffer does not fit

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.gemm_ws import GemmWsMachine, us_to_ns
-from perfmodel.gemm_ws_async import AsyncSimulation
+from perfmodel.pipelines.async_copy.recurrences import AsyncSimulation
 from render._figure import bottom_legend, figure, fmt_us, svg_bytes
 from render.timeline import COLORS, LABEL_BOX
 
@@ -261,7 +261,7 @@ def async_timeline_svg(
     rank: int | None = None,
 ) -> bytes:
     """The async-copy timeline of ``sim`` (one tiling simulated on ``machine`` by
-    :func:`perfmodel.gemm_ws_async.simulate_async`) as SVG bytes.
+    :func:`perfmodel.pipelines.async_copy.recurrences.simulate_async`) as SVG bytes.
 
     ``device``, ``dtype`` and ``rank`` only label the picture.
     """

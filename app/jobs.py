@@ -90,6 +90,15 @@ def optimize_job(
     """Worker side of POST /optimize-tiling: solve within ``time_limit_s``, return the body.
     ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline),
     ``prepared`` the request resolved there (its problem under its pipeline model)."""
+    return _optimize(request_json, profile_json, prepared, time_limit_s)
+
+
+def _optimize(
+    request_json: dict[str, Any],
+    profile_json: dict[str, Any] | None,
+    prepared: PreparedRequest,
+    time_limit_s: float,
+) -> EncodedAnswer:
     request = OptimizeTilingRequest.model_validate(request_json)
     profile = _profile(profile_json)
     problem = prepared.problem
@@ -114,7 +123,7 @@ def optimize_job(
 def warm_up_job(request_json: dict[str, Any]) -> None:
     """Solve ``request_json`` (a shipped device) once, to load what a solve loads."""
     request = OptimizeTilingRequest.model_validate(request_json)
-    optimize_job(request_json, None, candidates_convert.prepare(request), 5.0)
+    _optimize(request_json, None, candidates_convert.prepare(request), 5.0)
 
 
 def canonical_optimize_request(

@@ -22,7 +22,7 @@ from app.convert.candidates import prepare
 from app.jobs import optimize_job
 from app.schemas.optimize import OptimizeTilingRequest
 from bench.common import command_line, median_seconds
-from device_profiles import DeviceProfile, default_profiles
+from device_profiles import default_profiles
 
 PROBLEMS = ((1024, 1024, 1024), (4096, 4096, 4096), (16384, 16384, 16384), (8192, 256, 8192))
 DEVICE = "rtx-a6000"
@@ -30,7 +30,7 @@ DEVICE = "rtx-a6000"
 
 def _answer(body: dict[str, Any], profile_json: dict[str, Any]) -> dict[str, Any]:
     request = OptimizeTilingRequest.model_validate(body)
-    prepared = prepare(request, DeviceProfile.model_validate(profile_json))
+    prepared = prepare(request, default_profiles()[DEVICE])
     encoded = optimize_job(body, profile_json, prepared, time_limit_s=10.0)
     answer: dict[str, Any] = json.loads(encoded.body)
     return answer

@@ -63,7 +63,10 @@ def _async_copy(settings: PipelineSettings) -> PipelineModel:
     return AsyncCopyPipeline(limits)
 
 
-_FACTORIES: dict[str, Factory] = {"paper": _paper, "async-copy": _async_copy}
+#: the model a problem is solved under when nothing names one (the paper's eq. (1)-(3))
+DEFAULT_NAME = "paper"
+
+_FACTORIES: dict[str, Factory] = {DEFAULT_NAME: _paper, "async-copy": _async_copy}
 
 
 def register(name: str, factory: Factory) -> None:
@@ -96,6 +99,7 @@ def resolve(name: str, settings: PipelineSettings | None = None) -> PipelineMode
 
 
 __all__ = [
+    "DEFAULT_NAME",
     "PipelineSettings",
     "UnknownPipelineModel",
     "is_registered",

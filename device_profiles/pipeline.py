@@ -1,4 +1,4 @@
-"""Which GeMM-WS pipeline model answers on a profile by default (issue 17).
+"""Which GeMM-WS pipeline model answers on a profile by default.
 
 The paper's recurrences (eq. (1)-(3), one load in flight) are what its published A6000 figures
 were measured under, so a profile whose GeMM-WS figures are published keeps them. Devices of

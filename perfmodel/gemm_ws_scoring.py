@@ -397,3 +397,12 @@ def lexicographic_order(
             overall_time_ns,
         )
     )
+
+
+def rounded_once(values: IntArray, rounded: Callable[[int], int]) -> IntArray:
+    """``rounded`` of every value, evaluated once per distinct value (a duration table's
+    exact rounding over an array of work)."""
+    unique, inverse = np.unique(values, return_inverse=True)
+    table = np.array([rounded(int(v)) for v in unique], dtype=np.int64)
+    out: IntArray = table[inverse.reshape(values.shape)]
+    return out

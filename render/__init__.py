@@ -1,4 +1,4 @@
-"""Pictures of the service's answers, as SVG bytes (issue 12, "show why").
+"""Pictures of the service's answers, as SVG bytes.
 
 Takes the core's dataclasses or plain dicts (never HTTP models) and returns deterministic SVG.
 matplotlib is imported when the first picture is drawn, not with this package.

@@ -1,4 +1,4 @@
-"""Explicit candidate lists (issue 18): rank exactly the tilings a tuner gives, prove the best.
+"""Explicit candidate lists: rank exactly the tilings a tuner gives, prove the best.
 
 An autotuner (Triton, Kernel Tuner) brings its own list of configurations rather than a product
 space. The list is ranked by the same means as a space (solver/optimize.py):

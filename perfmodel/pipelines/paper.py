@@ -22,6 +22,7 @@ from perfmodel.gemm_ws import (
     overall_time_closed_form_ns,
     simulate,
     simulate_closed_form,
+    us_to_ns,
 )
 from perfmodel.pipeline import FigureInfo
 
@@ -40,13 +41,6 @@ GEMM_WS_FIGURE_INFO = (
     FigureInfo("compute_startup_latency_us", "us", "compute_startup_latency_us"),
     FigureInfo("t_init_us", "us", "t_init_us"),
     FigureInfo("t_epilogue_us", "us", "t_epilogue_us"),
-)
-
-#: how a calibration under this model fits (reported with the fit)
-FIT_METHOD_PREFIX = (
-    "maximum a posteriori: scipy.optimize.least_squares (trf) over ln(figures), Cauchy loss "
-    "on relative error at an estimated noise scale plus log-normal prior residuals; "
-    "{starts} starts; Laplace posterior; "
 )
 
 
@@ -100,12 +94,12 @@ class PaperPipeline:
         L + (S-1)(L + T) at depth 1 (eq. 1 serialises load and MATH)."""
         import numpy as np
 
-        from perfmodel.gemm_ws import us_to_ns
+        from perfmodel.gemm_ws_scoring import rounded_once
 
         table = DurationTable(machine)
         tm, tn, tk, depth = configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
-        load = _lookup(tm * tk, table.load_ns) + _lookup(tk * tn, table.load_ns)
-        t = _lookup(tm * tn * tk, table.math_ns)
+        load = rounded_once(tm * tk, table.load_ns) + rounded_once(tk * tn, table.load_ns)
+        t = rounded_once(tm * tn * tk, table.math_ns)
         stages = -(-shape.k // tk)
         waves = -(-(-(-shape.m // tm) * -(-shape.n // tn)) // machine.sm_count)
         floor = np.where(
@@ -193,13 +187,3 @@ class PaperPipeline:
 def duration_table(machine: GemmWsMachine) -> DurationTable:
     """One machine's duration table, built once (exact rationals cost ~30 us a figure)."""
     return DurationTable(machine)
-
-
-def _lookup(values: IntArray, rounded: Any) -> IntArray:
-    """``rounded`` of every value, evaluated once per distinct value."""
-    import numpy as np
-
-    unique, inverse = np.unique(values, return_inverse=True)
-    table = np.array([rounded(int(v)) for v in unique], dtype=np.int64)
-    out: IntArray = table[inverse.reshape(values.shape)]
-    return out

@@ -17,7 +17,6 @@ from perfmodel.pipeline import FigureInfo
 from perfmodel.pipelines.async_copy.recurrences import (
     AsyncDurationTable,
     AsyncSimulation,
-    overall_time_async_closed_form_ns,
     simulate_async,
     simulate_async_closed_form,
 )
@@ -124,14 +123,10 @@ class AsyncCopyPipeline:
         from perfmodel.gemm_ws import ELEMENT_BYTES
         from perfmodel.pipelines.async_copy.calibration import run_limits
 
-        return overall_time_async_closed_form_ns(
-            shape,
-            tiling,
-            machine,
-            run_limits(self.limits, run),
-            ELEMENT_BYTES[run.dtype],
-            async_table(machine),
-        )
+        limits, element_bytes = run_limits(self.limits, run), ELEMENT_BYTES[run.dtype]
+        table = async_table(machine)
+        sim = simulate_async_closed_form(shape, tiling, machine, limits, element_bytes, table)
+        return sim.overall_time_ns
 
     def answer_fields(self, prediction: Any, element_bytes: int) -> dict[str, object]:
         sim: AsyncSimulation = prediction

@@ -1,4 +1,4 @@
-"""The async-copy pipeline variant of GeMM-WS (issue 17; docs/model-notes.md "GeMM-WS async-copy").
+"""The async-copy pipeline variant of GeMM-WS (docs/model-notes.md "GeMM-WS async-copy").
 
 The paper's eq. (1)-(3) let the DMA warp start the next load only when the previous one has
 *ended*, each load carrying its startup latency, so every buffer depth >= 2 predicts the same
@@ -324,25 +324,3 @@ def simulate_async_closed_form(
             wait += count * ctas * (last - (stages - 1) * durations.math_ns)
     full = table.durations(tiling, plan.per_sm)
     return _simulation(shape, tiling, plan, full, stages, wave, overall, wait, ())
-
-
-def overall_time_async_closed_form_ns(
-    shape: GemmShape,
-    tiling: Tiling,
-    machine: GemmWsMachine,
-    limits: SmLimits,
-    element_bytes: int,
-    table: AsyncDurationTable | None = None,
-) -> int:
-    """:func:`simulate_async`'s ``overall_time_ns`` in O(1), from :func:`last_math_start_ns`."""
-    table = table or AsyncDurationTable(machine)
-    plan = _wave_plan(shape, tiling, machine, limits, element_bytes)
-    stages, depth = stage_count(shape, tiling), tiling.buffer_depth
-    epilogue = table.epilogue_ns
-    overall = table.init_ns
-    for ctas, count in ((plan.per_sm, plan.full_waves), (plan.partial, 1)):
-        if ctas and count:
-            durations = table.durations(tiling, ctas)
-            wave = last_math_start_ns(durations, stages, depth) + durations.math_ns + epilogue
-            overall += count * wave
-    return overall

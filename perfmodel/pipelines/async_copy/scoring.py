@@ -14,13 +14,9 @@ arithmetic (docs/model-notes.md, "GeMM-WS async-copy" 1-2).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
-import numpy.typing as npt
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits
+from perfmodel.gemm_ws import GemmShape, SmLimits
 from perfmodel.gemm_ws_scoring import (
     MAX_SCORED_TIME_NS,
     Configurations,
@@ -35,10 +31,6 @@ from perfmodel.pipelines.async_copy.recurrences import (
     AsyncDurationTable,
     last_math_start_formula,
 )
-
-#: :func:`overall_time_async_ns_array`'s value for a configuration whose buffer does not fit
-#: the shared memory of one SM
-NOT_RESIDENT = -1
 
 
 def ctas_per_sm_array(limits: SmLimits, element_bytes: int, configs: Configurations) -> IntArray:
@@ -127,32 +119,3 @@ def score_async_configurations(
         overall = overall + np.where(has_rest, rest_wave, 0)
         wait = wait + np.where(has_rest, partial * (rest_ms - (stages - 1) * rest_t), 0)
     return Scores(overall_time_ns=overall.astype(np.int64), total_math_wait_ns=wait)
-
-
-def overall_time_async_ns_array(
-    shape: GemmShape,
-    machine: GemmWsMachine,
-    limits: SmLimits,
-    element_bytes: int,
-    tile_m: npt.NDArray[np.integer[Any]],
-    tile_n: npt.NDArray[np.integer[Any]],
-    tile_k: npt.NDArray[np.integer[Any]],
-    buffer_depth: npt.NDArray[np.integer[Any]],
-) -> npt.NDArray[np.int64]:
-    """:func:`overall_time_async_closed_form_ns` over arrays of configurations (int64 ns,
-    exactly equal); :data:`NOT_RESIDENT` where no CTA fits an SM."""
-    configs = Configurations.of(tile_m, tile_n, tile_k, buffer_depth)
-    scores = score_async_configurations(
-        shape, configs, Figures.of_machine(machine), limits, element_bytes
-    )
-    resident = ctas_per_sm_array(limits, element_bytes, configs) >= 1
-    out: npt.NDArray[np.int64] = np.where(resident, scores.overall_time_ns[0], NOT_RESIDENT)
-    return out.astype(np.int64).reshape(np.shape(tile_m))
-
-
-def _lookup(values: npt.NDArray[np.int64], rounded: Callable[[int], int]) -> npt.NDArray[np.int64]:
-    """``rounded`` of every value, evaluated once per distinct value."""
-    unique, inverse = np.unique(values, return_inverse=True)
-    table = np.array([rounded(int(v)) for v in unique], dtype=np.int64)
-    out: npt.NDArray[np.int64] = table[inverse.reshape(values.shape)]
-    return out

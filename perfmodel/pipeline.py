@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, ns_to_us
 
 if TYPE_CHECKING:
     from perfmodel.calibration.engine import FloatArray, IntArray
@@ -67,6 +67,44 @@ def stage_work(shape: GemmShape, tiling: Tiling) -> StageWork:
         stages=-(-shape.k // tk),
         output_tiles=-(-shape.m // tm) * -(-shape.n // tn),
     )
+
+
+def answer_fields(
+    load_ns: tuple[int, int],
+    math_ns: int,
+    math_wait_ns: int,
+    bound: str,
+    occupancy: tuple[int, int],
+    load_latency_ns: int | None,
+) -> dict[str, object]:
+    """What an answer reports of one candidate beside its time, in the answer's units:
+    ``load_ns`` (A tile, B tile) and ``math_ns`` per stage, the total MATH wait, what bounds
+    the stage, ``occupancy`` (CTAs per SM, stages in flight), the load latency (None: not a
+    figure of the model)."""
+    return {
+        "t_load_a_us": ns_to_us(load_ns[0]),
+        "t_load_b_us": ns_to_us(load_ns[1]),
+        "t_math_us": ns_to_us(math_ns),
+        "math_wait_us": ns_to_us(math_wait_ns),
+        "bound": bound,
+        "ctas_per_sm": occupancy[0],
+        "stages_in_flight": occupancy[1],
+        "load_latency_us": None if load_latency_ns is None else ns_to_us(load_latency_ns),
+    }
+
+
+def timeline_row(
+    stage: int, load_starts_ns: tuple[int, int], math_start_ns: int, math_wait_ns: int
+) -> dict[str, float | int | None]:
+    """One stage of an answer's timeline: when its A and B loads start, when its MATH starts
+    and how long MATH waited for it (us)."""
+    return {
+        "stage": stage,
+        "load_a_start_us": ns_to_us(load_starts_ns[0]),
+        "load_b_start_us": ns_to_us(load_starts_ns[1]),
+        "math_start_us": ns_to_us(math_start_ns),
+        "math_wait_us": ns_to_us(math_wait_ns),
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,13 +18,12 @@ from perfmodel.gemm_ws import (
     Simulation,
     Tiling,
     WaveTimeModel,
-    ns_to_us,
     overall_time_closed_form_ns,
     simulate,
     simulate_closed_form,
     us_to_ns,
 )
-from perfmodel.pipeline import FigureInfo
+from perfmodel.pipeline import FigureInfo, answer_fields, timeline_row
 
 if TYPE_CHECKING:
     from perfmodel.calibration.gemm_ws_model import GemmWsResidualModel
@@ -149,31 +148,26 @@ class PaperPipeline:
 
     def answer_fields(self, prediction: Any, element_bytes: int) -> dict[str, object]:
         sim: Simulation = prediction
-        p, t = sim.durations, sim.tiling
+        p, depth = sim.durations, sim.tiling.buffer_depth
         math_bound = not sim.load_bound
-        return {
-            "t_load_a_us": ns_to_us(p.t_load_a_ns),
-            "t_load_b_us": ns_to_us(p.t_load_b_ns),
-            "t_math_us": ns_to_us(p.t_math_ns),
-            "math_wait_us": ns_to_us(sim.total_math_wait_ns),
-            "bound": "math" if math_bound else "load",
-            # docs/model-notes.md, async-copy 5: one CTA per SM; the DMA warp runs ahead into
-            # every slot only when MATH sets the pace
-            "ctas_per_sm": 1,
-            "stages_in_flight": t.buffer_depth if math_bound else min(t.buffer_depth, 2),
-            "load_latency_us": None,
-        }
+        # docs/model-notes.md, async-copy 5: one CTA per SM; the DMA warp runs ahead into
+        # every slot only when MATH sets the pace
+        in_flight = depth if math_bound else min(depth, 2)
+        return answer_fields(
+            (p.t_load_a_ns, p.t_load_b_ns),
+            p.t_math_ns,
+            sim.total_math_wait_ns,
+            "math" if math_bound else "load",
+            (1, in_flight),
+            None,
+        )
 
     def timeline_rows(self, prediction: Any) -> list[dict[str, float | int | None]]:
         sim: Simulation = prediction
         return [
-            {
-                "stage": e.stage,
-                "load_a_start_us": ns_to_us(e.load_a_start_ns),
-                "load_b_start_us": ns_to_us(e.load_b_start_ns),
-                "math_start_us": ns_to_us(e.math_start_ns),
-                "math_wait_us": ns_to_us(e.math_wait_ns),
-            }
+            timeline_row(
+                e.stage, (e.load_a_start_ns, e.load_b_start_ns), e.math_start_ns, e.math_wait_ns
+            )
             for e in sim.events
         ]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling, ns_to_us
-from perfmodel.pipeline import FigureInfo
+from perfmodel.pipeline import FigureInfo, answer_fields, timeline_row
 from perfmodel.pipelines.async_copy.recurrences import (
     AsyncDurationTable,
     AsyncSimulation,
@@ -132,29 +132,26 @@ class AsyncCopyPipeline:
         sim: AsyncSimulation = prediction
         d = sim.durations
         load_a_ns = a_share_ns(sim.tiling, d.issue_ns)
-        return {
-            "t_load_a_us": ns_to_us(load_a_ns),
-            "t_load_b_us": ns_to_us(d.issue_ns - load_a_ns),
-            "t_math_us": ns_to_us(d.math_ns),
-            "math_wait_us": ns_to_us(sim.total_math_wait_ns),
-            "bound": sim.bound.value,
-            "ctas_per_sm": sim.ctas_per_sm,
-            "stages_in_flight": sim.stages_in_flight,
-            "load_latency_us": ns_to_us(d.latency_ns),
-        }
+        return answer_fields(
+            (load_a_ns, d.issue_ns - load_a_ns),
+            d.math_ns,
+            sim.total_math_wait_ns,
+            sim.bound.value,
+            (sim.ctas_per_sm, sim.stages_in_flight),
+            d.latency_ns,
+        )
 
     def timeline_rows(self, prediction: Any) -> list[dict[str, float | int | None]]:
         sim: AsyncSimulation = prediction
         a_share = a_share_ns(sim.tiling, sim.durations.issue_ns)
         return [
-            {
-                "stage": e.stage,
-                "load_a_start_us": ns_to_us(e.issue_start_ns),
-                "load_b_start_us": ns_to_us(e.issue_start_ns + a_share),
-                "math_start_us": ns_to_us(e.math_start_ns),
-                "math_wait_us": ns_to_us(e.math_wait_ns),
-                "arrival_us": ns_to_us(e.arrival_ns),
-            }
+            timeline_row(
+                e.stage,
+                (e.issue_start_ns, e.issue_start_ns + a_share),
+                e.math_start_ns,
+                e.math_wait_ns,
+            )
+            | {"arrival_us": ns_to_us(e.arrival_ns)}
             for e in sim.events
         ]
 

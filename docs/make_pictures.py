@@ -33,9 +33,9 @@ from app.convert.tuning_table import build_table  # noqa: E402
 from app.schemas.predict import PredictKernelRequest  # noqa: E402
 from app.schemas.tuning_table import TuningTableRequest  # noqa: E402
 from device_profiles import get_profile  # noqa: E402
-from perfmodel.gemm_ws import GemmShape, Tiling, simulate  # noqa: E402
-from perfmodel.gemm_ws_async import SmLimits, simulate_async  # noqa: E402
+from perfmodel.gemm_ws import GemmShape, SmLimits, Tiling, simulate  # noqa: E402
 from perfmodel.manybsp import predict_kernel  # noqa: E402
+from perfmodel.pipelines.async_copy.recurrences import simulate_async  # noqa: E402
 from render import (  # noqa: E402
     async_timeline_svg,
     breakdown_svg,

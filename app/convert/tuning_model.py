@@ -21,17 +21,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.convert import explore
-from app.convert.candidates import problem_of
+from app.convert.candidates import prepare
 from app.schemas.optimize import CandidateIn, OptimizeTilingRequest
 from device_profiles import DeviceProfile
 from device_profiles.schema import PipelineModelName
 from perfmodel.errors import ModelInputError
-from perfmodel.gemm_ws import GemmShape, Simulation, Tiling, simulate
-from perfmodel.gemm_ws_async import AsyncSimulation, simulate_async
+from perfmodel.gemm_ws import GemmShape, Tiling
 from perfmodel.gemm_ws_scoring import Configurations, Figures, ScoreOverflow
-from solver.candidates import CandidateProblem, Rejection
-from solver.candidates_async import AsyncCandidateProblem
-from solver.explore import async_scorer, paper_scorer
+from perfmodel.pipeline import Prediction
+from solver.explore import scorer
+from solver.problem import CandidateProblem, Rejection
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,18 +69,18 @@ class TableModel:
             update={"candidates": listed, "search_space": None, "top_k": None}
         )
         self._profile = profile
-        self.device, problem = problem_of(self._request, profile)
-        assert isinstance(problem, CandidateProblem | AsyncCandidateProblem)
+        prepared = prepare(self._request, profile)
+        problem = prepared.problem
+        assert isinstance(problem, CandidateProblem)
+        self.device = prepared.device
         self._problem = problem
-        self.pipeline_model: PipelineModelName = (
-            "async-copy" if isinstance(problem, AsyncCandidateProblem) else "paper"
-        )
+        self.pipeline_model: PipelineModelName = problem.model.name
         self.tilings: tuple[Tiling, ...] = ()
         self.rejected: tuple[Rejection, ...] = ()
         self.rejected_counts: dict[str, int] = {}
         self._configs: Configurations | None = None
 
-    def _at(self, m: int) -> CandidateProblem | AsyncCandidateProblem:
+    def _at(self, m: int) -> CandidateProblem:
         shape = GemmShape(m, self._problem.shape.n, self._problem.shape.k)
         return dataclasses.replace(self._problem, shape=shape)
 
@@ -103,7 +102,7 @@ class TableModel:
         probability: list[float | None] = [None] * count
         low: list[float | None] = [None] * count
         high: list[float | None] = [None] * count
-        ranked: Sequence[Simulation | AsyncSimulation] = result.candidates
+        ranked: Sequence[Prediction] = result.candidates
         for rank, sim in enumerate(ranked):
             if solved.uncertainty:
                 i = index[sim.tiling]
@@ -124,12 +123,9 @@ class TableModel:
     def simulate_ns(self, tiling: Tiling, m: int) -> int:
         """The event simulator's overall time of ``tiling`` at ``m``, ns."""
         problem = self._at(m)
-        if isinstance(problem, AsyncCandidateProblem):
-            limits = problem.effective_limits
-            return simulate_async(
-                problem.shape, tiling, problem.machine, limits, problem.element_bytes
-            ).overall_time_ns
-        return simulate(problem.shape, tiling, problem.machine, problem.wave_model).overall_time_ns
+        return problem.model.simulate(
+            problem.shape, tiling, problem.machine, problem.element_bytes
+        ).overall_time_ns
 
     def times(self, ms: Sequence[int]) -> dict[int, list[int]]:
         """Point predictions (ns) of every feasible tiling at each M of ``ms``."""
@@ -142,13 +138,7 @@ class TableModel:
         out: dict[int, list[int]] = {}
         for m in ms:
             problem = self._at(m)
-            score = (
-                async_scorer(
-                    problem.shape, configs, problem.effective_limits, problem.element_bytes
-                )
-                if isinstance(problem, AsyncCandidateProblem)
-                else paper_scorer(problem.shape, configs, problem.wave_model)
-            )
+            score = scorer(problem.model, problem.shape, configs, problem.element_bytes)
             try:
                 out[m] = [int(t) for t in score(figures).overall_time_ns[0]]
             except ScoreOverflow:

@@ -30,8 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from app.convert.tuning_model import TableModel
-from app.convert.tuning_table import _template, configurations
+from app.convert.tuning_table import table_model
 from app.schemas.tuning_table import DEFAULT_GROUP_SIZE_M, DEFAULT_NUM_WARPS, TuningTableRequest
 from bench.common import command_line
 from device_profiles import get_profile
@@ -81,9 +80,7 @@ def record(n: int, k: int, noise_pct: float, path: Path) -> tuple[list[int], lis
          "device_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
     )  # fmt: skip
     keys = list(request.m_values)
-    tilings = list(dict.fromkeys(c.tiling for c in configurations(request, None)))
-    model = TableModel(_template(request, keys[0]), None, tilings)
-    model.rank(keys[0], 30.0)
+    model = table_model(request, None)
     times = model.times(keys)
     lines = []
     for i, t in enumerate(model.tilings):

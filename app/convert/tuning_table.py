@@ -183,7 +183,8 @@ def _file_name(request: TuningTableRequest, profile: DeviceProfile | None, devic
     return engine_file_name(fmt, request.n, request.k, name or device, request.dtype, (bn, bk))
 
 
-def _template(request: TuningTableRequest, m: int) -> OptimizeTilingRequest:
+def optimize_template(request: TuningTableRequest, m: int) -> OptimizeTilingRequest:
+    """The /optimize-tiling request each key's ranking is (``m`` replaced per key)."""
     return OptimizeTilingRequest.model_validate(
         {
             "m": m,
@@ -199,6 +200,15 @@ def _template(request: TuningTableRequest, m: int) -> OptimizeTilingRequest:
             "time_limit_s": request.time_limit_s,
         }
     )
+
+
+def table_model(request: TuningTableRequest, profile: DeviceProfile | None) -> TableModel:
+    """The model's view of the request's distinct tilings, its feasible ones known (ranked
+    once at the first key): what benches and tests ask for times and simulations."""
+    tilings = list(dict.fromkeys(c.tiling for c in configurations(request, profile)))
+    model = TableModel(optimize_template(request, min(request.m_values)), profile, tilings)
+    model.rank(min(request.m_values), request.time_limit_s, 1)
+    return model
 
 
 def _tiling_out(t: Tiling) -> TableTiling:
@@ -249,7 +259,7 @@ def build_table(
     first_of: dict[Tiling, TableConfig] = {}
     for config in configs:
         first_of.setdefault(config.tiling, config)
-    model = TableModel(_template(request, keys[0]), profile, list(first_of))
+    model = TableModel(optimize_template(request, keys[0]), profile, list(first_of))
     file_name = _file_name(request, profile, model.device)
     rankings: list[KeyRanking] = []
     # every tiling's uncertainty is needed when the choice may fall beyond the shortlist

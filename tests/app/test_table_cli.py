@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.convert.tuning_model import TableModel
-from app.convert.tuning_table import _template, configurations
+from app.convert.tuning_table import table_model
 from app.schemas.tuning_table import TuningTableRequest
 from kperf_client.cli import main
 from kperf_client.client import KperfClient
@@ -90,9 +89,7 @@ def test_verify_reaches_the_true_optimum_timing_few(tmp_path: Path) -> None:
         {"n": n, "k": k, "dtype": "fp16", "device_params": _truth(), "m_values": keys,
          "search_space": SPACE, "format": "json", "pipeline_model": "paper"}
     )  # fmt: skip
-    tilings = list(dict.fromkeys(c.tiling for c in configurations(truth, None)))
-    model = TableModel(_template(truth, keys[0]), None, tilings)
-    model.rank(keys[0], 30.0)
+    model = table_model(truth, None)
     times = model.times(keys)
     recorded = tmp_path / "runs.jsonl"
     with open(recorded, "w", encoding="utf-8") as f:

@@ -9,8 +9,7 @@ import random
 
 import pytest
 
-from app.convert.tuning_model import TableModel
-from app.convert.tuning_table import _template, build_table
+from app.convert.tuning_table import build_table, table_model
 from app.schemas.tuning_table import TuningTableRequest, TuningTableResponse
 from device_profiles import get_profile
 from perfmodel.gemm_ws import Tiling
@@ -25,12 +24,7 @@ DEPTHS = (2, 4)
 def _brute_worst_loss(answer: TuningTableResponse, request: TuningTableRequest) -> float:
     """max over every M of the range of t(entry of the nearest key, M) / t*(M) - 1, each time
     from the model's event simulator (not the scorer the table's bound reads)."""
-    profile = get_profile(request.device) if request.device else None
-    tilings = [
-        Tiling(tm, tn, tk, d) for tm in TILES_M for tn in TILES_N for tk in TILES_K for d in DEPTHS
-    ]
-    model = TableModel(_template(request, 1), profile, tilings)
-    model.rank(1, 30.0)
+    model = table_model(request, get_profile(request.device) if request.device else None)
     feasible = model.tilings
     keys = [e.m for e in answer.entries]
     chosen = {

@@ -4,7 +4,8 @@ Hierarchy::
 
     ValueError
     ├── InvalidSearchSpace        a dimension's list/range is empty or malformed (field named)
-    └── InfeasibleSearchSpace     every candidate breaks a hardware constraint
+    ├── InfeasibleSearchSpace     every candidate breaks a hardware constraint
+    └── UnknownDeviceName         no CUDA device name known for a table's file name
     RuntimeError
     └── SolverTimeout             the time limit expired before any configuration was found
     AssertionError
@@ -30,6 +31,19 @@ class InfeasibleSearchSpace(ValueError):
         self.rejected = rejected
         #: the request field holding the configurations: "search_space" or "candidates"
         self.field = field
+
+
+class UnknownDeviceName(ValueError):
+    """A serving engine's table is named after the GPU's CUDA name, and none is known for the
+    device (the request's ``device_name`` gives it)."""
+
+    def __init__(self, device: str) -> None:
+        self.field = "device_name"
+        self.reason = (
+            f"no CUDA device name is known for {device!r}: give device_name "
+            "(torch.cuda.get_device_name()) for the engine's file name, or format 'json'"
+        )
+        super().__init__(self.reason)
 
 
 class SolverTimeout(RuntimeError):

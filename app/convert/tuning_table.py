@@ -29,6 +29,7 @@ from device_profiles.provenance import provenance
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import Tiling, ns_to_us
 from solver import InfeasibleSearchSpace, InvalidSearchSpace, values_from_range
+from solver.errors import UnknownDeviceName
 from solver.tuning_table import (
     EngineFormat,
     engine_device_name,
@@ -91,7 +92,10 @@ def _compute_capability(request: TuningTableRequest, profile: DeviceProfile | No
 def _engine_int(params: dict[str, Any] | None, name: str, default: int, where: str) -> int:
     value = (params or {}).get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ModelInputError(where, f"params.{name} must be a positive integer, got {value!r}")
+        # params are opaque JSON to the schema: this rule is the table's own
+        raise InvalidSearchSpace(
+            f"{where}.params", f"{name} must be a positive integer, got {value!r}"
+        )
     return value
 
 
@@ -109,7 +113,7 @@ def configurations(request: TuningTableRequest, profile: DeviceProfile | None) -
         for i, c in enumerate(request.candidates):
             where = f"candidates.{i}"
             if quantized and block_k % c.tile_k:
-                raise ModelInputError(
+                raise InvalidSearchSpace(
                     f"{where}.tile_k", f"{c.tile_k} does not divide the block's K of {block_k}"
                 )
             out.append(
@@ -132,12 +136,12 @@ def configurations(request: TuningTableRequest, profile: DeviceProfile | None) -
     if quantized:
         bad = [t for t in tile_k if block_k % t]
         if "tile_k" in space.model_fields_set and bad:
-            raise ModelInputError(
+            raise InvalidSearchSpace(
                 "search_space.tile_k", f"{bad} do not divide the block's K of {block_k}"
             )
         tile_k = tuple(t for t in tile_k if not block_k % t)
         if not tile_k:
-            raise ModelInputError("block_shape", f"no default tile_k divides {block_k}")
+            raise InvalidSearchSpace("block_shape", f"no default tile_k divides {block_k}")
     dims = (
         _values("search_space.tile_m", space.tile_m),
         _values("search_space.tile_n", space.tile_n),
@@ -175,10 +179,7 @@ def _file_name(request: TuningTableRequest, profile: DeviceProfile | None, devic
                 "format 'json' for other dtypes",
             )
         if name is None:
-            raise ModelInputError(
-                "device_name",
-                "give the CUDA device name (torch.cuda.get_device_name()) for the file name",
-            )
+            raise UnknownDeviceName(device)
     bn, bk = request.block_shape
     return engine_file_name(fmt, request.n, request.k, name or device, request.dtype, (bn, bk))
 

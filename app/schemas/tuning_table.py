@@ -60,9 +60,36 @@ ConfigValues = Annotated[
 ]
 
 
+#: the engines' formats are block-quantized fp8 tables: with format vllm or sglang (the
+#: default) the dtype is fp8 (its default), and inline device_params need a device_name
+ENGINE_FORMAT_SCHEMA: dict[str, Any] = {
+    "allOf": [
+        {
+            "if": {"properties": {"format": {"enum": ["vllm", "sglang"]}}},
+            "then": {"properties": {"dtype": {"const": "fp8"}}},
+        },
+        {
+            "if": {
+                "required": ["device_params"],
+                "properties": {
+                    "device_params": {"type": "object"},
+                    "format": {"enum": ["vllm", "sglang"]},
+                },
+            },
+            "then": {
+                "required": ["device_name"],
+                "properties": {"device_name": {"type": "string"}},
+            },
+        },
+    ]
+}
+
+
 class TuningTableRequest(RequestModel):
     model_config = ConfigDict(
-        json_schema_extra={"allOf": [ONE_DEVICE_SCHEMA, SPACE_OR_CANDIDATES_SCHEMA]}
+        json_schema_extra={
+            "allOf": [ONE_DEVICE_SCHEMA, SPACE_OR_CANDIDATES_SCHEMA, ENGINE_FORMAT_SCHEMA]
+        }
     )
 
     n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
@@ -96,6 +123,7 @@ class TuningTableRequest(RequestModel):
         min_length=1,
         max_length=MAX_M_VALUES,
         description=f"the table's M keys, distinct (1..{MAX_M_VALUES}; default vLLM's 18)",
+        json_schema_extra={"uniqueItems": True},
     )
     search_space: TableSearchSpace | None = Field(
         default=None, description="tiles and depths to choose from (null: vLLM's tuning space)"

@@ -343,7 +343,10 @@ def build_table(
             z3_checks=chosen.z3_checks,
         ),
         search=TableSearchOut(
-            configurations=len(configs),
+            # a space asks for every num_warps and GROUP_SIZE_M listed with each tiling
+            configurations=len(configs)
+            if request.candidates is not None
+            else len(configs) * len(request.num_warps) * len(request.group_size_m),
             tilings=len(first_of),
             feasible_tilings=len(model.tilings),
             rejected=model.rejected_counts,

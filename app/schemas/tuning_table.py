@@ -259,7 +259,10 @@ class SelectionOut(BaseModel):
 
 
 class TableSearchOut(BaseModel):
-    configurations: int = Field(description="configurations asked for")
+    configurations: int = Field(
+        description="configurations asked for: the candidates, or the space's tilings times "
+        "its num_warps and group_size_m values (what exhaustive tuning times per key)"
+    )
     tilings: int = Field(description="distinct (tile_m, tile_n, tile_k, buffer_depth)")
     feasible_tilings: int
     rejected: dict[str, int] = Field(description="tilings rejected, per constraint")

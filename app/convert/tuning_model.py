@@ -2,9 +2,9 @@
 
 Two questions, both about a fixed list of distinct tilings of one (N, K) on one device:
 
-* :meth:`TableModel.rank` -- at one M, the certified ranking of every feasible tiling, as
-  ``POST /optimize-tiling`` answers a candidate list: predicted times, the Z3-proven optimum,
-  each tiling's ``probability_best`` and 10-90 % interval under the device's belief;
+* :meth:`TableModel.rank` -- at one M, the certified ranking of the feasible tilings, as
+  ``POST /optimize-tiling`` answers a candidate list: the Z3-proven optimum, and for the first
+  ``top_k`` their ``probability_best`` and 10-90 % interval under the device's belief;
 * :meth:`TableModel.times` -- at many M, the point prediction of every feasible tiling (the
   same exact scorer the certificate checks), for the loss bound between keys;
 * :meth:`TableModel.simulate_ns` -- one tiling at one M by the model's event simulator, stage

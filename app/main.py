@@ -93,6 +93,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "(`_cycles`); sizes in bytes (`_bytes`)."
         ),
         lifespan=lifespan,
+        # a body with no Content-Type is JSON (app/routes/json_body.py): FastAPI's default
+        # would hand the endpoint raw bytes, refused as "not a valid dictionary"
+        strict_content_type=False,
         # served with local assets by docs_ui (no CDN: air-gapped clusters)
         docs_url=None,
         redoc_url=None,

@@ -72,6 +72,10 @@ async def optimize_batch(
         raise RequestFieldError(
             "problems", f"at most {limit} problems per batch, got {len(body.problems)}; split it"
         )
+    # the schema's maximum of an item's time_limit_s (app/openapi.py) refuses the whole batch,
+    # as a schema-invalid item does, rather than giving that item an error
+    for index, item in enumerate(body.problems):
+        service.resolve_time_limit(item.time_limit_s, f"problems.{index}.time_limit_s")
     # one queue slot admits the whole batch; its items then share at most `workers` workers
     service.pool.admit()
     slots = asyncio.Semaphore(service.settings.workers)

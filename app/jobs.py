@@ -223,12 +223,17 @@ def predict_job(
     values = {n: float(getattr(core.device.device, n)) for n in beliefs.MANY_BSP_BELIEF_FIGURES}
     _, belief = beliefs.many_bsp_belief(profile, values)
     interval = predict_interval_cycles(core.device, result, belief)
+    # the lists' models are built for the page the request asks, not all of them
     full = predict_convert.to_response(
-        result, clock, interval, provenance(profile if request.device else None, "many-bsp")
+        result,
+        clock,
+        interval,
+        provenance(profile if request.device else None, "many-bsp"),
+        lists=False,
     )
     # the prediction is a pure function of the request and the profile: always cacheable
     return EncodedAnswer(
-        predict_convert.encode_view(full, request, summary_above_bytes), cacheable=True
+        predict_convert.encode_view(full, request, summary_above_bytes, result), cacheable=True
     )
 
 

@@ -119,8 +119,13 @@ def to_response(
     clock_mhz: float | None,
     interval_cycles: tuple[float, float] | None = None,
     origin: Provenance | None = None,
+    *,
+    lists: bool = True,
 ) -> PredictKernelResponse:
+    """The full answer; ``lists=False`` leaves the instruction and superstep lists empty (their
+    totals still counted) for :func:`encode_view` to build only the page a request asks for."""
     e = result.estimate
+    page = _page(result, 0, None) if lists else _page(result, 0, 0)
     return PredictKernelResponse(
         predicted_cycles_interval=list(interval_cycles) if interval_cycles else None,
         profile_provenance=provenance_out(origin) if origin is not None else None,
@@ -155,10 +160,8 @@ def to_response(
         l_c=e.l_c,
         l_m=e.l_m,
         l_b=e.l_b,
-        level1_supersteps=[_step(result, s) for s in result.level1],
-        level2_supersteps=[_step(result, s) for s in result.level2],
-        instructions=_instructions(result),
-        warnings=list(result.warnings),
+        **page,
+        warnings=_bounded(result.warnings),
         warp_roles=[_role(r) for r in result.roles],
         lists=ListsInfo(
             detail="full",
@@ -169,6 +172,18 @@ def to_response(
             note=None,
         ),
     )
+
+
+#: warnings an answer lists; the model may give one per line (a class the device does not
+#: cost, a loop without a trip count): 80,000 of them made a 6.5 MB "summary"
+MAX_WARNINGS = 100
+
+
+def _bounded(warnings: tuple[str, ...]) -> list[str]:
+    if len(warnings) <= MAX_WARNINGS:
+        return list(warnings)
+    left = len(warnings) - (MAX_WARNINGS - 1)
+    return [*warnings[: MAX_WARNINGS - 1], f"{left} more warnings left out"]
 
 
 def _role(r: RoleResult) -> WarpRoleOut:
@@ -192,31 +207,87 @@ def _role(r: RoleResult) -> WarpRoleOut:
 _RESPONSE_JSON = TypeAdapter(PredictKernelResponse)
 
 
+#: list items built and encoded at a time while :func:`encode_view` measures an answer
+_SIZE_PROBE_CHUNK = 1024
+_PAGE_JSON: dict[str, TypeAdapter[Any]] = {
+    "instructions": TypeAdapter(list[InstructionOut]),
+    "level1_supersteps": TypeAdapter(list[SuperstepModel]),
+    "level2_supersteps": TypeAdapter(list[SuperstepModel]),
+}
+
+
+def _page(result: PredictResult, start: int, stop: int | None) -> dict[str, list[Any]]:
+    """The three lists' models from ``start`` to ``stop`` (a list slice's bounds)."""
+    return {
+        "instructions": _instructions(result, start, stop),
+        "level1_supersteps": [_step(result, s) for s in result.level1[start:stop]],
+        "level2_supersteps": [_step(result, s) for s in result.level2[start:stop]],
+    }
+
+
+def _lists_exceed(result: PredictResult, start: int, stop: int | None, limit: int) -> bool:
+    """Whether the page's lists alone encode to more than ``limit`` bytes, found a chunk at a
+    time: their models (about 2 KB an instruction) and JSON never exist all at once, and the
+    count stops at the limit."""
+    size = 0
+    first, last, _ = slice(start, stop).indices(
+        max(len(result.costs), len(result.level1), len(result.level2))
+    )
+    for chunk in range(first, last, _SIZE_PROBE_CHUNK):
+        for name, models in _page(result, chunk, min(chunk + _SIZE_PROBE_CHUNK, last)).items():
+            size += len(_PAGE_JSON[name].dump_json(models))
+        if size > limit:
+            return True
+    return False
+
+
 def encode_view(
-    full: PredictKernelResponse, request: PredictKernelRequest, summary_above_bytes: int
+    full: PredictKernelResponse,
+    request: PredictKernelRequest,
+    summary_above_bytes: int,
+    result: PredictResult | None = None,
 ) -> bytes:
     """The JSON body of the answer the request asked for (``detail``, ``list_offset``,
     ``list_limit``) from the full answer; ``auto`` leaves the lists out above
-    ``summary_above_bytes``."""
+    ``summary_above_bytes``.
+
+    With ``result`` (``full`` then made with ``lists=False``), the lists' models are built from
+    it for the page asked, and an ``auto`` answer's size is measured a chunk at a time: a 2 MB
+    module's 150,000 instruction models took ~320 MB at once, and their JSON ~120 MB more,
+    only to be left out (bench/bench_ptx_memory.py)."""
     start = request.list_offset
     stop = None if request.list_limit is None else start + request.list_limit
     totals = full.lists
-    if request.detail != "summary":
-        page = full.model_copy(
-            update={
+    too_large = (
+        request.detail == "auto"
+        and result is not None
+        and _lists_exceed(result, start, stop, summary_above_bytes)
+    )
+    if request.detail != "summary" and not too_large:
+        lists: dict[str, Any] = (
+            _page(result, start, stop)
+            if result is not None
+            else {
                 "instructions": full.instructions[start:stop],
                 "level1_supersteps": full.level1_supersteps[start:stop],
                 "level2_supersteps": full.level2_supersteps[start:stop],
+            }
+        )
+        page = full.model_copy(
+            update={
+                **lists,
                 "lists": totals.model_copy(update={"detail": "full", "offset": start}),
             }
         )
         body = _RESPONSE_JSON.dump_json(page)
         if request.detail == "full" or len(body) <= summary_above_bytes:
             return body
+        too_large = True
+    if too_large:
         note = (
-            f"lists left out: with them this answer is {len(body)} bytes, above this server's "
-            f"limit of {summary_above_bytes} bytes for full answers; ask for detail=full, or "
-            "page with list_offset and list_limit"
+            f"lists left out: with them this answer is more than {summary_above_bytes} bytes, "
+            "this server's limit for full answers; ask for detail=full, or page with "
+            "list_offset and list_limit"
         )
     else:
         note = "lists left out: detail=summary was asked"
@@ -231,9 +302,14 @@ def encode_view(
     return _RESPONSE_JSON.dump_json(summary)
 
 
-def _instructions(result: PredictResult) -> list[InstructionOut]:
+def _instructions(
+    result: PredictResult, start: int = 0, stop: int | None = None
+) -> list[InstructionOut]:
+    """The instruction list's models from ``start`` to ``stop`` (a list slice's bounds)."""
     out = []
-    for i, (c, r) in enumerate(zip(result.costs, result.rows, strict=True)):
+    first, last, _ = slice(start, stop).indices(len(result.costs))
+    for i in range(first, last):
+        c, r = result.costs[i], result.rows[i]
         f = r.fu_cycles
         uncosted = result.class_keys[i] == UNCOSTED
         out.append(

@@ -3,7 +3,7 @@ response schema. Used by the route (early 4xx checks) and by the worker job alik
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -38,13 +38,27 @@ from perfmodel.manybsp.kernel import KernelTerms, kernel_terms
 MAX_PTX_BYTES = 2_000_000
 
 
-class PTXTooLarge(ValueError):
-    """The submitted PTX exceeds the size limit (413)."""
+#: the statement limit is one ``;`` per this many bytes of the byte limit (100,000 for 2 MB).
+#: The analysis costs memory and time per instruction, not per byte: within 2 MB, 4-byte
+#: ``ret;`` statements made 494,000 instructions and a 375 MB, 11 s CPU request, where nvcc's
+#: output averages about 30 bytes a statement (bench/bench_ptx_memory.py)
+BYTES_PER_STATEMENT = 20
 
-    def __init__(self, size_bytes: int, limit_bytes: int) -> None:
+
+class PTXTooLarge(ValueError):
+    """The submitted PTX exceeds the size limit, in bytes or in statements (413)."""
+
+    def __init__(self, size_bytes: int, limit_bytes: int, statements: int | None = None) -> None:
+        if statements is None:
+            reason = f"ptx is {size_bytes} bytes; the limit is {limit_bytes} bytes"
+        else:
+            reason = (
+                f"ptx has {statements} statements (';'); the limit is "
+                f"{limit_bytes // BYTES_PER_STATEMENT}, one per {BYTES_PER_STATEMENT} bytes of "
+                f"the {limit_bytes}-byte limit"
+            )
         super().__init__(
-            f"ptx is {size_bytes} bytes; the limit is {limit_bytes} bytes: submit one kernel's "
-            "module, or strip debug sections (.loc/.file) first"
+            f"{reason}: submit one kernel's module, or strip debug sections (.loc/.file) first"
         )
         self.size_bytes = size_bytes
         self.limit_bytes = limit_bytes
@@ -66,11 +80,16 @@ def resolve_device(
 
 
 def check_ptx_size(ptx: str, limit_bytes: int | None = None) -> None:
-    """Refuse PTX over ``limit_bytes`` UTF-8 bytes (default :data:`MAX_PTX_BYTES`)."""
+    """Refuse PTX over ``limit_bytes`` UTF-8 bytes (default :data:`MAX_PTX_BYTES`), or with
+    more statements than one per :data:`BYTES_PER_STATEMENT` bytes of that limit (each ``;``
+    counted, comments' too: an upper bound on the instructions, found without parsing)."""
     limit = MAX_PTX_BYTES if limit_bytes is None else limit_bytes
     size = len(ptx.encode("utf-8"))
     if size > limit:
         raise PTXTooLarge(size, limit)
+    statements = ptx.count(";")
+    if statements > limit // BYTES_PER_STATEMENT:
+        raise PTXTooLarge(size, limit, statements)
 
 
 def launch_to_core(
@@ -207,13 +226,15 @@ def _role(r: RoleResult) -> WarpRoleOut:
 _RESPONSE_JSON = TypeAdapter(PredictKernelResponse)
 
 
-#: list items built and encoded at a time while :func:`encode_view` measures an answer
-_SIZE_PROBE_CHUNK = 1024
+#: list items built and encoded at a time by :func:`encode_view`
+_CHUNK = 1024
 _PAGE_JSON: dict[str, TypeAdapter[Any]] = {
     "instructions": TypeAdapter(list[InstructionOut]),
     "level1_supersteps": TypeAdapter(list[SuperstepModel]),
     "level2_supersteps": TypeAdapter(list[SuperstepModel]),
 }
+#: the models of the lists' items from one index to another
+_Items = Callable[[int, int], dict[str, list[Any]]]
 
 
 def _page(result: PredictResult, start: int, stop: int | None) -> dict[str, list[Any]]:
@@ -225,20 +246,21 @@ def _page(result: PredictResult, start: int, stop: int | None) -> dict[str, list
     }
 
 
-def _lists_exceed(result: PredictResult, start: int, stop: int | None, limit: int) -> bool:
-    """Whether the page's lists alone encode to more than ``limit`` bytes, found a chunk at a
-    time: their models (about 2 KB an instruction) and JSON never exist all at once, and the
-    count stops at the limit."""
+def _lists_json(items: _Items, first: int, last: int, budget: int | None) -> list[bytes] | None:
+    """``"name":[...]`` of each list from ``first`` to ``last``, encoded a chunk at a time (the
+    models of one chunk exist at once, not of the whole list); None once they pass ``budget``
+    bytes."""
+    parts: dict[str, list[bytes]] = {name: [] for name in _PAGE_JSON}
     size = 0
-    first, last, _ = slice(start, stop).indices(
-        max(len(result.costs), len(result.level1), len(result.level2))
-    )
-    for chunk in range(first, last, _SIZE_PROBE_CHUNK):
-        for name, models in _page(result, chunk, min(chunk + _SIZE_PROBE_CHUNK, last)).items():
-            size += len(_PAGE_JSON[name].dump_json(models))
-        if size > limit:
-            return True
-    return False
+    for chunk in range(first, last, _CHUNK):
+        for name, models in items(chunk, min(chunk + _CHUNK, last)).items():
+            if models:
+                encoded = _PAGE_JSON[name].dump_json(models)[1:-1]  # without its brackets
+                parts[name].append(encoded)
+                size += len(encoded) + 1
+        if budget is not None and size > budget:
+            return None
+    return [b'"%s":[%s]' % (name.encode(), b",".join(p)) for name, p in parts.items()]
 
 
 def encode_view(
@@ -251,46 +273,48 @@ def encode_view(
     ``list_limit``) from the full answer; ``auto`` leaves the lists out above
     ``summary_above_bytes``.
 
-    With ``result`` (``full`` then made with ``lists=False``), the lists' models are built from
-    it for the page asked, and an ``auto`` answer's size is measured a chunk at a time: a 2 MB
-    module's 150,000 instruction models took ~320 MB at once, and their JSON ~120 MB more,
-    only to be left out (bench/bench_ptx_memory.py)."""
+    With ``result`` (``full`` then made with ``lists=False``) the lists' models are built from
+    it. Either way the lists are encoded a chunk at a time, and an ``auto`` answer stops
+    encoding at the limit: a 2 MB module's 150,000 instruction and superstep models took
+    ~320 MB at once, and their JSON ~120 MB more, only to be left out
+    (bench/bench_ptx_memory.py)."""
     start = request.list_offset
     stop = None if request.list_limit is None else start + request.list_limit
     totals = full.lists
-    too_large = (
-        request.detail == "auto"
-        and result is not None
-        and _lists_exceed(result, start, stop, summary_above_bytes)
-    )
-    if request.detail != "summary" and not too_large:
-        lists: dict[str, Any] = (
-            _page(result, start, stop)
+    note = "lists left out: detail=summary was asked"
+    if request.detail != "summary":
+        items: _Items = (
+            (lambda a, b: _page(result, a, b))
             if result is not None
-            else {
-                "instructions": full.instructions[start:stop],
-                "level1_supersteps": full.level1_supersteps[start:stop],
-                "level2_supersteps": full.level2_supersteps[start:stop],
-            }
+            else (
+                lambda a, b: {
+                    "instructions": full.instructions[a:b],
+                    "level1_supersteps": full.level1_supersteps[a:b],
+                    "level2_supersteps": full.level2_supersteps[a:b],
+                }
+            )
         )
-        page = full.model_copy(
-            update={
-                **lists,
-                "lists": totals.model_copy(update={"detail": "full", "offset": start}),
-            }
+        longest = max(
+            totals.instructions_total,
+            totals.level1_supersteps_total,
+            totals.level2_supersteps_total,
         )
-        body = _RESPONSE_JSON.dump_json(page)
-        if request.detail == "full" or len(body) <= summary_above_bytes:
-            return body
-        too_large = True
-    if too_large:
+        first, last, _ = slice(start, stop).indices(longest)
+        budget = summary_above_bytes if request.detail == "auto" else None
+        lists = _lists_json(items, first, last, budget)
+        if lists is not None:
+            page = full.model_copy(
+                update={"lists": totals.model_copy(update={"detail": "full", "offset": start})}
+            )
+            head = _RESPONSE_JSON.dump_json(page, exclude=set(_PAGE_JSON))
+            body = b"".join((head[:-1], b",", b",".join(lists), b"}"))
+            if request.detail == "full" or len(body) <= summary_above_bytes:
+                return body
         note = (
             f"lists left out: with them this answer is more than {summary_above_bytes} bytes, "
             "this server's limit for full answers; ask for detail=full, or page with "
             "list_offset and list_limit"
         )
-    else:
-        note = "lists left out: detail=summary was asked"
     summary = full.model_copy(
         update={
             "instructions": [],

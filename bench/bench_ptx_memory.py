@@ -9,14 +9,16 @@ most statements the limit admits: one per ``BYTES_PER_STATEMENT`` bytes (app/con
 - ``load``: strided global loads (n_ma inferred from the %tid.x stride of each);
 - ``branches``: a chain of labels and branches (a basic block each);
 - ``loops``: three-statement loops (padded to four statements' bytes), each its own natural
-  loop with an unknown trip count.
+  loop with an unknown trip count;
+- ``nested``: loops nested in one another, as deep as the module admits.
 
 Each run is a fresh interpreter that first answers a small module (imports and caches warm, as
 in a worker), then answers the shape as the worker job does (``app.jobs.predict_job``: parse,
 model, response encoding; registers given, so ptxas is not run) with the default ``detail``
 (``auto``) or ``full``. Reported: the growth of the peak RSS over the warm process (ru_maxrss)
-and wall and CPU time, medians over ``--repeats``. ``--baseline-root`` runs the same children
-on another checkout (e.g. main) in the same run, for the ratio.
+and wall and CPU time, medians over ``--repeats``; the body's size, or a refusal's 422 reason.
+``--baseline-root`` runs the same children on another checkout (e.g. main) in the same run,
+for the ratio.
 
 Run: .venv/bin/python bench/bench_ptx_memory.py [--repeats 3] [--baseline-root ../main]
 """
@@ -76,7 +78,15 @@ def _unit(shape: str, i: int) -> tuple[str, int]:
     raise ValueError(shape)
 
 
-SHAPES = ("alu", "barrier", "load", "branches", "loops")
+def _nested(i: int, n: int) -> tuple[str, int]:
+    """The ``i``-th of ``2 n`` lines of ``n`` nested loops: headers, then latches innermost
+    first."""
+    if i < n:
+        return _pad(f"N{i}:or.b32 %r2,%r2,1;\n", 2), 1
+    return _pad(f"@%p1 bra N{2 * n - 1 - i};\n", 1), 1
+
+
+SHAPES = ("alu", "barrier", "load", "branches", "loops", "nested")
 
 
 def module(shape: str, limit_bytes: int = LIMIT_BYTES) -> str:
@@ -86,8 +96,12 @@ def module(shape: str, limit_bytes: int = LIMIT_BYTES) -> str:
     size = len(HEAD) + len(TAIL) + 16
     statements = HEAD.count(";") + TAIL.count(";")
     i = 0
+    # nested: as many loops as the bytes and statements admit, each a header and a latch
+    n = min(cap // 2, (limit_bytes - size) // (3 * BYTES_PER_STATEMENT))
     while True:
-        text, count = _unit(shape, i)
+        if shape == "nested" and i == 2 * n:
+            break
+        text, count = _nested(i, n) if shape == "nested" else _unit(shape, i)
         if statements + count > cap or size + len(text) > limit_bytes - 16:
             break
         parts.append(text)
@@ -118,11 +132,14 @@ warm = sys.argv[2]
 predict_job(request(warm), profile, 2_000_000, 1 << 20)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 wall, cpu = time.perf_counter(), time.process_time()
-body = predict_job(request(shape_ptx), profile, 2_000_000, 1 << 20).body
+try:
+    answer = "%d B" % len(predict_job(request(shape_ptx), profile, 2_000_000, 1 << 20).body)
+except ValueError as exc:  # a ModelInputError: the service's 422
+    answer = "422: " + str(exc)[:60]
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"growth_bytes": peak - before, "wall_s": wall, "cpu_s": cpu,
-                  "answer_bytes": len(body), "warm_bytes": before}))
+                  "answer": answer, "warm_bytes": before}))
 """
 
 
@@ -180,7 +197,7 @@ def main() -> None:
                 f"| {shape} | {detail} | {name} | {len(ptx.encode())} | {ptx.count(';')} | "
                 f"{_cell(runs, 'growth_bytes', 2**20, '{:.0f} MiB')} | "
                 f"{_cell(runs, 'wall_s', 1, '{:.2f} s')} | {_cell(runs, 'cpu_s', 1, '{:.2f} s')} | "
-                f"{_cell(runs, 'answer_bytes', 1, '{:.0f} B')} |",
+                f"{'timeout' if runs[-1].get('timeout') else runs[-1]['answer']} |",
                 flush=True,
             )
     print(f"load average after the runs: {Path('/proc/loadavg').read_text().split()[:3]}")

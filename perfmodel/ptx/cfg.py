@@ -7,9 +7,11 @@ header are merged. A loop's header label is what the Many-BSP level-1 supersteps
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from perfmodel.errors import ModelInputError
 from perfmodel.ptx.ir import Function, Instruction, _int_literal
 
 __all__ = ["BasicBlock", "Loop", "build_cfg", "dominators", "find_loops"]
@@ -205,10 +207,20 @@ def _dominates(interval: Sequence[tuple[int, int]], a: int, b: int) -> bool:
     return a_in <= b_in and b_out <= a_out and b_in >= 0
 
 
+#: the loop bodies of a function may hold at most this many times its blocks in all (each
+#: block counted once per loop around it: the mean nesting depth). The analysis of a loop
+#: costs time and memory per block of its body, so 33,000 loops nested in one another (2 MB
+#: of PTX) cost quadratically: 312 MB at 80 KB already. nvcc's kernels nest a few deep.
+MAX_MEAN_LOOP_DEPTH = 32
+
+
 def find_loops(fn: Function, blocks: Sequence[BasicBlock]) -> tuple[Loop, ...]:
-    """Natural loops of ``fn``, outer loops before the loops they contain."""
+    """Natural loops of ``fn``, outer loops before the loops they contain; a
+    :class:`ModelInputError` when they nest deeper than :data:`MAX_MEAN_LOOP_DEPTH` on
+    average."""
     if not blocks:
         return ()
+    budget = MAX_MEAN_LOOP_DEPTH * len(blocks)
     idom = dominators(blocks)
     interval = _dominator_intervals(idom)
     reachable = {0} | {b for b, d in enumerate(idom) if d is not None}
@@ -225,6 +237,14 @@ def find_loops(fn: Function, blocks: Sequence[BasicBlock]) -> tuple[Loop, ...]:
                     if x in body:
                         continue
                     body.add(x)
+                    budget -= 1
+                    if budget < 0:
+                        raise ModelInputError(
+                            "ptx",
+                            f"loops of {fn.name} nest more than {MAX_MEAN_LOOP_DEPTH} deep on "
+                            f"average over its {len(blocks)} basic blocks: not modelled "
+                            "(the analysis costs each loop's whole body)",
+                        )
                     stack.extend(p for p in blocks[x].predecessors if p in reachable)
     headers = sorted(bodies, key=lambda h: (-len(bodies[h]), h))
     parent_of: dict[int, int | None] = {}
@@ -387,6 +407,15 @@ def _infer_trip_count(
     loop_idx = sorted(i for b in body for i in range(blocks[b].start, blocks[b].end))
     loop_set = set(loop_idx)
 
+    def loop_defs(reg: str) -> list[int]:
+        """The instructions of the loop defining ``reg``: only the defs within the loop's span
+        are looked at (a register written by each of 25,000 loops made every loop scan all
+        of its defs: quadratic)."""
+        defs = defs_of.get(reg, [])
+        lo = bisect.bisect_left(defs, loop_idx[0])
+        hi = bisect.bisect_right(defs, loop_idx[-1])
+        return [i for i in defs[lo:hi] if i in loop_set]
+
     def const_of(text: str) -> int | None:
         v = _int_literal(text)
         if v is not None:
@@ -408,7 +437,7 @@ def _infer_trip_count(
 
     # the compared value is either the counter itself or counter + constant
     def single_loop_def(reg: str) -> tuple[int, Instruction] | None:
-        ds = [(i, instrs[i]) for i in defs_of.get(reg, ()) if i in loop_set]
+        ds = [(i, instrs[i]) for i in loop_defs(reg)]
         return ds[0] if len(ds) == 1 and ds[0][1].guard is None else None
 
     def add_step(ins: Instruction, reg: str | None) -> tuple[str, int] | None:
@@ -450,8 +479,11 @@ def _infer_trip_count(
         if step_index < var_def_index:
             extra += step
         step_index = var_def_index
-    outside = [instrs[i] for i in defs_of.get(counter, ()) if i not in loop_set]
-    if len(outside) != 1 or not _is_plain_mov(outside[0]):
+    every = defs_of.get(counter, [])
+    if len(every) - len(loop_defs(counter)) != 1:
+        return None  # not one def outside the loop (counted without scanning them all)
+    outside = [instrs[i] for i in every if i not in loop_set]
+    if not _is_plain_mov(outside[0]):
         return None
     init = const_of(outside[0].operands[1].text)
     if init is None:

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.auth import Forbidden, Unauthorized
+from app.convert.optimize import DtypeNotServed
 from app.convert.predict import PTXTooLarge
 from app.negotiation import JSONNotAcceptable, PicturesUnavailable
 from app.pool import (
@@ -229,6 +230,11 @@ async def _field_handler(request: Request, exc: Exception) -> JSONResponse:
     return field_error(422, "Invalid request", exc.field, exc.reason)
 
 
+async def _dtype_not_served_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DtypeNotServed)
+    return field_error(422, "Dtype not served by device", exc.field, exc.reason)
+
+
 async def _unfittable_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UnfittableMeasurements)
     return field_error(422, "Unfittable measurements", exc.field, exc.reason)
@@ -373,6 +379,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestedItemMissing: _item_missing_handler,
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
     UnfittableMeasurements: _unfittable_handler,  # more specific too: a type of its own
+    DtypeNotServed: _dtype_not_served_handler,  # likewise
     NameTaken: _name_taken_handler,
     UnknownRun: _unknown_run_handler,
     Unauthorized: _unauthorized_handler,

@@ -109,3 +109,12 @@ def test_batch_item_time_limit_above_the_schema_maximum_is_422(live_server: str)
     response = httpx.post(f"{live_server}/optimize-tiling/batch", json=body, timeout=60)
     assert response.status_code == 200
     assert response.json()["items"][0]["status"] == "ok"
+
+
+def test_a_dtype_the_device_lacks_is_its_own_problem_type(live_server: str) -> None:
+    """Schema-valid, refused by the profile's content: a type of its own (README, API notes),
+    not the generic invalid-request a schema violation gets."""
+    response = httpx.post(f"{live_server}/optimize-tiling", json=problem(dtype="fp8"), timeout=60)
+    assert response.status_code == 422, response.text
+    assert response.json()["type"].endswith("/dtype-not-served-by-device")
+    assert response.json()["errors"][0]["field"] == "dtype"

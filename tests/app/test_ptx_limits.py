@@ -24,7 +24,7 @@ from bench.bench_ptx_memory import measure, module
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp import predict_kernel
 from perfmodel.ptx import build_cfg, find_loops, parse_module
-from perfmodel.ptx.cfg import MAX_MEAN_LOOP_DEPTH
+from perfmodel.ptx.cfg import MAX_LOOP_DEPTH, MAX_MEAN_LOOP_DEPTH
 from tests.paper_cases import large_answer_body, paper_case, paper_http_body
 
 #: the stated bound on the peak RSS one /predict-kernel analysis adds to a worker (README,
@@ -44,12 +44,13 @@ def test_statements_past_the_limit_are_refused_before_parsing() -> None:
 
 
 def test_loops_nested_too_deep_are_a_422() -> None:
-    def nest(depth: int) -> str:
+    def nest(depth: int, straight_blocks: int = 0) -> str:
         heads = "".join(f"N{i}:\nadd.s32 %r2, %r2, 1;\n" for i in range(depth))
         latches = "".join(f"@%p1 bra N{i};\n" for i in reversed(range(depth)))
+        after = "".join(f"S{i}:\nadd.s32 %r2, %r2, 1;\n" for i in range(straight_blocks))
         return (
             ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n"
-            ".reg .pred %p<2>;\n.reg .b32 %r<3>;\n" + heads + latches + "ret;\n}\n"
+            ".reg .pred %p<2>;\n.reg .b32 %r<3>;\n" + heads + latches + after + "ret;\n}\n"
         )
 
     def loops(text: str) -> int:
@@ -60,7 +61,12 @@ def test_loops_nested_too_deep_are_a_422() -> None:
     assert loops(nest(MAX_MEAN_LOOP_DEPTH)) == MAX_MEAN_LOOP_DEPTH
     with pytest.raises(ModelInputError) as info:
         loops(nest(4 * MAX_MEAN_LOOP_DEPTH))
-    assert info.value.field == "ptx" and "nest more than" in info.value.reason
+    assert info.value.field == "ptx" and "not modelled" in info.value.reason
+    # shallow on average (straight code after the nest) but deeper than the maximum
+    depth = MAX_LOOP_DEPTH + 20
+    with pytest.raises(ModelInputError) as info:
+        loops(nest(depth, straight_blocks=depth * depth // MAX_MEAN_LOOP_DEPTH))
+    assert f"nest {depth} deep at most" in info.value.reason
 
 
 HOTSPOT = paper_http_body(paper_case("hotspot-gtx-760"))

@@ -112,11 +112,11 @@ async def calibrate(
     documents, order = convert.canonical(measurements)
     digest = convert.measurements_digest(documents)
     device_id = convert.calibrated_id(
-        root, base, convert.fit_key(model, pipeline_model), names, digest, MODEL_VERSION
+        root, base, convert.fit_key(model, pipeline_model), names, digest, MODEL_VERSION, tenant
     )
     if name is not None:
         # refuse a taken name before fitting; set_alias checks again when it writes
-        await asyncio.to_thread(profiles.check_alias, name, device_id, moving_alias_from)
+        await asyncio.to_thread(profiles.check_alias, tenant, name, device_id, moving_alias_from)
     try:
         fitted = await calibrate_via_pool(
             service,
@@ -147,7 +147,9 @@ async def calibrate(
     )
     created = await asyncio.to_thread(profiles.save, profile, model, documents, tenant)
     if name is not None:
-        await asyncio.to_thread(profiles.set_alias, name, device_id, moving_from=moving_alias_from)
+        await asyncio.to_thread(
+            profiles.set_alias, tenant, name, device_id, moving_from=moving_alias_from
+        )
     return CalibrateResponse(
         **fitted.model_dump(),
         device=device_id,
@@ -172,7 +174,7 @@ async def calibrate_request(
             "give either base_device (a profile id, GET /devices) or base_device_params",
         )
     if request.base_device is not None:
-        base = await service.resolve_profile(request.base_device, field="base_device")
+        base = await service.resolve_profile(request.base_device, principal, field="base_device")
         base_id = base.id
         root = base.calibration.root_device if base.calibration is not None else base.id
     else:
@@ -217,7 +219,7 @@ async def add_measurements(
 ) -> MeasurementsAdded:
     """POST /devices/{id}/measurements: validate against the device, then append (the store
     caps the record in the same step that writes it)."""
-    profile = await service.resolve_profile(device_ref)
+    profile = await service.resolve_profile(device_ref, principal)
     record_id, tenant = await _writable_record(service, principal, profile)
     profiles = service.profile_store
     ready, _ = convert.fit_ready(
@@ -231,6 +233,7 @@ async def add_measurements(
     except CalibrationInputError as exc:
         raise CalibrationInputError(convert.request_field(exc.field), exc.reason) from None
     appended = await asyncio.to_thread(profiles.append, record_id, tenant, request.model, documents)
+    await service.touch(record_id)
     return MeasurementsAdded(
         device=profile.id,
         model=request.model,
@@ -247,7 +250,7 @@ async def measurement_record(
     service: Service, principal: Principal, device_ref: str
 ) -> MeasurementRecord:
     """GET /devices/{id}/measurements (for a shipped id: the caller's own draft record)."""
-    profile = await service.resolve_profile(device_ref)
+    profile = await service.resolve_profile(device_ref, principal)
     record_id = record_of(profile.id, principal.tenant, service.profile_store.shipped)
     record = await asyncio.to_thread(service.profile_store.record, record_id)
     gemm_ws, many_bsp = record.get("gemm-ws", []), record.get("many-bsp", [])
@@ -281,7 +284,7 @@ async def delete_runs(
     digest: str | None = None,
 ) -> RunsDeleted:
     """DELETE /devices/{id}/measurements/batches/{batch} and .../runs/{digest}."""
-    profile = await service.resolve_profile(device_ref)
+    profile = await service.resolve_profile(device_ref, principal)
     record_id, tenant = await _writable_record(service, principal, profile)
     deleted, total = await asyncio.to_thread(
         service.profile_store.delete_runs, record_id, tenant, batch=batch, digest=digest
@@ -294,7 +297,7 @@ async def delete_profile(service: Service, principal: Principal, device_ref: str
     need no purge: their keys hold the profile's content digest (``service.versions_for``),
     which no lookup reaches once the id is gone, and identical content made again would
     answer the same."""
-    profile = await service.resolve_profile(device_ref)
+    profile = await service.resolve_profile(device_ref, principal)
     profiles = service.profile_store
     if profile.id in profiles.shipped:
         raise Forbidden("device", f"{profile.id} is a shipped profile: read-only, never deleted")
@@ -340,7 +343,7 @@ async def recalibrate(
 ) -> CalibrateResponse:
     """POST /devices/{id}/recalibrate: refit from every recorded run, a new profile id (of the
     device's owner; for a shipped id, of the caller, from the caller's draft record)."""
-    profile = await service.resolve_profile(device_ref)
+    profile = await service.resolve_profile(device_ref, principal)
     profiles = service.profile_store
     record_id, tenant = await _writable_record(service, principal, profile)
     record = await asyncio.to_thread(profiles.record, record_id)
@@ -363,7 +366,7 @@ async def recalibrate(
         if calibration.model == model:
             fit = fit if fit is not None else list(calibration.fitted)
             if calibration.base_device != convert.INLINE:
-                base = await service.resolve_profile(calibration.base_device)
+                base = await service.resolve_profile(calibration.base_device, principal)
                 base_id = base.id
     # recalibrating a device through its alias moves the alias to the new profile
     alias = device_ref if device_ref != profile.id else None

@@ -25,7 +25,7 @@ from app.pool import (
     WorkerMemoryExceeded,
     WorkerTimeout,
 )
-from app.profile_store import NameTaken, StoredProfileUnavailable, UnknownRun
+from app.profile_store import DeviceGone, NameTaken, StoredProfileUnavailable, UnknownRun
 from app.schemas.devices import calibrate_hint
 from app.service import RequestedItemMissing, RequestFieldError, RequestStateConflict
 from app.store import CapExceeded, StoreUnavailable
@@ -266,6 +266,12 @@ async def _unknown_run_handler(request: Request, exc: Exception) -> JSONResponse
     return field_error(404, "Not found", exc.field, exc.reason)
 
 
+async def _device_gone_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DeviceGone)
+    reason = f"{exc.device_id} was deleted meanwhile: nothing stored; GET /devices lists yours"
+    return field_error(404, "Unknown device", "device", reason)
+
+
 async def _unauthorized_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, Unauthorized)
     return field_error(
@@ -375,6 +381,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     UnfittableMeasurements: _unfittable_handler,  # more specific too: a type of its own
     NameTaken: _name_taken_handler,
     UnknownRun: _unknown_run_handler,
+    DeviceGone: _device_gone_handler,
     Unauthorized: _unauthorized_handler,
     Forbidden: _forbidden_handler,
     CapExceeded: _cap_handler,

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from app.auth import Principal
 from app.convert import candidates as candidates_convert
 from app.convert import optimize as optimize_convert
 from app.convert import predict as predict_convert
@@ -73,14 +74,14 @@ def _profile_json(profile: DeviceProfile | None) -> dict[str, Any] | None:
 
 
 async def request_profile(
-    service: Service, request: OptimizeTilingRequest | PredictKernelRequest
+    service: Service, request: OptimizeTilingRequest | PredictKernelRequest, viewer: Principal
 ) -> DeviceProfile | None:
     """The profile ``request.device`` names (shipped id, calibrated id or name); None for
     inline device_params (with both given, the conversion refuses the request). Resolved
     once per request, in the parent: jobs get the profile itself, workers never look up."""
     if request.device is None or request.device_params is not None:
         return None
-    return await service.resolve_profile(request.device)
+    return await service.resolve_profile(request.device, viewer)
 
 
 def optimize_job(

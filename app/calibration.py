@@ -11,9 +11,11 @@ Recalibration refits from the device's whole record. A device calibrated for the
 again from the profile it was calibrated from (so the same runs reach the same id whichever
 way they were posted); any other device starts from itself.
 
-Ownership (issue 20): a calibrated profile and its record belong to the tenant that created it;
-only that tenant or an admin may post runs to it, recalibrate it (which moves its name) or
-delete it. Shipped profiles are nobody's and read-only: runs posted "for" a shipped id go to
+Ownership: a calibrated profile and its record belong to the tenant that created it, whose
+name is part of its id (``convert.calibrated_id``); only that tenant or an admin may post runs
+to it, recalibrate it (which moves the owner's name) or delete it. Names are looked up in the
+caller's tenant's namespace, and set in the owner's (``app/profile_store.py``). Shipped
+profiles are nobody's and read-only: runs posted "for" a shipped id go to
 the caller's own draft record of it (``<tenant>@<id>``, ``profile_store.record_of``), and
 recalibrating the shipped id from that draft makes a calibrated device of the caller's. Caps
 (runs per device, profiles and bytes per tenant) are enforced by the store's own transaction.

@@ -66,8 +66,10 @@ WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 async def list_devices(
     service: ServiceDep, principal: ReaderDep, http_request: Request
 ) -> DeviceList:
-    """List the shipped and calibrated profiles, the models each serves, each model's status,
-    and a calibrated profile's aliases and provenance; while the shared store is unavailable,
+    """List the shipped profiles and the calibrated ones the caller may read (every tenant's
+    unless the server requires tokens for reads: then the caller's own), the models each
+    serves, each model's status, a calibrated profile's provenance and the caller's names
+    for it (`aliases`); while the shared store is unavailable,
     the shipped profiles and `stored_profiles` saying why no calibrated one is listed."""
     require_json(http_request.headers.get("accept"))
     listing = await asyncio.to_thread(service.profile_store.listing, principal)

@@ -23,14 +23,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_S = 3.0
-POST_RUNS = 1_000
 
 
 def measure(count: int, repeats: int) -> tuple[list[float], list[float], list[int]]:
     """Wall seconds of each recalibration, the worker's CPU seconds and the status of each."""
     from app.settings import Settings
     from kperf_client.client import KperfClient
-    from tests.app.test_recalibrate_history import history
+    from tests.app.test_recalibrate_history import history, store_history
 
     runs = history(count)
 
@@ -44,18 +43,7 @@ def measure(count: int, repeats: int) -> tuple[list[float], list[float], list[in
             )
             async with KperfClient(settings=settings) as client:
                 http = client.http
-                made = await http.post(
-                    "/calibrate",
-                    json={"model": "gemm-ws", "base_device": "rtx-a6000", "name": "long",
-                          "measurements": runs[:9], "time_limit_s": 120},
-                )  # fmt: skip
-                assert made.status_code == 200, made.text
-                for start in range(9, count, POST_RUNS):
-                    added = await http.post(
-                        "/devices/long/measurements",
-                        json={"model": "gemm-ws", "measurements": runs[start : start + POST_RUNS]},
-                    )
-                    assert added.status_code == 200, added.text
+                await store_history(http, runs, "long")
                 walls, cpus, statuses = [], [], []
                 for _ in range(repeats):
                     cpu = _children_cpu_s()

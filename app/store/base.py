@@ -13,16 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.store.transaction import (
-    COUNTERS,
-    Counter,
-    Delete,
-    Expect,
-    Outcome,
-    Put,
-    check_expects,
-    plan,
-)
+from app.store.transaction import COUNTERS, Counter, Delete, Expect, Outcome, Put, plan
 
 
 class StoreUnavailable(RuntimeError):
@@ -230,12 +221,9 @@ class MemoryStore(Store):
             for slot in slots:
                 value = self._live(slot, now)
                 existing[slot] = None if value is None else len(value)
-            check_expects(
-                expects,
-                {(e.namespace, e.key): self._live((e.namespace, e.key), now) for e in expects},
-            )
+            found = {(e.namespace, e.key): self._live((e.namespace, e.key), now) for e in expects}
             current = {c.key: self._count(c.key, now) for c in counters}
-            totals, writing = plan(counters, current, puts, existing, deletes)
+            totals, writing = plan(counters, current, puts, existing, deletes, expects, found)
             for put in writing:
                 self._data[(put.namespace, put.key)] = (bytes(put.value), None)
             for d in deletes:

@@ -20,16 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from app.store.base import Store, StoreUnavailable, check_ttl_s
-from app.store.transaction import (
-    COUNTERS,
-    Counter,
-    Delete,
-    Expect,
-    Outcome,
-    Put,
-    check_expects,
-    plan,
-)
+from app.store.transaction import COUNTERS, Counter, Delete, Expect, Outcome, Put, plan
 
 R = TypeVar("R")
 
@@ -298,9 +289,8 @@ class SqliteStore(Store):
                         (e.namespace, e.key, now),
                     ).fetchone()
                     found[(e.namespace, e.key)] = None if row is None else bytes(row[0])
-                check_expects(expects, found)
                 current = {c.key: _count(conn, c.key, now) for c in counters}
-                totals, writing = plan(counters, current, puts, existing, deletes)
+                totals, writing = plan(counters, current, puts, existing, deletes, expects, found)
                 conn.executemany(
                     "INSERT OR REPLACE INTO store_entries (namespace, key, value, expires_unix_s) "
                     "VALUES (?, ?, ?, NULL)",

@@ -112,11 +112,15 @@ def plan(
     puts: Sequence[Put],
     existing: Mapping[tuple[str, str], int | None],
     deletes: Sequence[Delete],
+    expects: Sequence[Expect] = (),
+    found: Mapping[tuple[str, str], bytes | None] | None = None,
 ) -> tuple[dict[str, int], list[Put]]:
     """The counters after the step and the puts that write, given the counters' values and the
     sizes of the existing values (None: absent) of every key the step touches; CapExceeded
-    when a counter would pass its cap while growing. Shared by the backends that run Python
+    when a counter would pass its cap while growing, Unmet when an expectation fails on
+    ``found`` (the live value of each expected key). Shared by the backends that run Python
     inside their atomic step (memory, SQLite); the Redis script is its Lua twin."""
+    check_expects(expects, found or {})
     sizes = dict(existing)
     adds = {c.key: 0 for c in counters}
     writing: list[Put] = []

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from app.auth import LOCAL, Principal
 from app.expiry import IdleExpiry
@@ -28,21 +25,12 @@ from app.store import Store
 from device_profiles import DeviceProfile, default_profiles
 from tests.app.calibration_helpers import gemm_ws_runs
 from tests.app.redis_helpers import redis_server
-from tests.app.store.test_contract import BACKENDS
+from tests.app.store.test_contract import store
 
-__all__ = ["redis_server"]
+__all__ = ["redis_server", "store"]
 
 SHIPPED = default_profiles()
 ALICE = Principal("alice", "write")
-
-
-@pytest.fixture(params=["memory-service", "sqlite-service", "redis-service"])
-def store(request: pytest.FixtureRequest) -> Iterator[Store]:
-    backend = BACKENDS[request.param](request)
-    try:
-        yield backend
-    finally:
-        backend.close()
 
 
 def _copy(device_id: str) -> DeviceProfile:

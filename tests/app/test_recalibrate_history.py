@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from kperf_client.client import KperfClient
 from tests.app.calibration_helpers import gemm_ws_runs
 from tests.app.service_helpers import in_app, make_settings
@@ -25,24 +27,29 @@ def history(count: int) -> list[dict[str, Any]]:
     return runs[:count]
 
 
+async def store_history(http: httpx.AsyncClient, runs: list[dict[str, Any]], name: str) -> None:
+    """Calibrate ``name`` from the first 9 runs, then post the rest in batches."""
+    made = await http.post(
+        "/calibrate",
+        json={"model": "gemm-ws", "base_device": "rtx-a6000", "name": name,
+              "measurements": runs[:9], "time_limit_s": 120},
+    )  # fmt: skip
+    assert made.status_code == 200, made.text
+    for start in range(9, len(runs), POST_RUNS):
+        added = await http.post(
+            f"/devices/{name}/measurements",
+            json={"model": "gemm-ws", "measurements": runs[start : start + POST_RUNS]},
+        )
+        assert added.status_code == 200, added.text
+
+
 def test_recalibrating_2000_stored_runs_answers_within_the_default_limit() -> None:
     runs = history(HISTORY)
 
     async def scenario(client: KperfClient) -> dict[str, Any]:
-        http = client.http
-        made = await http.post(
-            "/calibrate",
-            json={"model": "gemm-ws", "base_device": "rtx-a6000", "name": "long",
-                  "measurements": runs[:9]},
-        )  # fmt: skip
-        assert made.status_code == 200, made.text
-        for start in range(9, HISTORY, POST_RUNS):
-            added = await http.post(
-                "/devices/long/measurements",
-                json={"model": "gemm-ws", "measurements": runs[start : start + POST_RUNS]},
-            )
-            assert added.status_code == 200, added.text
-        refit = await http.post("/devices/long/recalibrate", json={}, timeout=120)
+        await store_history(client.http, runs, "long")
+        # no time_limit_s: the default's
+        refit = await client.http.post("/devices/long/recalibrate", json={}, timeout=120)
         assert refit.status_code == 200, refit.text
         answer: dict[str, Any] = refit.json()
         return answer

@@ -102,6 +102,7 @@ async def calibrate(
     tenant: str,
     moving_alias_from: str | None = None,
     pipeline_model: PipelineModelName | None = None,
+    warm_from: DeviceProfile | None = None,
 ) -> CalibrateResponse:
     """Fit, store and name a calibrated profile of ``base`` (see the module docstring);
     ``base_field`` is the request field that chose the base (named in its errors);
@@ -129,6 +130,7 @@ async def calibrate(
             folds=_folds(folds, len(documents)),
             time_limit_s=time_limit_s,
             pipeline_model=pipeline_model,
+            warm_from=warm_from,
         )
     except CalibrationInputError as exc:
         # the core names runs by their canonical position: name them as the caller sent them
@@ -363,6 +365,8 @@ async def recalibrate(
     calibration = profile.calibration
     base, base_id, root = profile, profile.id, profile.id
     fit = request.fit
+    pipeline_model = _pipeline_model(model, request.pipeline_model, profile)
+    warm_from = None
     if calibration is not None:
         root = calibration.root_device
         if calibration.model == model:
@@ -370,6 +374,10 @@ async def recalibrate(
             if calibration.base_device != convert.INLINE:
                 base = await service.resolve_profile(calibration.base_device, principal)
                 base_id = base.id
+            if calibration.pipeline_model == pipeline_model:
+                # the fit starts where the last one ended: same runs and more, same model
+                # (the multistart's cost grows with the record; 5,000 runs: 3.3 s CPU cold)
+                warm_from = profile
     # recalibrating a device through its alias moves the alias to the new profile
     alias = device_ref if device_ref != profile.id else None
     set_fields = request.model_fields_set
@@ -389,7 +397,8 @@ async def recalibrate(
         base_field="device",
         tenant=tenant,
         moving_alias_from=profile.id,
-        pipeline_model=_pipeline_model(model, request.pipeline_model, profile),
+        pipeline_model=pipeline_model,
+        warm_from=warm_from,
     )
 
 

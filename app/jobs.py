@@ -448,15 +448,20 @@ def calibrate_job(
     fit: list[str] | None,
     folds: int,
     pipeline_model: str | None = None,
+    warm_json: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Worker side of POST /calibrate and /recalibrate: fit ``model``'s figures of the base
     profile (with a value for every figure, see fit_ready) to the runs, in canonical order,
-    under ``pipeline_model`` (GeMM-WS). The answer is small and never cached: a plain dict,
-    validated by the parent."""
+    under ``pipeline_model`` (GeMM-WS), from ``warm_json``'s figures when given (the profile a
+    recalibration refits). The answer is small and never cached: a plain dict, validated by
+    the parent."""
     from app.convert import calibration_core
 
     base = DeviceProfile.model_validate(base_json)
-    answer = calibration_core.fit(model, base, measurements_json, fit, folds, pipeline_model)
+    warm = None if warm_json is None else DeviceProfile.model_validate(warm_json)
+    answer = calibration_core.fit(
+        model, base, measurements_json, fit, folds, pipeline_model, warm_from=warm
+    )
     return answer.model_dump(mode="json")
 
 
@@ -478,6 +483,7 @@ async def calibrate_via_pool(
     folds: int,
     time_limit_s: float,
     pipeline_model: str | None = None,
+    warm_from: DeviceProfile | None = None,
 ) -> CalibrationFit:
     """The fit, in a worker (CPU-bound: least squares over every run, then k more fits)."""
     body = await run_job(
@@ -491,6 +497,7 @@ async def calibrate_via_pool(
             "fit": fit,
             "folds": folds,
             "pipeline_model": pipeline_model,
+            "warm_json": None if warm_from is None else warm_from.model_dump(mode="json"),
         },
         time_limit_s,
         pass_time_limit=False,

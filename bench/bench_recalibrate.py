@@ -4,7 +4,9 @@ time limit given (the default, 10 s), in process with a SQLite store and one wor
 took 20 s at time_limit_s 120; the cause was OpenBLAS's threads contending inside the worker
 (``app/pool.py`` now runs workers with one BLAS thread). ``--blas-threads N`` measures the
 same with N BLAS threads (the baseline), in a fresh process so the library reads it at load.
-Acceptance: 200 within the default time limit, <= 3 s median.
+Acceptance: 200 within the default time limit, <= 3 s median. On a loaded machine the wall
+time is the scheduler's; the CPU seconds (service process plus worker, which run one after
+the other) are what the request costs on an idle one.
 
     python -m bench.bench_recalibrate [--runs 5000] [--repeats 3] [--blas-threads N] [--record]
 """
@@ -26,7 +28,9 @@ TARGET_S = 3.0
 
 
 def measure(count: int, repeats: int) -> tuple[list[float], list[float], list[int]]:
-    """Wall seconds of each recalibration, the worker's CPU seconds and the status of each."""
+    """Wall seconds of each recalibration, the CPU seconds it took (the service's process
+    and its worker: what it costs on an idle machine, where they run one after the other)
+    and the status of each."""
     from app.settings import Settings
     from kperf_client.client import KperfClient
     from tests.app.test_recalibrate_history import history, store_history
@@ -46,11 +50,11 @@ def measure(count: int, repeats: int) -> tuple[list[float], list[float], list[in
                 await store_history(http, runs, "long")
                 walls, cpus, statuses = [], [], []
                 for _ in range(repeats):
-                    cpu = _children_cpu_s()
+                    cpu = _children_cpu_s() + time.process_time()
                     started = time.perf_counter()
                     refit = await http.post("/devices/long/recalibrate", json={}, timeout=600)
                     walls.append(time.perf_counter() - started)
-                    cpus.append(_children_cpu_s() - cpu)
+                    cpus.append(_children_cpu_s() + time.process_time() - cpu)
                     statuses.append(refit.status_code)
                     if refit.status_code == 200:
                         assert refit.json()["measurement_count"] == count
@@ -105,7 +109,7 @@ def main() -> int:
     load = os.getloadavg()[0]
     lines = [
         "| BLAS threads per worker | stored runs | statuses | median wall s | "
-        "median worker CPU s | within 3 s |",
+        "median CPU s (service + worker) | within 3 s |",
         "|---|---|---|---|---|---|",
     ]
     lines += [

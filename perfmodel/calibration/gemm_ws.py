@@ -20,6 +20,7 @@ from perfmodel.calibration.engine import (
     FloatArray,
     IntArray,
     internal_of,
+    theta_of,
 )
 from perfmodel.calibration.gemm_ws_async_model import (
     AsyncResidualModel,
@@ -176,6 +177,7 @@ def fit_gemm_ws(
     dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
     pipeline_model: PipelineModel = PipelineModel.PAPER,
     limits: SmLimits | None = None,
+    warm_start: Mapping[str, float] | None = None,
 ) -> CalibrationResult:
     """The MAP fit of ``fit`` (default: all of GEMM_WS_FIGURES) of ``base`` to measured times.
 
@@ -186,7 +188,8 @@ def fit_gemm_ws(
     ``pipeline_model``: the recurrences the runs are predicted with, eq. (1)-(3) or the
     async-copy variant on SMs of ``limits`` (default: one CTA per SM, no shared-memory
     limit; each run's threads and registers apply when it gives them); ``wave_time_model``
-    applies to ``paper`` only.
+    applies to ``paper`` only. ``warm_start``: each fitted figure's value from an earlier fit
+    to runs these extend, where the fit starts (``perfmodel.calibration.run.calibrate``).
     """
     measurements = list(measurements)
     names, k, fold_warnings = validate.fit_arguments(
@@ -232,6 +235,7 @@ def fit_gemm_ws(
         method=METHOD if pipeline is PipelineModel.PAPER else ASYNC_METHOD,
         unit="us",
         warnings=[*fold_warnings, *warnings],
+        warm_start=None if warm_start is None else theta_of(specs, warm_start),
     )
     return _with_regime_warning(result, model, specs)
 

@@ -63,6 +63,49 @@ def measure(count: int, repeats: int) -> tuple[list[float], list[float], list[in
     return asyncio.run(scenario())
 
 
+def fit_cpu_s(count: int, repeats: int) -> tuple[float, float]:
+    """Median CPU seconds of the worker's fit alone (``calibrate_job``) of ``count`` runs:
+    from the multistart (a first calibration), and from the figures a 13-run fit gave (what
+    a recalibration starts from)."""
+    from datetime import UTC, datetime
+
+    from app.convert import calibrate as convert
+    from app.convert import calibration_core
+    from app.jobs import calibrate_job
+    from app.schemas.calibrate import FIGURES, GemmWsMeasurementIn
+    from device_profiles import default_profiles
+    from tests.app.test_recalibrate_history import history
+
+    shipped = default_profiles()
+    names = list(FIGURES["gemm-ws"])
+    ready, _ = convert.fit_ready(shipped["rtx-a6000"], "gemm-ws", names, shipped, "base")
+    runs = [GemmWsMeasurementIn.model_validate(r) for r in history(count)]
+    first, _ = convert.canonical(runs[:13])
+    documents, _ = convert.canonical(runs)
+    before = convert.calibrated_profile(
+        device_id="rtx-a6000-cal-000000000000",
+        base=ready,
+        base_id="rtx-a6000",
+        base_digest=ready.content_sha256(),
+        root="rtx-a6000",
+        model="gemm-ws",
+        fit=calibration_core.fit("gemm-ws", ready, first, None, 5),
+        count=13,
+        digest="0" * 64,
+        created_at=datetime.now(UTC),
+    )
+    base_json, warm_json = ready.model_dump(mode="json"), before.model_dump(mode="json")
+    medians = []
+    for warm in (None, warm_json):
+        cpus = []
+        for _ in range(repeats):
+            started = time.process_time()
+            calibrate_job("gemm-ws", base_json, documents, None, 5, None, warm)
+            cpus.append(time.process_time() - started)
+        medians.append(statistics.median(cpus))
+    return medians[0], medians[1]
+
+
 def _children_cpu_s() -> float:
     """CPU seconds of this process's worker (user + system, read from /proc while it runs)."""
     total = 0.0
@@ -90,22 +133,27 @@ def main() -> int:
     parser.add_argument("--blas-threads", type=int, default=None)
     parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fit-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fit_child:
+        print(*fit_cpu_s(args.runs, args.repeats))
+        return 0
     if args.child:
         walls, cpus, statuses = measure(args.runs, args.repeats)
         print(statistics.median(walls), statistics.median(cpus), "/".join(map(str, statuses)))
         return 0
-    rows = []
+    rows, fits = [], []
     for threads in [1] if args.blas_threads is None else [1, args.blas_threads]:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-        command = [sys.executable, "-m", "bench.bench_recalibrate", "--child",
-                   "--runs", str(args.runs), "--repeats", str(args.repeats)]  # fmt: skip
-        out = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
-        if out.returncode != 0:
-            print(f"BLAS threads {threads}:", out.stderr, file=sys.stderr)
-            return 1
-        wall, cpu, statuses = out.stdout.split()[-3:]
-        rows.append((threads, float(wall), float(cpu), statuses))
+        for mode, into in (("--child", rows), ("--fit-child", fits)):
+            command = [sys.executable, "-m", "bench.bench_recalibrate", mode,
+                       "--runs", str(args.runs), "--repeats", str(args.repeats)]  # fmt: skip
+            out = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                print(f"BLAS threads {threads}:", out.stderr, file=sys.stderr)
+                return 1
+            into.append((threads, *out.stdout.split()[-3:]))
+    rows = [(t, float(w), float(u), st) for t, w, u, st in rows]
     load = os.getloadavg()[0]
     lines = [
         "| BLAS threads per worker | stored runs | statuses | median wall s | "
@@ -116,6 +164,12 @@ def main() -> int:
         f"| {t} | {args.runs} | {st} | {w:.2f} | {u:.2f} | {w <= TARGET_S} |"
         for t, w, u, st in rows
     ]
+    lines += [
+        "",
+        "| BLAS threads | worker's fit alone, CPU s: multistart | from the last fit |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {t} | {float(cold):.2f} | {float(warm):.2f} |" for t, cold, warm in fits]
     table = "\n".join(lines)
     report = f"command: {command_line()}\n\nload average {load:.1f} at the end\n\n{table}"
     print(report)

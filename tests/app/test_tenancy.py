@@ -28,6 +28,9 @@ __all__ = ["redis_server"]
 TOKENS = {"alice": "write", "bob": "write", "rita": "read", "root": "admin"}
 CAP_RUNS = 100
 CAP_PROFILES = 2
+#: fits here may wait behind each other on a loaded machine: their speed is not under test
+#: (tests/app/test_recalibrate_history.py holds the default limit)
+LIMIT = {"time_limit_s": 60}
 PROBLEM = {"m": 4096, "n": 4096, "k": 4096, "device": "a-gpu"}
 
 
@@ -99,7 +102,7 @@ def test_tenants_own_their_devices(server: tuple[str, Any]) -> None:
     base, keys = server
     with httpx.Client(base_url=base, timeout=120) as http:
         runs = _distinct_runs(1, 36)
-        calibrate = {"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": runs}
+        calibrate = {"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT, "measurements": runs}
         # no token, or a read-only one: nothing is written
         _problem(http.post("/calibrate", json=calibrate), 401, "authorization")
         _problem(
@@ -252,7 +255,12 @@ def test_oversized_text_and_refused_calibrations_leave_nothing(server: tuple[str
             before = keys()
             answer = http.post(
                 "/calibrate",
-                json={"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": runs},
+                json={
+                    "model": "gemm-ws",
+                    "base_device": "rtx-a6000",
+                    **LIMIT,
+                    "measurements": runs,
+                },
             )
             made.append(answer)
         assert [a.status_code for a in made] == [200] * CAP_PROFILES + [409], made[-1].text
@@ -263,7 +271,7 @@ def test_oversized_text_and_refused_calibrations_leave_nothing(server: tuple[str
         assert gone.status_code == 200, gone.text
         again = http.post(
             "/calibrate",
-            json={"model": "gemm-ws", "base_device": "rtx-a6000",
+            json={"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT,
                   "measurements": _distinct_runs(100 + CAP_PROFILES, 36)},
         )  # fmt: skip
         assert again.status_code == 200, again.text
@@ -290,7 +298,7 @@ def test_the_probes_takeover_by_copied_runs_is_impossible(server: tuple[str, Any
         first = _ok(
             http.post(
                 "/calibrate",
-                json={"model": "gemm-ws", "base_device": "rtx-a6000", "name": "a-gpu",
+                json={"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT, "name": "a-gpu",
                       "measurements": runs[:9]},
                 headers=alice,
             )
@@ -307,7 +315,12 @@ def test_the_probes_takeover_by_copied_runs_is_impossible(server: tuple[str, Any
         bobs = _ok(
             http.post(
                 "/calibrate",
-                json={"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": copied},
+                json={
+                    "model": "gemm-ws",
+                    "base_device": "rtx-a6000",
+                    **LIMIT,
+                    "measurements": copied,
+                },
                 headers=bob,
             )
         )
@@ -334,7 +347,7 @@ def test_another_tenants_refit_and_delete_leave_a_name_alone(server: tuple[str, 
     base, _ = server
     alice, bob = _token("alice"), _token("bob")
     runs, more = _runs_file("runs.jsonl"), _runs_file("more-runs.jsonl")
-    calibrate = {"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": runs}
+    calibrate = {"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT, "measurements": runs}
     problem = {**PROBLEM, "device": "a-mine"}
     with httpx.Client(base_url=base, timeout=120) as http:
         mine = _ok(http.post("/calibrate", json={**calibrate, "name": "a-mine"}, headers=alice))
@@ -374,7 +387,7 @@ def test_an_unknown_device_answer_is_bounded_and_lists_nobodys_ids(
         made = _ok(
             http.post(
                 "/calibrate",
-                json={"model": "gemm-ws", "base_device": "rtx-a6000", "name": "secret-gpu",
+                json={"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT, "name": "secret-gpu",
                       "measurements": _distinct_runs(31, 9)},
                 headers=_token("alice"),
             )
@@ -403,7 +416,7 @@ def test_runs_racing_a_delete_are_stored_before_it_or_refused(server: tuple[str,
         made = _ok(
             http.post(
                 "/calibrate",
-                json={"model": "gemm-ws", "base_device": "rtx-a6000",
+                json={"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT,
                       "measurements": _distinct_runs(41, 9)},
             )
         )  # fmt: skip

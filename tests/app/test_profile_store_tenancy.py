@@ -6,6 +6,7 @@ through the new one; the store's own keys (nothing of an expired record left).""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -23,8 +24,10 @@ from app.profile_store import (
 )
 from app.store import Store
 from device_profiles import DeviceProfile, default_profiles
+from kperf_client.client import KperfClient
 from tests.app.calibration_helpers import gemm_ws_runs
 from tests.app.redis_helpers import redis_server
+from tests.app.service_helpers import in_app, make_settings, metric_value
 from tests.app.store.test_contract import store
 
 __all__ = ["redis_server", "store"]
@@ -98,3 +101,24 @@ def test_idle_profiles_and_drafts_expire_unless_used_meanwhile(store: Store) -> 
     assert store.keys(aliases_namespace("alice")) == []
     assert store.counter("profiles:alice") == 1
     assert profiles.owner(idle.id) is None and profiles.listing(LOCAL).stored_unavailable is None
+
+
+def test_a_served_profile_left_idle_expires_and_is_counted() -> None:
+    """The service's own sweep (KPERF_PROFILE_IDLE_EXPIRY_S): a calibrated profile nobody
+    uses is gone after the idle time and a sweep, and the metric counts it."""
+
+    async def scenario(client: KperfClient) -> tuple[int, int, str]:
+        made = await client.http.post(
+            "/calibrate",
+            json={"model": "gemm-ws", "base_device": "rtx-a6000", "name": "brief",
+                  "measurements": gemm_ws_runs(6)[:9], "time_limit_s": 60},
+        )  # fmt: skip
+        assert made.status_code == 200, made.text
+        seen = (await client.http.get("/devices/brief")).status_code
+        await asyncio.sleep(3.5)  # past the idle time, and at least two sweeps (1 s apart)
+        gone = (await client.http.get(f"/devices/{made.json()['device']}")).status_code
+        return seen, gone, (await client.http.get("/metrics")).text
+
+    seen, gone, metrics = in_app(scenario, make_settings(profile_idle_expiry_s=0.5))
+    assert (seen, gone) == (200, 404)
+    assert metric_value(metrics, "kperf_profiles_expired_total", kind="calibrated") == 1

@@ -157,8 +157,10 @@ class DeviceGone(LookupError):
     """The device was deleted while runs were posted to it: nothing stored (404)."""
 
     def __init__(self, device_id: str) -> None:
-        super().__init__(device_id)
         self.device_id = device_id
+        self.field = "device"
+        self.reason = f"{device_id} was deleted meanwhile: nothing stored; GET /devices lists yours"
+        super().__init__(f"{self.field}: {self.reason}")
 
 
 class ProfileStore:

@@ -26,7 +26,7 @@ from app.pool import (
     WorkerMemoryExceeded,
     WorkerTimeout,
 )
-from app.profile_store import NameTaken, StoredProfileUnavailable, UnknownRun
+from app.profile_store import DeviceGone, NameTaken, StoredProfileUnavailable, UnknownRun
 from app.schemas.devices import calibrate_hint
 from app.service import RequestedItemMissing, RequestFieldError, RequestStateConflict
 from app.store import CapExceeded, StoreUnavailable
@@ -303,6 +303,7 @@ _FIELD_ERRORS: dict[type[Exception], tuple[int, str]] = {
     RequestStateConflict: (409, "Conflict with the resource's state"),
     RequestedItemMissing: (404, "Not found"),
     UnknownRun: (404, "Not found"),
+    DeviceGone: (404, "Unknown device"),
     NameTaken: (409, "Name taken"),
     Forbidden: (403, "Forbidden"),
 }

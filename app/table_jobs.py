@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from app.auth import Principal
 from app.jobs import RENDER_KIND
 from app.schemas.tuning_table import TuningTableRequest, TuningTableResponse
 from app.service import EncodedAnswer, Service, run_job
@@ -59,20 +60,23 @@ def tuning_table_svg_job(
     return svg
 
 
-async def _profile(service: Service, request: TuningTableRequest) -> DeviceProfile | None:
+async def _profile(
+    service: Service, request: TuningTableRequest, viewer: Principal
+) -> DeviceProfile | None:
     if request.device is None or request.device_params is not None:
         return None
-    return await service.resolve_profile(request.device)
+    return await service.resolve_profile(request.device, viewer)
 
 
 async def tuning_table_via_pool(
-    service: Service, request: TuningTableRequest, *, svg: bool = False
+    service: Service, request: TuningTableRequest, viewer: Principal, *, svg: bool = False
 ) -> bytes:
-    """The table's JSON body (or its picture) from a worker."""
+    """The table's JSON body (or its picture) from a worker; ``viewer`` may read the
+    device (a calibrated one is its tenant's)."""
     time_limit_s = service.resolve_time_limit(
         request.time_limit_s if "time_limit_s" in request.model_fields_set else None
     )
-    profile = await _profile(service, request)
+    profile = await _profile(service, request, viewer)
     kwargs = {
         "request_json": request.model_dump(mode="json"),
         "profile_json": None if profile is None else profile.model_dump(mode="json"),

@@ -12,7 +12,7 @@ from app.negotiation import (
     svg_response,
     vary_on_accept,
 )
-from app.routes.access import read_access
+from app.routes.access import ReaderDep, read_access
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.tuning_table import TuningTableRequest, TuningTableResponse
 from app.service import ServiceDep
@@ -29,7 +29,7 @@ router = APIRouter(
     responses={200: SVG_RESPONSE, 406: NOT_ACCEPTABLE_RESPONSE},
 )
 async def tuning_table(
-    request: TuningTableRequest, service: ServiceDep, http_request: Request
+    request: TuningTableRequest, service: ServiceDep, http_request: Request, principal: ReaderDep
 ) -> Response:
     """A per-M table of Triton GEMM configurations for one (N, K) on a device, in vLLM's or
     SGLang's file format: each key's Z3-certified optimum (or the best choice of at most
@@ -40,7 +40,7 @@ async def tuning_table(
     optimum and the loss band.
     """
     if picture_requested(http_request.headers.get("accept")):
-        svg = await tuning_table_via_pool(service, request, svg=True)
+        svg = await tuning_table_via_pool(service, request, principal, svg=True)
         return svg_response(svg, False)
-    body = await tuning_table_via_pool(service, request)
+    body = await tuning_table_via_pool(service, request, principal)
     return vary_on_accept(Response(body, media_type=JSON_MEDIA_TYPE))

@@ -667,7 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--n", type=int, required=True, help="columns of B and C")
     optimize.add_argument("--k", type=int, required=True, help="reduction dimension")
     optimize.add_argument("--device", required=True, help="device profile id (kperf devices)")
-    optimize.add_argument("--dtype", default=None, choices=["fp32", "fp16", "bf16", "fp8"])
+    optimize.add_argument("--dtype", default=None, choices=["fp32", "tf32", "fp16", "bf16", "fp8"])
     optimize.add_argument("--top-k", type=int, default=None)
     optimize.add_argument("--time-limit-s", type=float, default=None)
     optimize.add_argument("--timeline", action="store_true", help="include per-stage times")

@@ -29,9 +29,10 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 #: waves evaluated one by one per configuration: the first, the partial one and up to
-#: MAX_EXACT_WAVES - 2 others; more full waves are evaluated on that many evenly spaced ones
-#: (each standing for its share of them)
-MAX_EXACT_WAVES = 64
+#: MAX_EXACT_WAVES - 2 others; more full waves are evaluated on that many sampled ones (each
+#: standing for its share of them). 18 keeps a shape's geometry over the default space
+#: (~3,800 traffic-distinct configurations) to a few hundred ms
+MAX_EXACT_WAVES = 18
 #: bytes of one partial-sum element (split-K accumulates in fp32 whatever the input type)
 PARTIAL_SUM_BYTES = 4
 
@@ -157,6 +158,48 @@ def distinct_panels(
     return rows, cols
 
 
+@dataclass(frozen=True, slots=True)
+class WavePanels:
+    """The figure-free part of :func:`gemm_traffic`: per configuration (rows) and evaluated
+    wave (columns, weighted), the bytes each wave requests, its distinct panels' bytes, the
+    bytes of its panels the previous wave also used, both waves' panels' bytes, and the SMs
+    it occupies. Computed once per shape; :meth:`traffic` applies the memory figures."""
+
+    weight: FloatArray
+    requested: FloatArray
+    distinct: FloatArray
+    shared: FloatArray
+    footprint: FloatArray
+    sms: FloatArray
+    element_bytes: int
+    k_per_cta: IntArray
+    ctas: IntArray
+    reduction_bytes: FloatArray
+
+    def traffic(self, figures: MemoryFigures) -> Traffic:
+        kept = np.minimum(1.0, figures.l2_size_bytes / np.maximum(self.footprint, 1.0))
+        dram = self.distinct - kept * self.shared
+        # a wave's loads: DRAM and L2 bandwidth bounds (bytes per us = GB/s x 1e3)
+        load_us = np.maximum(
+            dram / (figures.dram_bandwidth_gb_per_s * 1e3),
+            self.requested / (figures.l2_bandwidth_gb_per_s * 1e3),
+        )
+        dram_total = (self.weight * dram).sum(axis=1)
+        requested_total = (self.weight * self.requested).sum(axis=1)
+        sm_time = (self.weight * load_us * self.sms).sum(axis=1)
+        hit = 1.0 - dram_total / requested_total
+        return Traffic(
+            dram_bytes=dram_total,
+            requested_bytes=requested_total,
+            l2_hit_rate=hit,
+            load_throughput_elements_per_us=requested_total / self.element_bytes / sm_time,
+            load_latency_us=hit * figures.l2_latency_us + (1.0 - hit) * figures.dram_latency_us,
+            k_per_cta=self.k_per_cta,
+            ctas=self.ctas,
+            reduction_bytes=self.reduction_bytes,
+        )
+
+
 def gemm_traffic(
     m: int,
     n: int,
@@ -164,29 +207,42 @@ def gemm_traffic(
     element_bytes: int,
     grid: Grid,
     figures: MemoryFigures,
+    batch: int = 1,
 ) -> Traffic:
     """DRAM bytes, L2 hit rate and the effective per-SM load throughput and latency of every
-    configuration of ``grid`` for the GEMM m x n x k (module docstring)."""
+    configuration of ``grid`` for ``batch`` GEMMs m x n x k (module docstring)."""
+    return wave_panels(m, n, k, element_bytes, grid, figures.sm_count, batch).traffic(figures)
+
+
+def wave_panels(
+    m: int, n: int, k: int, element_bytes: int, grid: Grid, sm_count: int, batch: int = 1
+) -> WavePanels:
+    """The panels of every evaluated wave of every configuration (:class:`WavePanels`). A
+    batch of independent GEMMs adds slices as split-K does: their panels are distinct."""
     tm, tn, tk = grid.tile_m, grid.tile_n, grid.tile_k
     tiles_m, tiles_n = -(-m // tm), -(-n // tn)
     k_per_cta = -(-k // grid.split_k)
     k_loaded = -(-k_per_cta // tk) * tk  # whole k tiles, as the stages load them
-    ctas = tiles_m * tiles_n * grid.split_k
-    per_wave = figures.sm_count * grid.ctas_per_sm
+    ctas = tiles_m * tiles_n * grid.split_k * batch
+    per_wave = sm_count * grid.ctas_per_sm
     full_waves = ctas // per_wave
     has_partial = ctas % per_wave > 0
-    # column 0: the first wave (it alone has no previous wave); columns 1 .. MAX_EXACT_WAVES
-    # - 2: the other full waves, all or evenly spaced ones; the last column: the partial wave
+    # column 0: the first wave (it alone has no previous wave); columns 1 .. samples: the
+    # other full waves, all or up to MAX_EXACT_WAVES - 2 sampled ones; then the partial
     slots = MAX_EXACT_WAVES - 2
     rest = np.maximum(full_waves - 1, 0)[:, None]
     samples = np.minimum(rest, slots)
-    columns = np.arange(MAX_EXACT_WAVES, dtype=np.int64)[None, :]
+    width = int(samples.max(initial=0)) + 2
+    columns = np.arange(width, dtype=np.int64)[None, :]
     offset = columns - 1
-    spread = 1 + (offset * (rest - 1)) // np.maximum(samples - 1, 1)
+    # a low-discrepancy (golden-ratio) sequence of waves: evenly spaced ones alias with the
+    # period of the raster's groups
+    golden = np.floor(np.mod(offset * 0.6180339887498949, 1.0) * rest).astype(np.int64)
+    spread = 1 + np.minimum(golden, rest - 1)
     sampled = np.where(rest <= slots, columns, spread)
     is_first = (columns == 0) & (full_waves[:, None] >= 1)
     is_rest = (columns >= 1) & (offset < samples)
-    is_partial = (columns == MAX_EXACT_WAVES - 1) & has_partial[:, None]
+    is_partial = (columns == samples + 1) & has_partial[:, None]
     wave = np.where(is_rest, sampled, np.where(is_partial, full_waves[:, None], 0))
     weight = np.where(is_rest, rest / np.maximum(samples, 1), 1.0) * (
         is_first | is_rest | is_partial
@@ -209,31 +265,18 @@ def gemm_traffic(
 
     a_panel = col(tm * k_loaded * element_bytes).astype(np.float64)
     b_panel = col(tn * k_loaded * element_bytes).astype(np.float64)
-    footprint = union_rows * a_panel + union_cols * b_panel
-    kept = np.minimum(1.0, figures.l2_size_bytes / np.maximum(footprint, 1.0))
-    dram = rows * a_panel + cols * b_panel - kept * (shared_rows * a_panel + shared_cols * b_panel)
-    requested = (end - start) * (a_panel + b_panel)
-    # a wave's loads: DRAM and L2 bandwidth bounds (bytes per us = GB/s x 1e3)
-    load_us = np.maximum(
-        dram / (figures.dram_bandwidth_gb_per_s * 1e3),
-        requested / (figures.l2_bandwidth_gb_per_s * 1e3),
-    )
-    sms = np.minimum(figures.sm_count, -(-(end - start) // col(grid.ctas_per_sm)))
-    dram_total = (weight * dram).sum(axis=1)
-    requested_total = (weight * requested).sum(axis=1)
-    sm_time = (weight * load_us * sms).sum(axis=1)
-    hit = 1.0 - dram_total / requested_total
-    throughput = requested_total / element_bytes / sm_time
-    latency = hit * figures.l2_latency_us + (1.0 - hit) * figures.dram_latency_us
+    sms = np.minimum(sm_count, -(-(end - start) // col(grid.ctas_per_sm)))
     reduction = np.where(
-        grid.split_k > 1, 2.0 * grid.split_k * m * n * PARTIAL_SUM_BYTES, 0.0
+        grid.split_k > 1, 2.0 * grid.split_k * batch * m * n * PARTIAL_SUM_BYTES, 0.0
     ).astype(np.float64)
-    return Traffic(
-        dram_bytes=dram_total,
-        requested_bytes=requested_total,
-        l2_hit_rate=hit,
-        load_throughput_elements_per_us=throughput,
-        load_latency_us=latency,
+    return WavePanels(
+        weight=weight,
+        requested=(end - start) * (a_panel + b_panel),
+        distinct=rows * a_panel + cols * b_panel,
+        shared=shared_rows * a_panel + shared_cols * b_panel,
+        footprint=union_rows * a_panel + union_cols * b_panel,
+        sms=sms.astype(np.float64),
+        element_bytes=element_bytes,
         k_per_cta=k_per_cta,
         ctas=ctas,
         reduction_bytes=reduction,

@@ -1,0 +1,63 @@
+"""A profile's figures for the L2-aware GeMM-WS prediction (perfmodel/gemm_ws_memory_model.py):
+its ``memory`` section, its MATH figures for one element type, its SMs and limits."""
+
+from __future__ import annotations
+
+from device_profiles.pipeline import sm_limits
+from device_profiles.priors import gemm_ws_dtype_ratios
+from device_profiles.schema import DeviceProfile
+from perfmodel.calibration.configless import Device
+from perfmodel.gemm_ws_async import PipelineModel, SmLimits
+from perfmodel.gemm_ws_memory_model import MemoryModelFigures
+from perfmodel.gemm_ws_traffic import MemoryFigures
+
+#: a pipeline stage's load startup over the pointer-chase DRAM latency: the RTX A6000's
+#: measured DMA startup, 0.770 us (warp-specialization-gemm-model.txt §4.2.3), over its
+#: sibling A40's pointer-chase DRAM latency, 314.2 ns (gpu-benches gpu-latency/a40.txt):
+#: a stage's copy is issued, translated and completed, not one dependent load
+LOAD_STARTUP_OVER_POINTER_CHASE = 0.770 / 0.3142
+
+
+def memory_model_device(
+    profile: DeviceProfile,
+    dtype: str,
+    pipeline: PipelineModel = PipelineModel.ASYNC_COPY,
+    sm_count: int | None = None,
+    limits: SmLimits | None = None,
+) -> Device:
+    """The profile as a :class:`Device` of the configuration-less fit. ``sm_count`` and
+    ``limits`` replace the profile's (a sibling GPU's data on this profile's figures).
+    T_INIT's base is the measured kernel launch; the split-K reduction's fixed cost is a second
+    launch; latencies are the pointer chase's times LOAD_STARTUP_OVER_POINTER_CHASE.
+    ValueError when the profile lacks the gemm_ws or memory section or the dtype."""
+    gemm, memory = profile.gemm_ws, profile.memory
+    if gemm is None or memory is None:
+        raise ValueError(f"profile {profile.id!r} has no gemm_ws or memory section")
+    ratios = gemm_ws_dtype_ratios(profile)
+    if dtype not in ratios:
+        raise ValueError(f"profile {profile.id!r} has no {dtype} rate")
+    sms = sm_count or int(profile.hardware.sm_count.value)
+    launch = memory.kernel_launch_us.value
+    figures = MemoryModelFigures(
+        t_init_us=launch,
+        t_epilogue_us=gemm.t_epilogue_us.value,
+        compute_startup_latency_us=gemm.compute_startup_latency_us.value,
+        compute_throughput_macs_per_us=gemm.compute_throughput_macs_per_us.value * ratios[dtype][1],
+        memory=MemoryFigures(
+            sm_count=sms,
+            dram_bandwidth_gb_per_s=memory.dram_bandwidth_gb_per_s.value,
+            l2_bandwidth_gb_per_s=memory.l2_bandwidth_gb_per_s.value,
+            l2_size_bytes=memory.l2_size_bytes.value,
+            dram_latency_us=memory.dram_latency_ns.value / 1000 * LOAD_STARTUP_OVER_POINTER_CHASE,
+            l2_latency_us=memory.l2_latency_ns.value / 1000 * LOAD_STARTUP_OVER_POINTER_CHASE,
+        ),
+        reduction_overhead_us=launch,
+    )
+    block = profile.hardware.shared_memory_per_block_bytes
+    return Device(
+        base=figures,
+        sm_count=sms,
+        limits=limits or sm_limits(profile),
+        shared_memory_per_block_bytes=int(block.value) if block is not None else None,
+        pipeline=pipeline,
+    )

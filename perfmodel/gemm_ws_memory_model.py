@@ -1,0 +1,243 @@
+"""GeMM-WS times with L2 reuse and split-K: both pipeline models' closed forms, fed each
+configuration's effective load throughput and latency (perfmodel/gemm_ws_traffic.py).
+
+The transformation is model-agnostic: a configuration's stage quantities (load throughput,
+load latency, stages, CTAs) are replaced by the ones its traffic gives, then the pipeline
+model's closed form runs unchanged, element-wise in float64 over configurations:
+
+- async-copy: M(S) of docs/model-notes.md "GeMM-WS async-copy" 2 (``last_math_start_formula``),
+  d = c (TM + TN) TK / theta_eff, lambda = lambda_eff, T = c TM TN TK / theta_math + l_math;
+- paper: Sm(S) = L + (S - 1) max(L, T) (GeMM-WS 7), L = (TM + TN) TK / theta_eff + 2 lambda_eff
+  (eq. (4): A and B each pay the startup latency), one CTA per SM, wave = Sm(S) + T_EPILOGUE.
+
+Split-K runs S = ceil(ceil(k / split_k) / TK) stages on tiles x split_k CTAs and adds the
+reduction of perfmodel.gemm_ws_traffic. Derivation and limits: docs/model-notes.md, "Memory
+hierarchy, L2 reuse, split-K and tf32" 3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from perfmodel.gemm_ws_async import PipelineModel, SmLimits, last_math_start_formula
+from perfmodel.gemm_ws_traffic import (
+    FloatArray,
+    Grid,
+    IntArray,
+    MemoryFigures,
+    Traffic,
+    WavePanels,
+    split_k_reduction_us,
+    wave_panels,
+)
+
+BoolArray = npt.NDArray[np.bool_]
+
+DEFAULT_TILES: tuple[int, ...] = (16, 32, 64, 128, 256)
+DEFAULT_DEPTHS: tuple[int, ...] = tuple(range(2, 9))
+#: Triton's GROUP_SIZE_M values in its tutorials' autotune lists: 1 (row-major) and 8
+DEFAULT_GROUP_M: tuple[int, ...] = (1, 8)
+DEFAULT_SPLIT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryModelFigures:
+    """Figures of the L2-aware prediction. Times in us; MATH in MACs per us per SM for the
+    request's element type; ``reduction_overhead_us`` the fixed cost of a split-K reduction."""
+
+    t_init_us: float
+    t_epilogue_us: float
+    compute_startup_latency_us: float
+    compute_throughput_macs_per_us: float
+    memory: MemoryFigures
+    reduction_overhead_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class Space:
+    """C configurations as int64 arrays of shape (C,)."""
+
+    tile_m: IntArray
+    tile_n: IntArray
+    tile_k: IntArray
+    buffer_depth: IntArray
+    group_m: IntArray
+    split_k: IntArray
+
+    @classmethod
+    def product(
+        cls,
+        tiles: Sequence[int] = DEFAULT_TILES,
+        depths: Sequence[int] = DEFAULT_DEPTHS,
+        group_m: Sequence[int] = DEFAULT_GROUP_M,
+        split_k: Sequence[int] = DEFAULT_SPLIT_K,
+    ) -> Space:
+        rows = np.array(
+            list(itertools.product(tiles, tiles, tiles, depths, group_m, split_k)), dtype=np.int64
+        )
+        return cls(*(np.ascontiguousarray(rows[:, i]) for i in range(6)))
+
+    @property
+    def count(self) -> int:
+        return int(self.tile_m.shape[0])
+
+    def take(self, index: IntArray) -> Space:
+        return Space(
+            self.tile_m[index],
+            self.tile_n[index],
+            self.tile_k[index],
+            self.buffer_depth[index],
+            self.group_m[index],
+            self.split_k[index],
+        )
+
+
+def ctas_per_sm(space: Space, element_bytes: int, limits: SmLimits) -> IntArray:
+    """Resident CTAs per SM of every configuration (0: its buffer does not fit one SM)."""
+    smem = space.buffer_depth * (space.tile_m + space.tile_n) * space.tile_k * element_bytes
+    ctas = np.full(space.count, limits.ctas_per_sm(1), dtype=np.int64)
+    if limits.shared_memory_per_sm_bytes is not None:
+        ctas = np.minimum(ctas, limits.shared_memory_per_sm_bytes // smem)
+    return ctas
+
+
+def feasible(
+    space: Space,
+    k: int,
+    element_bytes: int,
+    shared_memory_per_block_bytes: int | None,
+    resident: IntArray,
+) -> BoolArray:
+    """Configurations that can run: the buffer fits a CTA's shared memory and an SM, and each
+    split-K slice holds at least one k tile (split_k <= ceil(k / tile_k))."""
+    smem = space.buffer_depth * (space.tile_m + space.tile_n) * space.tile_k * element_bytes
+    fits = resident >= 1
+    if shared_memory_per_block_bytes is not None:
+        fits &= smem <= shared_memory_per_block_bytes
+    out: BoolArray = fits & (space.split_k <= -(-k // space.tile_k))
+    return out
+
+
+class ShapeModel:
+    """One GEMM shape over one space: the figure-free traffic geometry computed once, so a
+    fit evaluates :meth:`times_us` many times cheaply."""
+
+    def __init__(
+        self,
+        m: int,
+        n: int,
+        k: int,
+        element_bytes: int,
+        space: Space,
+        sm_count: int,
+        limits: SmLimits,
+        pipeline: PipelineModel,
+        batch: int = 1,
+    ) -> None:
+        self.m, self.n, self.k, self.batch = m, n, k, batch
+        self.space, self.sm_count, self.pipeline = space, sm_count, pipeline
+        self.element_bytes = element_bytes
+        resident = ctas_per_sm(space, element_bytes, limits)
+        self.resident = resident
+        per_sm = np.maximum(resident, 1) if pipeline is PipelineModel.ASYNC_COPY else 1
+        self.ctas_per_sm = np.broadcast_to(np.asarray(per_sm, dtype=np.int64), (space.count,))
+        # traffic depends on the tile, group_m, split_k and CTAs per SM, not on the depth
+        keys = np.stack(
+            [
+                space.tile_m,
+                space.tile_n,
+                space.tile_k,
+                space.group_m,
+                space.split_k,
+                self.ctas_per_sm,
+            ],
+            axis=1,
+        )
+        unique, self._inverse = np.unique(keys, axis=0, return_inverse=True)
+        self._inverse = self._inverse.reshape(-1)
+        grid = Grid.of(*(unique[:, i] for i in range(6)))
+        self.panels: WavePanels = wave_panels(m, n, k, element_bytes, grid, sm_count, batch)
+
+    def subset(self, index: IntArray) -> ShapeModel:
+        """The same shape over the configurations ``index`` of the space (their geometry is
+        kept, not recomputed)."""
+        out = object.__new__(ShapeModel)
+        out.__dict__.update(self.__dict__)
+        rows, inverse = np.unique(self._inverse[index], return_inverse=True)
+        p = self.panels
+        out.panels = dataclasses.replace(
+            p,
+            **{
+                name: getattr(p, name)[rows]
+                for name in (
+                    "weight",
+                    "requested",
+                    "distinct",
+                    "shared",
+                    "footprint",
+                    "sms",
+                    "k_per_cta",
+                    "ctas",
+                    "reduction_bytes",
+                )
+            },
+        )
+        out._inverse = inverse.reshape(-1)
+        out.space = self.space.take(index)
+        out.resident = self.resident[index]
+        out.ctas_per_sm = self.ctas_per_sm[index]
+        return out
+
+    def traffic(self, memory: MemoryFigures) -> Traffic:
+        """Per configuration of the space (expanded over depths)."""
+        t = self.panels.traffic(memory)
+        i = self._inverse
+        return Traffic(
+            dram_bytes=t.dram_bytes[i],
+            requested_bytes=t.requested_bytes[i],
+            l2_hit_rate=t.l2_hit_rate[i],
+            load_throughput_elements_per_us=t.load_throughput_elements_per_us[i],
+            load_latency_us=t.load_latency_us[i],
+            k_per_cta=t.k_per_cta[i],
+            ctas=t.ctas[i],
+            reduction_bytes=t.reduction_bytes[i],
+        )
+
+    def times_us(self, figures: MemoryModelFigures) -> tuple[FloatArray, Traffic]:
+        """Predicted time of every configuration (us) and its traffic."""
+        s = self.space
+        traffic = self.traffic(figures.memory)
+        theta = traffic.load_throughput_elements_per_us
+        lam = traffic.load_latency_us
+        elements = ((s.tile_m + s.tile_n) * s.tile_k).astype(np.float64)
+        macs = (s.tile_m * s.tile_n * s.tile_k).astype(np.float64)
+        stages = -(-traffic.k_per_cta // s.tile_k)
+        busiest = -(-traffic.ctas // self.sm_count)  # q = ceil(CTAs / SMs), §2.1.1
+        math_startup = figures.compute_startup_latency_us
+        if self.pipeline is PipelineModel.ASYNC_COPY:
+            per_sm = np.minimum(self.ctas_per_sm, busiest)
+            full, partial = np.divmod(busiest, per_sm)
+
+            def wave(share: IntArray) -> FloatArray:
+                d = share * elements / theta
+                t = share * macs / figures.compute_throughput_macs_per_us + math_startup
+                last: FloatArray = last_math_start_formula(
+                    d, lam, t, stages, s.buffer_depth, np.maximum
+                )
+                return last + t + figures.t_epilogue_us
+
+            total = full * wave(per_sm) + np.where(partial > 0, wave(np.maximum(partial, 1)), 0.0)
+        else:
+            load = elements / theta + 2 * lam
+            t = macs / figures.compute_throughput_macs_per_us + math_startup
+            per_stage = np.where(s.buffer_depth == 1, load + t, np.maximum(load, t))
+            total = busiest * (load + (stages - 1) * per_stage + figures.t_epilogue_us)
+        reduction = split_k_reduction_us(traffic, figures.memory, figures.reduction_overhead_us)
+        out: FloatArray = figures.t_init_us + total + reduction
+        return out, traffic

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from kperf_client import torch_timing
 from kperf_client.client import KperfClient, KperfError, ServerNotInstalled, server_imports
 from kperf_client.models import CalibrateResponse
 
@@ -584,6 +585,11 @@ def _fit_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.from_torch:
+        return await _calibrate_from_torch(args, out, err)
+    if args.file is None:
+        err.write("kperf calibrate: give a runs file or --from-torch\n")
+        return 2
     model, runs, numbers = read_runs(args.file, args.model, args.device)
     body = {"model": model, "base_device": args.device, "measurements": runs}
     async with _client(args) as client:
@@ -591,6 +597,30 @@ async def _calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             answer = await client.calibrate({**body, **_fit_options(args)})
         except KperfError as exc:
             raise _on_lines(exc, args.file, numbers) from None
+        _note_if_not_kept(client, err)
+    _print_calibration(answer, args.json, out)
+    return 0
+
+
+def torch_matmul_timer() -> torch_timing.Timer:
+    """The GPU timer of --from-torch (a seam: tests pass recorded timings)."""
+    return torch_timing.torch_timer()
+
+
+async def _calibrate_from_torch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        timer = torch_matmul_timer()
+    except (ImportError, RuntimeError) as exc:
+        err.write(f"kperf calibrate --from-torch: {exc}\n")
+        return 2
+    runs = torch_timing.runs_from_timings(torch_timing.STANDARD_SHAPES, args.dtype, timer)
+    if args.write is not None:
+        torch_timing.write_runs(runs, args.write)
+        out.write(f"{len(runs)} runs written to {args.write}\n")
+        return 0
+    body = {"model": "gemm-ws", "base_device": args.device, "measurements": runs}
+    async with _client(args) as client:
+        answer = await client.calibrate({**body, **_fit_options(args)})
         _note_if_not_kept(client, err)
     _print_calibration(answer, args.json, out)
     return 0
@@ -774,7 +804,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = ["gemm-ws", "many-bsp"]
     calibrate = sub.add_parser("calibrate", help="fit a device's figures to measured runs")
-    calibrate.add_argument("file", type=Path, help="JSON lines, one measured run per line")
+    calibrate.add_argument(
+        "file", type=Path, nargs="?", help="JSON lines, one measured run per line"
+    )
+    calibrate.add_argument(
+        "--from-torch",
+        action="store_true",
+        help="time torch.matmul over a standard shape set on this machine's GPU (needs torch "
+        "and CUDA) and fit to those configuration-less runs",
+    )
+    calibrate.add_argument(
+        "--dtype", default="tf32", choices=["fp32", "tf32", "fp16", "bf16"], help="--from-torch"
+    )
+    calibrate.add_argument(
+        "--write", type=Path, default=None, help="--from-torch: save the runs there, post nothing"
+    )
     calibrate.add_argument("--model", default=None, choices=models, help="default: the lines'")
     calibrate.add_argument("--device", required=True, help="base profile id (kperf devices)")
     fit_options(calibrate)

@@ -3,12 +3,14 @@ its ``memory`` section, its MATH figures for one element type, its SMs and limit
 
 from __future__ import annotations
 
+import math
+
 from device_profiles.pipeline import sm_limits
 from device_profiles.priors import gemm_ws_dtype_ratios
 from device_profiles.schema import DeviceProfile
 from perfmodel.calibration.configless import Device
 from perfmodel.gemm_ws_async import PipelineModel, SmLimits
-from perfmodel.gemm_ws_memory_model import MemoryModelFigures
+from perfmodel.gemm_ws_memory_model import MemoryModelFigures, Space
 from perfmodel.gemm_ws_traffic import MemoryFigures
 
 #: a pipeline stage's load startup over the pointer-chase DRAM latency: the RTX A6000's
@@ -16,6 +18,16 @@ from perfmodel.gemm_ws_traffic import MemoryFigures
 #: sibling A40's pointer-chase DRAM latency, 314.2 ns (gpu-benches gpu-latency/a40.txt):
 #: a stage's copy is issued, translated and completed, not one dependent load
 LOAD_STARTUP_OVER_POINTER_CHASE = 0.770 / 0.3142
+#: element types a GEMM runs on tensor cores
+TENSOR_CORE_DTYPES = frozenset({"tf32", "fp16", "bf16", "fp8"})
+#: from compute capability 9.0 tensor-core GEMMs issue warpgroup MMAs, whose M is 64 (PTX ISA,
+#: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": wgmma.mma_async shapes m64nNkK):
+#: a CTA's tile_m is a multiple of 64
+WARPGROUP_MMA_M = 64
+WARPGROUP_MMA_FROM = (9, 0)
+#: shared memory serves 32 banks x 4 bytes per clock per SM (CUDA C++ Programming Guide,
+#: "Shared Memory", compute capability 5.x and later; gpu-benches measures close to 128 B/cycle)
+SHARED_MEMORY_BYTES_PER_CLOCK = 128
 
 
 def memory_model_device(
@@ -38,6 +50,8 @@ def memory_model_device(
         raise ValueError(f"profile {profile.id!r} has no {dtype} rate")
     sms = sm_count or int(profile.hardware.sm_count.value)
     launch = memory.kernel_launch_us.value
+    clock = profile.hardware.clock_mhz
+    clock_mhz = clock.value if clock is not None else math.inf
     figures = MemoryModelFigures(
         t_init_us=launch,
         t_epilogue_us=gemm.t_epilogue_us.value,
@@ -52,12 +66,24 @@ def memory_model_device(
             l2_latency_us=memory.l2_latency_ns.value / 1000 * LOAD_STARTUP_OVER_POINTER_CHASE,
         ),
         reduction_overhead_us=launch,
+        shared_memory_bytes_per_us=SHARED_MEMORY_BYTES_PER_CLOCK * clock_mhz,
     )
     block = profile.hardware.shared_memory_per_block_bytes
+    space = Space.product()
+    if dtype in TENSOR_CORE_DTYPES and _capability(profile) >= WARPGROUP_MMA_FROM:
+        space = space.where(space.tile_m % WARPGROUP_MMA_M == 0)
     return Device(
         base=figures,
         sm_count=sms,
         limits=limits or sm_limits(profile),
         shared_memory_per_block_bytes=int(block.value) if block is not None else None,
         pipeline=pipeline,
+        space=space,
     )
+
+
+def _capability(profile: DeviceProfile) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in (profile.compute_capability or "0").split("."))
+    except ValueError:
+        return (0,)

@@ -10,6 +10,14 @@ model's closed form runs unchanged, element-wise in float64 over configurations:
 - paper: Sm(S) = L + (S - 1) max(L, T) (GeMM-WS 7), L = (TM + TN) TK / theta_eff + 2 lambda_eff
   (eq. (4): A and B each pay the startup latency), one CTA per SM, wave = Sm(S) + T_EPILOGUE.
 
+A stage's MATH is also bounded by the shared-memory reads of its A and B tiles, (TM + TN) TK
+element bytes at the SM's shared-memory bandwidth (32 banks x 4 bytes per clock): a 64 x 32
+tf32 tile on an H100 reaches 72 % of the tensor rate, a 128 x 128 one all of it.
+
+Each wave's epilogue also stores its C tiles: T_EPILOGUE + the wave's C bytes at DRAM
+bandwidth (a 4096 x 4096 fp32 C is 64 MB, 20 us on an H100: the paper's fixed T_EPILOGUE,
+measured on one small output, leaves it out).
+
 Split-K runs S = ceil(ceil(k / split_k) / TK) stages on tiles x split_k CTAs and adds the
 reduction of perfmodel.gemm_ws_traffic. Derivation and limits: docs/model-notes.md, "Memory
 hierarchy, L2 reuse, split-K and tf32" 3.
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,6 +66,9 @@ class MemoryModelFigures:
     compute_throughput_macs_per_us: float
     memory: MemoryFigures
     reduction_overhead_us: float
+    #: per-SM shared-memory bandwidth: the MMAs read each stage's A and B tiles from it, so
+    #: it bounds MATH for small tiles (infinite: no bound)
+    shared_memory_bytes_per_us: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +98,10 @@ class Space:
     @property
     def count(self) -> int:
         return int(self.tile_m.shape[0])
+
+    def where(self, keep: BoolArray) -> Space:
+        """The configurations where ``keep`` holds."""
+        return self.take(np.flatnonzero(keep))
 
     def take(self, index: IntArray) -> Space:
         return Space(
@@ -139,8 +155,11 @@ class ShapeModel:
         limits: SmLimits,
         pipeline: PipelineModel,
         batch: int = 1,
+        output_bytes: int | None = None,
     ) -> None:
         self.m, self.n, self.k, self.batch = m, n, k, batch
+        #: bytes of one element of C: the input type's, at least 2 (fp8 GEMMs store fp16)
+        self.output_bytes = max(element_bytes, 2) if output_bytes is None else output_bytes
         self.space, self.sm_count, self.pipeline = space, sm_count, pipeline
         self.element_bytes = element_bytes
         resident = ctas_per_sm(space, element_bytes, limits)
@@ -220,24 +239,35 @@ class ShapeModel:
         stages = -(-traffic.k_per_cta // s.tile_k)
         busiest = -(-traffic.ctas // self.sm_count)  # q = ceil(CTAs / SMs), §2.1.1
         math_startup = figures.compute_startup_latency_us
+        # one CTA's MATH per stage: the MAC rate, or the shared-memory reads of its A and B
+        # tiles, whichever is slower
+        smem_us = elements * self.element_bytes / figures.shared_memory_bytes_per_us
+        math_us = np.maximum(macs / figures.compute_throughput_macs_per_us, smem_us)
+        # the epilogue stores the wave's C tiles: at least their bytes at DRAM bandwidth
+        store_per_cta = (s.tile_m * s.tile_n * self.output_bytes) / (
+            figures.memory.dram_bandwidth_gb_per_s * 1e3
+        )
         if self.pipeline is PipelineModel.ASYNC_COPY:
             per_sm = np.minimum(self.ctas_per_sm, busiest)
             full, partial = np.divmod(busiest, per_sm)
 
             def wave(share: IntArray) -> FloatArray:
                 d = share * elements / theta
-                t = share * macs / figures.compute_throughput_macs_per_us + math_startup
+                t = share * math_us + math_startup
                 last: FloatArray = last_math_start_formula(
                     d, lam, t, stages, s.buffer_depth, np.maximum
                 )
-                return last + t + figures.t_epilogue_us
+                stored = np.minimum(share * self.sm_count, traffic.ctas) * store_per_cta
+                return last + t + figures.t_epilogue_us + stored
 
             total = full * wave(per_sm) + np.where(partial > 0, wave(np.maximum(partial, 1)), 0.0)
         else:
             load = elements / theta + 2 * lam
-            t = macs / figures.compute_throughput_macs_per_us + math_startup
+            t = math_us + math_startup
             per_stage = np.where(s.buffer_depth == 1, load + t, np.maximum(load, t))
-            total = busiest * (load + (stages - 1) * per_stage + figures.t_epilogue_us)
+            stored = np.minimum(self.sm_count, traffic.ctas) * store_per_cta
+            wave_us = load + (stages - 1) * per_stage + figures.t_epilogue_us + stored
+            total = busiest * wave_us
         reduction = split_k_reduction_us(traffic, figures.memory, figures.reduction_overhead_us)
         out: FloatArray = figures.t_init_us + total + reduction
         return out, traffic

@@ -98,6 +98,7 @@ def scaled(base: MemoryModelFigures, log_scale: Sequence[float] | FloatArray) ->
             l2_latency_us=mem.l2_latency_us * f["load_latency_scale"],
         ),
         reduction_overhead_us=base.reduction_overhead_us * f["reduction_overhead_us"],
+        shared_memory_bytes_per_us=base.shared_memory_bytes_per_us,
     )
 
 

@@ -32,7 +32,9 @@ def test_closed_form_equals_the_event_simulator_on_the_effective_figures(
         m, n, k = (rng.randint(64, 3000) for _ in range(3))
         tm, tn, tk = (rng.choice([16, 32, 64, 128]) for _ in range(3))
         depth = rng.randint(2, 6)
-        model = ShapeModel(m, n, k, 2, _one(tm, tn, tk, depth), 20, LIMITS, pipeline)
+        model = ShapeModel(
+            m, n, k, 2, _one(tm, tn, tk, depth), 20, LIMITS, pipeline, output_bytes=0
+        )
         if model.resident[0] < 1:
             continue
         times, traffic = model.times_us(FIGURES)
@@ -66,6 +68,18 @@ def test_split_k_fills_the_gpu_on_a_small_output_with_a_long_k() -> None:
     times, traffic = model.times_us(figures)
     assert traffic.ctas.tolist() == [64, 128, 256]
     assert times[1] < times[0] and times[2] < times[0]
+
+
+def test_the_epilogue_stores_c_at_dram_bandwidth() -> None:
+    """One wave of 20 CTAs of 128 x 128 fp32 C tiles: 20 x 64 KB more at 900 GB/s."""
+    space = _one(128, 128, 32, 2)
+    times = [
+        ShapeModel(
+            512, 640, 256, 4, space, 20, LIMITS, PipelineModel.PAPER, output_bytes=b
+        ).times_us(FIGURES)[0][0]
+        for b in (0, 4)
+    ]
+    assert times[1] - times[0] == pytest.approx(20 * 128 * 128 * 4 / 900e3)
 
 
 def test_feasible_refuses_split_k_beyond_the_k_tiles_and_oversized_buffers() -> None:

@@ -36,9 +36,12 @@ def memory_model_device(
     pipeline: PipelineModel = PipelineModel.ASYNC_COPY,
     sm_count: int | None = None,
     limits: SmLimits | None = None,
+    compute_throughput_macs_per_us: float | None = None,
 ) -> Device:
     """The profile as a :class:`Device` of the configuration-less fit. ``sm_count`` and
-    ``limits`` replace the profile's (a sibling GPU's data on this profile's figures).
+    ``limits`` replace the profile's (a sibling GPU's data on this profile's figures), as
+    ``compute_throughput_macs_per_us`` its fp16 MATH figure (a profile whose figure is one
+    kernel's measured rate, the RTX A6000's, rather than the hardware's).
     T_INIT's base is the measured kernel launch; the split-K reduction's fixed cost is a second
     launch; latencies are the pointer chase's times LOAD_STARTUP_OVER_POINTER_CHASE.
     ValueError when the profile lacks the gemm_ws or memory section or the dtype."""
@@ -56,7 +59,10 @@ def memory_model_device(
         t_init_us=launch,
         t_epilogue_us=gemm.t_epilogue_us.value,
         compute_startup_latency_us=gemm.compute_startup_latency_us.value,
-        compute_throughput_macs_per_us=gemm.compute_throughput_macs_per_us.value * ratios[dtype][1],
+        compute_throughput_macs_per_us=(
+            compute_throughput_macs_per_us or gemm.compute_throughput_macs_per_us.value
+        )
+        * ratios[dtype][1],
         memory=MemoryFigures(
             sm_count=sms,
             dram_bandwidth_gb_per_s=memory.dram_bandwidth_gb_per_s.value,

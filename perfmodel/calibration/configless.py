@@ -5,8 +5,8 @@ shape" (torch.matmul, cuBLAS, XLA) and is fitted as the model's optimum over the
 a run that names its configuration is fitted as that configuration's time. Both kinds mix in
 one fit.
 
-Fitted: seven log-scale figures (MATH throughput, L2 and DRAM bandwidth, load latency scale,
-T_INIT, T_EPILOGUE, split-K reduction overhead), maximum a posteriori: robust (soft-L1) least
+Fitted: eight log-scale figures (MATH throughput, L2 and DRAM bandwidth, load latency scale,
+T_INIT, T_EPILOGUE, split-K reduction overhead, MATH startup), maximum a posteriori: robust (soft-L1) least
 squares on ln(predicted / measured) plus log-normal prior residuals, scipy's trf with finite
 differences. Speed: each run's traffic geometry is computed once; a configuration-less run is
 then scored on its shortlist, the configurations within a factor of its base optimum (the
@@ -41,9 +41,10 @@ FITTED: tuple[tuple[str, float], ...] = (
     ("l2_bandwidth_gb_per_s", 0.3),
     ("dram_bandwidth_gb_per_s", 0.2),
     ("load_latency_scale", 0.7),
-    ("t_init_us", 0.5),
+    ("t_init_us", 1.5),
     ("t_epilogue_us", 0.7),
     ("reduction_overhead_us", 1.0),
+    ("compute_startup_latency_us", 1.5),
 )
 #: a configuration-less run's shortlist: configurations within this factor of its optimum
 SHORTLIST_FACTOR = 3.0
@@ -86,7 +87,8 @@ def scaled(base: MemoryModelFigures, log_scale: Sequence[float] | FloatArray) ->
     return MemoryModelFigures(
         t_init_us=base.t_init_us * f["t_init_us"],
         t_epilogue_us=base.t_epilogue_us * f["t_epilogue_us"],
-        compute_startup_latency_us=base.compute_startup_latency_us,
+        compute_startup_latency_us=base.compute_startup_latency_us
+        * f["compute_startup_latency_us"],
         compute_throughput_macs_per_us=base.compute_throughput_macs_per_us
         * f["compute_throughput_macs_per_us"],
         memory=MemoryFigures(

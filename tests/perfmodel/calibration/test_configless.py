@@ -24,7 +24,7 @@ SPACE = Space.product(tiles=(32, 64, 128), depths=(2, 4), group_m=(1, 8), split_
 BASE = MemoryModelFigures(2.5, 1.5, 0.02, 1.4e6, MemoryFigures(40, 2000, 6000, 2e7, 0.7, 0.35), 2.5)
 DEVICE = Device(BASE, 40, SmLimits(8, 200_000), 100_000, PipelineModel.ASYNC_COPY, SPACE)
 #: the "real" GPU: slower MATH, slower launch, longer latency than the base believes
-HIDDEN = (-0.3, 0.1, 0.0, 0.6, 0.4, 0.2, 0.0)
+HIDDEN = (-0.3, 0.1, 0.0, 0.6, 0.4, 0.2, 0.0, 0.5)
 
 
 def _shapes(count: int, seed: int) -> list[tuple[int, int, int]]:

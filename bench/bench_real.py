@@ -294,6 +294,7 @@ def picture(points: list[tuple[str, float, float]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams["svg.hashsalt"] = "kperf"  # the same ids on every run
     fig, ax = plt.subplots(figsize=(6, 6))
     for dataset in sorted({p[0] for p in points}):
         xs = [p[1] for p in points if p[0] == dataset]

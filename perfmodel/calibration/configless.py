@@ -8,9 +8,10 @@ one fit.
 Fitted: eight log-scale figures (MATH throughput, L2 and DRAM bandwidth, load latency scale,
 T_INIT, T_EPILOGUE, split-K reduction overhead, MATH startup), maximum a posteriori: robust
 (soft-L1) least squares on ln(predicted / measured) plus log-normal prior residuals, scipy's
-trf with finite differences. Speed: each run's traffic geometry is computed once; a configuration-less run is
-then scored on its shortlist, the configurations within a factor of its base optimum (the
-optimum under figures near the base lies among them), re-drawn once around the fitted figures.
+trf with finite differences. Speed: each run's traffic geometry is computed once; a
+configuration-less run is then scored on its shortlist, the configurations within a factor of
+its base optimum (the optimum under figures near the base lies among them), re-drawn once
+around the fitted figures.
 docs/model-notes.md, "Memory hierarchy, L2 reuse, split-K and tf32" 4.
 """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.convert.shortlist_why import Ranked, reasons
 from app.schemas.base import provenance_out
 from app.schemas.optimize import (
     CertificateCheckOut,
@@ -364,8 +365,10 @@ def to_response(
         pipeline_model=pipeline.value,
         best=TilingPrediction.model_validate(with_uncertainty(1, result.best)),
         candidates=[
-            RankedCandidate.model_validate({"rank": rank, **with_uncertainty(rank, sim)})
-            for rank, sim in enumerate(ranked, start=1)
+            RankedCandidate.model_validate(
+                {"rank": rank, **with_uncertainty(rank, sim), "why": why}
+            )
+            for rank, (sim, why) in enumerate(zip(ranked, _reasons(solved), strict=True), 1)
         ],
         search=SearchSummaryOut(
             candidates_considered=result.summary.candidates_considered,
@@ -389,6 +392,26 @@ def to_response(
         profile_provenance=provenance_out(origin) if origin is not None else None,
         # the device as the request named it: recalibrating through a name moves the name
         feedback=None if request.device is None else feedback(request.device),
+    )
+
+
+def _reasons(solved: Solved) -> list[str]:
+    """Each rank's ``why``, from the shortlist's mode and belief and each rank's prediction."""
+    result, shortlist = solved.result, solved.shortlist
+    ranked: tuple[Simulation | AsyncSimulation, ...] = result.candidates
+    entries = [
+        Ranked(
+            predicted_time_us=ns_to_us(sim.overall_time_ns),
+            probability_best=solved.uncertainty[i][0] if solved.uncertainty else None,
+        )
+        for i, sim in enumerate(ranked)
+    ]
+    return reasons(
+        entries,
+        proven=result.status == "optimal",
+        mode=None if shortlist is None else shortlist.mode,
+        belief=None if shortlist is None else shortlist.belief,
+        draws=0 if shortlist is None else shortlist.draws,
     )
 
 

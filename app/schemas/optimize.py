@@ -370,6 +370,14 @@ class RankedCandidate(TilingPrediction):
     rank: int = Field(
         ge=1, description="1 = best: by predicted time, then total MATH wait, then tie-break"
     )
+    why: str | None = Field(
+        default=None,
+        max_length=400,
+        description="why this rank: rank 1 the proven optimum under the device's point "
+        "figures; in 'explore' the likeliest true bests next (fastest in the most draws of "
+        "the device's figures), then, fastest in no draw, the point estimate's order; in "
+        "'exploit' the point estimate's order",
+    )
 
 
 class ShortlistOut(BaseModel):

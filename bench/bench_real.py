@@ -45,7 +45,7 @@ from bench.common import command_line
 from device_profiles import get_profile
 from device_profiles.memory import memory_model_device
 from perfmodel.calibration.configless import Device, LibraryRun, RunModel, fit
-from perfmodel.gemm_ws_async import SmLimits
+from perfmodel.gemm_ws import SmLimits
 
 DATA = Path(__file__).resolve().parents[2] / "shared/data/real-gemm"
 TRAIN = 16

@@ -9,8 +9,8 @@ from device_profiles.pipeline import sm_limits
 from device_profiles.priors import gemm_ws_dtype_ratios
 from device_profiles.schema import DeviceProfile
 from perfmodel.calibration.configless import Device
-from perfmodel.gemm_ws_async import PipelineModel, SmLimits
-from perfmodel.gemm_ws_memory_model import MemoryModelFigures, Space
+from perfmodel.gemm_ws import SmLimits
+from perfmodel.gemm_ws_memory_model import MemoryModelFigures, Recurrences, Space
 from perfmodel.gemm_ws_traffic import MemoryFigures
 
 #: a pipeline stage's load startup over the pointer-chase DRAM latency: the RTX A6000's
@@ -33,7 +33,7 @@ SHARED_MEMORY_BYTES_PER_CLOCK = 128
 def memory_model_device(
     profile: DeviceProfile,
     dtype: str,
-    pipeline: PipelineModel = PipelineModel.ASYNC_COPY,
+    pipeline: Recurrences = "async-copy",
     sm_count: int | None = None,
     limits: SmLimits | None = None,
     compute_throughput_macs_per_us: float | None = None,

@@ -28,13 +28,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.gemm_ws_async import PipelineModel, SmLimits, last_math_start_formula
+from perfmodel.gemm_ws import SmLimits
 from perfmodel.gemm_ws_traffic import (
     FloatArray,
     Grid,
@@ -45,8 +46,12 @@ from perfmodel.gemm_ws_traffic import (
     split_k_reduction_us,
     wave_panels,
 )
+from perfmodel.pipelines.async_copy.recurrences import last_math_start_formula
 
 BoolArray = npt.NDArray[np.bool_]
+#: the pipeline models whose closed forms run on the effective stage quantities (the registry's
+#: names, perfmodel/pipelines)
+Recurrences = Literal["paper", "async-copy"]
 
 DEFAULT_TILES: tuple[int, ...] = (16, 32, 64, 128, 256)
 DEFAULT_DEPTHS: tuple[int, ...] = tuple(range(2, 9))
@@ -153,7 +158,7 @@ class ShapeModel:
         space: Space,
         sm_count: int,
         limits: SmLimits,
-        pipeline: PipelineModel,
+        pipeline: Recurrences,
         batch: int = 1,
         output_bytes: int | None = None,
     ) -> None:
@@ -164,7 +169,8 @@ class ShapeModel:
         self.element_bytes = element_bytes
         resident = ctas_per_sm(space, element_bytes, limits)
         self.resident = resident
-        per_sm = np.maximum(resident, 1) if pipeline is PipelineModel.ASYNC_COPY else 1
+        # CTAs sharing an SM: as many as fit under async copies, one under the paper's eq. (1)-(3)
+        per_sm = np.maximum(resident, 1) if _SHARES_SM[pipeline] else np.ones_like(resident)
         self.ctas_per_sm = np.broadcast_to(np.asarray(per_sm, dtype=np.int64), (space.count,))
         # traffic depends on the tile, group_m, split_k and CTAs per SM, not on the depth
         keys = np.stack(
@@ -239,35 +245,82 @@ class ShapeModel:
         stages = -(-traffic.k_per_cta // s.tile_k)
         busiest = -(-traffic.ctas // self.sm_count)  # q = ceil(CTAs / SMs), §2.1.1
         math_startup = figures.compute_startup_latency_us
-        # one CTA's MATH per stage: the MAC rate, or the shared-memory reads of its A and B
-        # tiles, whichever is slower
-        smem_us = elements * self.element_bytes / figures.shared_memory_bytes_per_us
-        math_us = np.maximum(macs / figures.compute_throughput_macs_per_us, smem_us)
         # the epilogue stores the wave's C tiles: at least their bytes at DRAM bandwidth
         store_per_cta = (s.tile_m * s.tile_n * self.output_bytes) / (
             figures.memory.dram_bandwidth_gb_per_s * 1e3
         )
-        if self.pipeline is PipelineModel.ASYNC_COPY:
-            per_sm = np.minimum(self.ctas_per_sm, busiest)
-            full, partial = np.divmod(busiest, per_sm)
-
-            def wave(share: IntArray) -> FloatArray:
-                d = share * elements / theta
-                t = share * math_us + math_startup
-                last: FloatArray = last_math_start_formula(
-                    d, lam, t, stages, s.buffer_depth, np.maximum
-                )
-                stored = np.minimum(share * self.sm_count, traffic.ctas) * store_per_cta
-                return last + t + figures.t_epilogue_us + stored
-
-            total = full * wave(per_sm) + np.where(partial > 0, wave(np.maximum(partial, 1)), 0.0)
-        else:
-            load = elements / theta + 2 * lam
-            t = math_us + math_startup
-            per_stage = np.where(s.buffer_depth == 1, load + t, np.maximum(load, t))
-            stored = np.minimum(self.sm_count, traffic.ctas) * store_per_cta
-            wave_us = load + (stages - 1) * per_stage + figures.t_epilogue_us + stored
-            total = busiest * wave_us
+        # one CTA's MATH per stage: the MAC rate, or the shared-memory reads of its A and B
+        # tiles, whichever is slower
+        smem_us = elements * self.element_bytes / figures.shared_memory_bytes_per_us
+        math_us = np.maximum(macs / figures.compute_throughput_macs_per_us, smem_us)
+        stage = _Stage(
+            load_us=elements / theta,
+            latency_us=lam,
+            math_us=math_us,
+            math_startup_us=math_startup,
+            epilogue_us=figures.t_epilogue_us,
+            store_per_cta_us=store_per_cta,
+            stages=stages,
+            depth=s.buffer_depth,
+            busiest=busiest,
+            ctas=traffic.ctas,
+            ctas_per_sm=self.ctas_per_sm,
+            sm_count=self.sm_count,
+        )
+        total = _CLOSED_FORMS[self.pipeline](stage)
         reduction = split_k_reduction_us(traffic, figures.memory, figures.reduction_overhead_us)
         out: FloatArray = figures.t_init_us + total + reduction
         return out, traffic
+
+
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """Per configuration, the effective stage quantities both closed forms read (us)."""
+
+    load_us: FloatArray  # one CTA's A and B elements at the effective load throughput
+    latency_us: FloatArray
+    math_us: FloatArray
+    math_startup_us: float
+    epilogue_us: float
+    store_per_cta_us: FloatArray
+    stages: IntArray
+    depth: IntArray
+    busiest: IntArray  # q = ceil(CTAs / SMs), §2.1.1
+    ctas: IntArray
+    ctas_per_sm: IntArray
+    sm_count: int
+
+
+def _async_copy_total_us(s: _Stage) -> FloatArray:
+    """Full waves of c CTAs sharing the SM, then the partial wave (async-copy 2)."""
+    per_sm = np.minimum(s.ctas_per_sm, s.busiest)
+    full, partial = np.divmod(s.busiest, per_sm)
+
+    def wave(share: IntArray) -> FloatArray:
+        d = share * s.load_us
+        t = share * s.math_us + s.math_startup_us
+        last: FloatArray = last_math_start_formula(
+            d, s.latency_us, t, s.stages, s.depth, np.maximum
+        )
+        stored = np.minimum(share * s.sm_count, s.ctas) * s.store_per_cta_us
+        return last + t + s.epilogue_us + stored
+
+    out: FloatArray = full * wave(per_sm) + np.where(partial > 0, wave(np.maximum(partial, 1)), 0.0)
+    return out
+
+
+def _paper_total_us(s: _Stage) -> FloatArray:
+    """W waves of Sm(S) + T_EPILOGUE (GeMM-WS 7), A and B each paying the latency (eq. (4))."""
+    load = s.load_us + 2 * s.latency_us
+    t = s.math_us + s.math_startup_us
+    per_stage = np.where(s.depth == 1, load + t, np.maximum(load, t))
+    stored = np.minimum(s.sm_count, s.ctas) * s.store_per_cta_us
+    out: FloatArray = s.busiest * (load + (s.stages - 1) * per_stage + s.epilogue_us + stored)
+    return out
+
+
+_CLOSED_FORMS: dict[str, Callable[[_Stage], FloatArray]] = {
+    "paper": _paper_total_us,
+    "async-copy": _async_copy_total_us,
+}
+_SHARES_SM: dict[str, bool] = {"paper": False, "async-copy": True}

@@ -130,7 +130,7 @@ class GemmWsDeviceParams(RequestModel):
     )
 
 
-# --- explicit candidate lists (issue 18) ---------------------------------------------------
+# --- explicit candidate lists ---------------------------------------------------------------
 #: most entries a request's ``candidates`` list may hold
 MAX_CANDIDATES = 4096
 #: largest ``params`` object of one candidate, compact JSON in UTF-8 bytes (checked by the

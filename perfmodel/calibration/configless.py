@@ -26,10 +26,10 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from perfmodel.errors import CalibrationInputError
-from perfmodel.gemm_ws import ELEMENT_BYTES
-from perfmodel.gemm_ws_async import PipelineModel, SmLimits
+from perfmodel.gemm_ws import ELEMENT_BYTES, SmLimits
 from perfmodel.gemm_ws_memory_model import (
     MemoryModelFigures,
+    Recurrences,
     ShapeModel,
     Space,
     feasible,
@@ -75,7 +75,7 @@ class Device:
     sm_count: int
     limits: SmLimits
     shared_memory_per_block_bytes: int | None
-    pipeline: PipelineModel
+    pipeline: Recurrences
     space: Space = dataclasses.field(default_factory=Space.product)
 
 

@@ -16,13 +16,13 @@ from perfmodel.calibration.configless import (
     scaled,
 )
 from perfmodel.errors import CalibrationInputError
-from perfmodel.gemm_ws_async import PipelineModel, SmLimits
+from perfmodel.gemm_ws import SmLimits
 from perfmodel.gemm_ws_memory_model import MemoryModelFigures, Space
 from perfmodel.gemm_ws_traffic import MemoryFigures
 
 SPACE = Space.product(tiles=(32, 64, 128), depths=(2, 4), group_m=(1, 8), split_k=(1, 4))
 BASE = MemoryModelFigures(2.5, 1.5, 0.02, 1.4e6, MemoryFigures(40, 2000, 6000, 2e7, 0.7, 0.35), 2.5)
-DEVICE = Device(BASE, 40, SmLimits(8, 200_000), 100_000, PipelineModel.ASYNC_COPY, SPACE)
+DEVICE = Device(BASE, 40, SmLimits(8, 200_000), 100_000, "async-copy", SPACE)
 #: the "real" GPU: slower MATH, slower launch, longer latency than the base believes
 HIDDEN = (-0.3, 0.1, 0.0, 0.6, 0.4, 0.2, 0.0, 0.5)
 
@@ -70,7 +70,7 @@ def test_runs_with_and_without_configurations_mix_in_one_fit() -> None:
 
 
 def test_a_shape_no_configuration_runs_is_refused_naming_the_run() -> None:
-    tiny = Device(BASE, 40, SmLimits(8, 200_000), 1000, PipelineModel.ASYNC_COPY, SPACE)
+    tiny = Device(BASE, 40, SmLimits(8, 200_000), 1000, "async-copy", SPACE)
     with pytest.raises(CalibrationInputError) as caught:
         fit([LibraryRun(512, 512, 512, "tf32", 10.0)], tiny)
     assert caught.value.field == "measurements[0].m"

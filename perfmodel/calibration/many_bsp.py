@@ -116,16 +116,20 @@ def _analyse(
         result = predict_kernel(dataclasses.replace(request, device=base))
     except ModelInputError as exc:
         raise CalibrationInputError(f"{field}.request.{exc.field}", exc.reason) from exc
-    return _totals(result)
+    return _totals(result, base.device)
 
 
-def _totals(result: PredictResult) -> tuple[tuple[BlockTotals, ...], LaunchShape]:
+def _totals(
+    result: PredictResult, device: ManyBspDevice
+) -> tuple[tuple[BlockTotals, ...], LaunchShape]:
     """A prediction reduced to its block totals per warp role (none of mu and the launch
     overheads reaches them) and its launch shape without the block count."""
     if result.roles:
-        totals = tuple(block_totals(r.costs, r.level1, r.estimate.w) for r in result.roles)
+        totals = tuple(
+            block_totals(r.costs, r.level1, r.estimate.w, device) for r in result.roles
+        )
     else:
-        totals = (block_totals(result.costs, result.level1, result.estimate.w),)
+        totals = (block_totals(result.costs, result.level1, result.estimate.w, device),)
     # eq. (21) occupancy counts the whole block, whatever the role
     launch = LaunchShape(0, result.n_t, result.registers_per_thread, result.shared_bytes_per_block)
     return totals, launch

@@ -177,8 +177,15 @@ def _dominates(idom: Sequence[int | None], a: int, b: int) -> bool:
     return False
 
 
-def find_loops(fn: Function, blocks: Sequence[BasicBlock]) -> tuple[Loop, ...]:
-    """Natural loops of ``fn``, outer loops before the loops they contain."""
+def find_loops(
+    fn: Function,
+    blocks: Sequence[BasicBlock],
+    known: Callable[[str], int | None] | None = None,
+) -> tuple[Loop, ...]:
+    """Natural loops of ``fn``, outer loops before the loops they contain.
+
+    ``known``: the block-uniform value of a register when the caller knows it (launch shape,
+    kernel arguments), for trip counts whose bound or start is not a literal."""
     if not blocks:
         return ()
     idom = dominators(blocks)
@@ -234,7 +241,9 @@ def find_loops(fn: Function, blocks: Sequence[BasicBlock]) -> tuple[Loop, ...]:
                 last_line=max(lines),
                 depth=depth[h],
                 parent=None if p is None else name(p),
-                inferred_trip_count=_infer_trip_count(fn, blocks, h, latches[h], body, defs_of),
+                inferred_trip_count=_infer_trip_count(
+                    fn, blocks, h, latches[h], body, defs_of, known
+                ),
             )
         )
     return tuple(loops)
@@ -314,6 +323,7 @@ def _infer_trip_count(
     latch: int,
     body: set[int],
     defs_of: Mapping[str, list[int]],
+    known: Callable[[str], int | None] | None = None,
 ) -> int | None:
     """Trip count when the loop is counted by a constant-initialised, constant-stepped register
     compared against a constant; None for anything else.
@@ -364,8 +374,10 @@ def _infer_trip_count(
             return v
         defs = [instrs[i] for i in defs_of.get(text, ())]
         if len(defs) == 1 and _is_plain_mov(defs[0]):
-            return _int_literal(defs[0].operands[1].text)
-        return None
+            v = _int_literal(defs[0].operands[1].text)
+            if v is not None:
+                return v
+        return known(text) if known is not None and text.startswith("%") else None
 
     a, b = setp.operands[1].text, setp.operands[2].text
     bound = const_of(b)

@@ -22,6 +22,8 @@ from perfmodel.manybsp.types import (
 def occupancy_rho(launch: LaunchShape, device: ManyBspDevice) -> int:
     """eq. (21): resident blocks per SM; a resource the kernel does not use sets no limit."""
     limits = [device.max_threads_per_sm // launch.n_t]
+    if device.max_blocks_per_sm is not None:
+        limits.append(device.max_blocks_per_sm)  # the SM's block slots (Programming Guide)
     if launch.registers_per_thread > 0:
         limits.append(device.registers_per_sm // (launch.n_t * launch.registers_per_thread))
     if launch.shared_bytes_per_block > 0:
@@ -203,9 +205,15 @@ def kernel_terms(
     K: float,  # noqa: N803 - the paper's name
     tau: int,
     mu: float,
+    interleaved_warps: int = 1,
 ) -> KernelTerms:
-    """eq. (24) when rho >= tau, else eq. (25), term by term."""
-    speedup = min(mu, (1 + rho) / 2)
+    """eq. (24) when rho >= tau, else eq. (25), term by term.
+
+    ``interleaved_warps``: on Volta and later, w (eq. 6) -- each warp has its own program
+    counter and the scheduler interleaves warps at instruction granularity, so the resident
+    warps per scheduler, not only the resident blocks, overlap each other's latency:
+    min(mu, (1 + rho w) / 2) (docs/model-notes.md, "Throughput floor")."""
+    speedup = min(mu, (1 + rho * interleaved_warps) / 2)
     blocks = n_b / n_sm * comp / speedup
     if rho >= tau:  # eq. (24)
         return KernelTerms(block_launch_overhead_cycles, blocks, 0.0, novlp / 2, "24")
@@ -262,6 +270,7 @@ def kernel_from_totals(
         K=K,
         tau=tau,
         mu=device.mu,
+        interleaved_warps=w if device.sector_bytes else 1,
     )
     kernel, equation = terms.total, terms.equation
     floor = throughput_floor(totals, launch, device) if device.sector_bytes else 0.0

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from perfmodel.ptx.cfg import _COMPARE, build_cfg
 from perfmodel.ptx.ir import Function, Instruction
-from perfmodel.ptx.linear import LinearForm, LinearValues
+from perfmodel.ptx.linear import ITER, LinearForm, LinearValues
 from perfmodel.ptx.roles import _reachable
 
 __all__ = ["BlockClass", "block_classes"]
@@ -59,6 +59,11 @@ def _outcomes(
         hi += max(0, v)
     k = diff.coefs.get(axis, 0) if axis_values is not None else 0
     rel = _COMPARE[cmp]
+    # a guard on an induction variable (a tile loop's index) is evaluated at the first
+    # iteration; its outcome holds for every iteration only where the compared value moves
+    # away from the bound as the loop runs
+    steps = {v > 0 for s, v in diff.coefs.items() if s.startswith(ITER) and v}
+    rising = steps.pop() if len(steps) == 1 else None
     out: list[bool | None] = []
     for v in axis_values if axis_values is not None else range(1):
         a, b = lo + k * v, hi + k * v
@@ -72,6 +77,14 @@ def _outcomes(
             continue
         ra, rb = rel(a, 0), rel(b, 0)
         out.append(ra if ra == rb else None)
+    if not steps and rising is None and any(s.startswith(ITER) for s in diff.coefs):
+        return [None] * len(out)  # iterations move the value both ways
+    if rising is not None:
+        upward = cmp in ("gt", "ge", "hi", "hs")
+        downward = cmp in ("lt", "le", "lo", "ls")
+        keeps = {True: (upward and rising) or (downward and not rising)}
+        keeps[False] = (upward and not rising) or (downward and rising)
+        out = [o if o is not None and keeps[o] else None for o in out]
     return out
 
 

@@ -22,17 +22,20 @@ is then unknown.
 from __future__ import annotations
 
 from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass, field
 
 from perfmodel.ptx.ir import Function, Instruction, Operand, _int_literal
 
-__all__ = ["LinearForm", "LinearValues", "SYMBOLS", "param_name"]
+__all__ = ["ITER", "LinearForm", "LinearValues", "SYMBOLS", "param_name"]
 
 #: thread and block index symbols of a form
 SYMBOLS = ("tid.x", "tid.y", "tid.z", "ctaid.x", "ctaid.y", "ctaid.z")
 
 _COPY = frozenset({"mov", "cvta"})
 _MAX_DEPTH = 400  # definition chains deeper than this are left unknown
+#: prefix of the symbol counting a loop-carried register's iterations ("iter:%r45")
+ITER = "iter:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,12 @@ def _opaque(*forms: LinearForm) -> LinearForm:
         params |= f.params
         carried |= f.carried
     return LinearForm(0, {}, True, deps, params, carried)
+
+
+def _strip(f: LinearForm, sym: str) -> LinearForm:
+    """``f`` without the iteration symbol ``sym`` (its register's cycle is closed)."""
+    coefs = {s: v for s, v in f.coefs.items() if s != sym}
+    return dataclasses.replace(f, coefs=coefs)
 
 
 def _add(a: LinearForm, b: LinearForm, sign: int = 1) -> LinearForm:
@@ -168,9 +177,9 @@ class LinearValues:
         if reg in self._memo:
             return self._memo[reg]
         if reg in self._active:
-            # loop-carried: the value of an earlier iteration, marked so that the register's
-            # own join can tell "itself plus something" from its other definitions
-            return LinearForm(0, {}, True, carried=frozenset({reg}))
+            # loop-carried: the value of an earlier iteration, as the symbol "iter:<reg>"; the
+            # register's own join turns "start, then itself + k" into start + k x iteration
+            return LinearForm(0, {ITER + reg: 1}, carried=frozenset({reg}))
         if len(self._active) > _MAX_DEPTH:
             return LinearForm(0, {}, True, frozenset(SYMBOLS))
         self._active.add(reg)
@@ -185,23 +194,36 @@ class LinearValues:
 
     @staticmethod
     def _join(reg: str, forms: list[LinearForm]) -> LinearForm:
+        sym = ITER + reg
         updates = [f for f in forms if reg in f.carried]
         forms = [f for f in forms if reg not in f.carried]
-        if any(f.coefs or f.opaque for f in updates):
-            return _opaque(*forms, *updates)  # r = r + (thread-dependent): not linear
+        rest = [{s: v for s, v in f.coefs.items() if s != sym} for f in updates]
+        if any(r or f.opaque or f.coefs.get(sym) != 1 for r, f in zip(rest, updates, strict=True)):
+            return _strip(_opaque(*forms, *updates), sym)  # r = r x k or r + (thread part)
         carried = frozenset().union(*(f.carried for f in updates)) - {reg}
         upd_params = frozenset().union(*(f.params for f in updates))
         if not forms:
             return LinearForm(0, {}, True, frozenset(), upd_params, carried)
+        start = forms[0]
+        if any(dict(f.coefs) != dict(start.coefs) for f in forms[1:]):
+            return _strip(_opaque(*forms), sym)
+        deps = frozenset().union(*(f.opaque for f in forms))
+        params = frozenset().union(*(f.params for f in forms)) | upd_params
+        more = frozenset().union(*(f.carried for f in forms)) | carried
+        steps = {f.const for f in updates if f.known}
+        exact = (
+            len(forms) == 1
+            and start.known
+            and len(steps) == 1
+            and all(f.known for f in updates)
+        )
+        if updates and exact:
+            # an induction variable: start + step x (iterations so far)
+            coefs = {**start.coefs, sym: steps.pop()}
+            return LinearForm(start.const, coefs, False, deps, params, more)
         if updates:
-            # r = start, then r = r + uniform: the start's thread part, an unknown constant
-            first = forms[0]
-            if all(dict(f.coefs) == dict(first.coefs) for f in forms[1:]):
-                deps = frozenset().union(*(f.opaque for f in forms))
-                params = frozenset().union(*(f.params for f in forms)) | upd_params
-                more = frozenset().union(*(f.carried for f in forms)) | carried
-                return LinearForm(first.const, dict(first.coefs), True, deps, params, more)
-            return _opaque(*forms)
+            # r = start, then r = r + (unknown uniform): the start's thread part only
+            return LinearForm(start.const, dict(start.coefs), True, deps, params, more)
         if len(forms) == 1:
             return forms[0]
         first = forms[0]

@@ -39,12 +39,87 @@ class BlockClass:
     instructions: frozenset[int]  #: indices of the instructions the class can execute
 
 
-def _setp_of(fn: Function, at: int, guard: str) -> Instruction | None:
+#: a predicate over the launch: ("leaf", index into the leaves), ("not", p),
+#: ("and"/"or", p, q), or None when the evaluation cannot follow it
+_Pred = tuple[object, ...] | None
+
+
+def _def_of(fn: Function, at: int, reg: str) -> Instruction | None:
+    """The unguarded definition of ``reg`` nearest before ``at`` (nvcc's predicates are
+    defined once, just before their branch)."""
     for i in range(at - 1, -1, -1):
         ins = fn.instructions[i]
-        if guard in ins.defs:
-            return ins if ins.opcode == "setp" and ins.guard is None else None
+        if reg in ins.defs:
+            return ins if ins.guard is None else None
     return None
+
+
+class _Leaves:
+    """The integer comparisons the branches' predicates are made of, as linear forms."""
+
+    def __init__(self, fn: Function, values: LinearValues) -> None:
+        self.fn = fn
+        self.values = values
+        self.leaves: list[tuple[LinearForm, str]] = []  # (a - b, comparison)
+
+    def predicate(self, at: int, reg: str, depth: int = 0) -> _Pred:
+        ins = _def_of(self.fn, at, reg)
+        if ins is None or depth > 16:
+            return None
+        srcs = [o.text.lstrip("!") for o in ins.operands[1:]]
+        negated = [o.text.startswith("!") for o in ins.operands[1:]]
+        if ins.opcode == "setp" and len(ins.operands) == 3 and ins.modifiers:
+            cmp = ins.modifiers[0]
+            if cmp not in _COMPARE or any(
+                m[:1] == "f" and m[1:].isdigit() for m in ins.modifiers
+            ):
+                return None
+            a, b = (self.values.operand(o) for o in ins.operands[1:])
+            diff = LinearForm(
+                a.const - b.const,
+                {s: a.coefs.get(s, 0) - b.coefs.get(s, 0) for s in {*a.coefs, *b.coefs}},
+                a.unknown or b.unknown,
+            )
+            if diff.unknown:
+                return None
+            self.leaves.append((diff, cmp))
+            return ("leaf", len(self.leaves) - 1)
+        if "pred" not in ins.modifiers:
+            return None
+        parts: list[_Pred] = []
+        for src, neg in zip(srcs, negated, strict=True):
+            q = self.predicate(at - 1, src, depth + 1) if src.startswith("%") else None
+            parts.append(("not", q) if neg and q is not None else q)
+        if ins.opcode == "not" and len(parts) == 1 and parts[0] is not None:
+            return ("not", parts[0])
+        if ins.opcode in ("and", "or") and len(parts) == 2 and None not in parts:
+            return (ins.opcode, parts[0], parts[1])
+        if ins.opcode == "mov" and len(parts) == 1:
+            return parts[0]
+        return None
+
+
+def _evaluate(pred: _Pred, leaf: list[bool | None]) -> bool | None:
+    """Three-valued: True/False for every thread of the block, None for some."""
+    if pred is None:
+        return None
+    kind = pred[0]
+    if kind == "leaf":
+        index = pred[1]
+        assert isinstance(index, int)
+        return leaf[index]
+    if kind == "not":
+        v = _evaluate(pred[1], leaf)  # type: ignore[arg-type]
+        return None if v is None else not v
+    a = _evaluate(pred[1], leaf)  # type: ignore[arg-type]
+    b = _evaluate(pred[2], leaf)  # type: ignore[arg-type]
+    if kind == "and":
+        if a is False or b is False:
+            return False
+        return True if a and b else None
+    if a is True or b is True:
+        return True
+    return False if a is False and b is False else None
 
 
 def _outcomes(
@@ -95,67 +170,54 @@ def block_classes(
     guard tells blocks apart."""
     n_b = grid[0] * grid[1] * grid[2]
     everything = (BlockClass(n_b, {}, frozenset(range(len(fn.instructions)))),)
-    per_axis: dict[str, list[tuple[int, list[bool | None]]]] = {a: [] for a in _CTAID}
-    constant: dict[int, bool] = {}
+    leaves = _Leaves(fn, values)
+    branches: list[tuple[int, _Pred, bool]] = []
     for i, ins in enumerate(fn.instructions):
-        if ins.opcode != "bra" or ins.guard is None:
-            continue
-        setp = _setp_of(fn, i, ins.guard)
-        if setp is None or len(setp.operands) != 3 or not setp.modifiers:
-            continue
-        cmp = setp.modifiers[0]
-        if cmp not in _COMPARE or any(m[:1] == "f" and m[1:].isdigit() for m in setp.modifiers):
-            continue
-        a, b = (values.operand(o) for o in setp.operands[1:])
-        diff = LinearForm(
-            a.const - b.const,
-            {s: a.coefs.get(s, 0) - b.coefs.get(s, 0) for s in {*a.coefs, *b.coefs}},
-            a.unknown or b.unknown,
-        )
-        if diff.unknown:
-            continue
-        axes = [s for s in _CTAID if diff.coefs.get(s, 0)]
-        if len(axes) > 1:
-            continue
-        if not axes:
-            (o,) = _outcomes(diff, cmp, block, None, "")
-            if o is not None:
-                constant[i] = o != ins.guard_negated
-            continue
-        axis = axes[0]
-        extent = grid[_CTAID.index(axis)]
-        if extent > _MAX_AXIS:
-            continue
-        outs = _outcomes(diff, cmp, block, range(extent), axis)
-        per_axis[axis].append(
-            (i, [None if o is None else o != ins.guard_negated for o in outs])
-        )
-    if not any(per_axis.values()) and not constant:
+        if ins.opcode == "bra" and ins.guard is not None:
+            pred = leaves.predicate(i, ins.guard)
+            if pred is not None:
+                branches.append((i, pred, ins.guard_negated))
+    if not branches:
         return everything
-    # per axis: the directions of its branches, by block index value, counted
-    axis_groups: list[list[tuple[dict[int, bool], int]]] = []
+    # each leaf depends on one grid axis at most (else it stays open: None everywhere)
+    axis_of: list[str | None] = []
+    for diff, _ in leaves.leaves:
+        axes = [a for a in _CTAID if diff.coefs.get(a, 0)]
+        axis_of.append(axes[0] if len(axes) == 1 else (None if not axes else "many"))
+    constant = [
+        _outcomes(diff, cmp, block, None, "")[0] if axis_of[k] is None else None
+        for k, (diff, cmp) in enumerate(leaves.leaves)
+    ]
+    axis_groups: list[list[tuple[dict[int, bool | None], int]]] = []
     for axis in _CTAID:
-        branches = per_axis[axis]
         extent = grid[_CTAID.index(axis)]
-        if not branches:
+        mine = [k for k, a in enumerate(axis_of) if a == axis]
+        if not mine or extent > _MAX_AXIS:
             axis_groups.append([({}, extent)])
             continue
-        counts = Counter(tuple(d[v] for _, d in branches) for v in range(extent))
+        columns = [
+            _outcomes(leaves.leaves[k][0], leaves.leaves[k][1], block, range(extent), axis)
+            for k in mine
+        ]
+        counts = Counter(zip(*columns, strict=True))
         axis_groups.append(
-            [
-                ({i: t for (i, _), t in zip(branches, key, strict=True) if t is not None}, c)
-                for key, c in counts.items()
-            ]
+            [({k: o for k, o in zip(mine, key, strict=True)}, c) for key, c in counts.items()]
         )
     blocks = build_cfg(fn)
     classes: dict[tuple[frozenset[int], frozenset[tuple[int, bool]]], int] = {}
     reach_of: dict[frozenset[tuple[int, bool]], frozenset[int]] = {}
     for combo in itertools.product(*axis_groups):
-        fixed = dict(constant)
+        leaf = list(constant)
         count = 1
-        for directions, c in combo:
-            fixed.update(directions)
+        for outcomes, c in combo:
+            for k, o in outcomes.items():
+                leaf[k] = o
             count *= c
+        fixed: dict[int, bool] = {}
+        for i, pred, negated in branches:
+            v = _evaluate(pred, leaf)
+            if v is not None:
+                fixed[i] = v != negated
         key_fixed = frozenset(fixed.items())
         reach = reach_of.get(key_fixed)
         if reach is None:
@@ -163,7 +225,7 @@ def block_classes(
         key = (reach, frozenset((i, t) for i, t in fixed.items() if i in reach))
         classes[key] = classes.get(key, 0) + count
     if len(classes) == 1:
-        ((reach, fixed_set),) = classes
+        ((reach, _fixed_set),) = classes
         if reach == everything[0].instructions:
             return everything
     return tuple(

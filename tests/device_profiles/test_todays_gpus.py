@@ -237,7 +237,9 @@ def test_a100_latencies_of_abdelkhalik_et_al() -> None:
     assert mb is not None and mb.mem_lat_cycles is not None and mb.l1_hit_latency_cycles
     assert mb.mem_lat_cycles.value == 290 and mb.l1_hit_latency_cycles.value == 33
     latency = {k: c.latency_cycles for k, c in mb.instruction_classes.items()}
-    assert latency == {
+    # the classes cited from that paper (the finer sm_80 rows cite other sources)
+    cited = {k: v for k, v in latency.items() if "Abdelkhalik" in mb.instruction_classes[k].source}
+    assert {k: latency[k] for k in cited if not mb.instruction_classes[k].estimate} == {
         "alu": 4,
         "fma_f32": 4,
         "dp_arith": 5,
@@ -247,6 +249,7 @@ def test_a100_latencies_of_abdelkhalik_et_al() -> None:
         "st_global": 290,
         "ld_shared": 23,
         "st_shared": 19,
+        "ld_global_nc": 290,  # the read-only path: the ld_global row's figures
     }
 
 

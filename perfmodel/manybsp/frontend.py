@@ -35,7 +35,7 @@ from perfmodel.ptx import (
     find_loops,
     tid_x_stride_bytes,
 )
-from perfmodel.ptx.linear import LinearValues
+from perfmodel.ptx.linear import LinearForm, LinearValues
 from perfmodel.ptx.roles import WarpRole
 
 
@@ -394,7 +394,7 @@ def _level1(
     instrs = fn.instructions
     n = len(instrs)
     blocks = build_cfg(fn, fixed)
-    loops = find_loops(fn, blocks, _known_values(launch))
+    loops = find_loops(fn, blocks, *_known_values(launch))
     block_of = [0] * n
     for bb in blocks:
         for i in range(bb.start, bb.end):
@@ -496,17 +496,27 @@ def _returns_only(instrs: Sequence[Instruction], idx: int) -> bool:
     return instrs[idx].opcode in ("ret", "exit")
 
 
-def _known_values(launch: LaunchContext | None) -> Callable[[str], int | None] | None:
-    """Block-uniform register values the launch fixes (None: none known)."""
+def _known_values(
+    launch: LaunchContext | None,
+) -> tuple[
+    Callable[[str], int | None] | None, Callable[[Instruction, int], int | None] | None
+]:
+    """Block-uniform values the launch fixes, of a register and of an instruction's result
+    (None, None: nothing known)."""
     if launch is None:
-        return None
+        return None, None
     values = launch.values
 
-    def known(reg: str) -> int | None:
-        f = values.register(reg)
+    def uniform(f: LinearForm) -> int | None:
         return f.const if f.known and not f.coefs else None
 
-    return known
+    def known(reg: str) -> int | None:
+        return uniform(values.register(reg))
+
+    def known_def(ins: Instruction, index: int) -> int | None:
+        return uniform(values.definition(ins, index))
+
+    return known, known_def
 
 
 def _loop_parameters(

@@ -44,13 +44,13 @@ class BlockClass:
 _Pred = tuple[object, ...] | None
 
 
-def _def_of(fn: Function, at: int, reg: str) -> Instruction | None:
-    """The unguarded definition of ``reg`` nearest before ``at`` (nvcc's predicates are
-    defined once, just before their branch)."""
+def _def_of(fn: Function, at: int, reg: str) -> tuple[int, Instruction] | None:
+    """The unguarded definition of ``reg`` nearest before ``at`` and its index (nvcc's
+    predicates are defined once, just before their branch)."""
     for i in range(at - 1, -1, -1):
         ins = fn.instructions[i]
         if reg in ins.defs:
-            return ins if ins.guard is None else None
+            return (i, ins) if ins.guard is None else None
     return None
 
 
@@ -63,9 +63,10 @@ class _Leaves:
         self.leaves: list[tuple[LinearForm, str]] = []  # (a - b, comparison)
 
     def predicate(self, at: int, reg: str, depth: int = 0) -> _Pred:
-        ins = _def_of(self.fn, at, reg)
-        if ins is None or depth > 16:
+        found = _def_of(self.fn, at, reg)
+        if found is None or depth > 16:
             return None
+        index, ins = found
         srcs = [o.text.lstrip("!") for o in ins.operands[1:]]
         negated = [o.text.startswith("!") for o in ins.operands[1:]]
         if ins.opcode == "setp" and len(ins.operands) == 3 and ins.modifiers:
@@ -74,7 +75,7 @@ class _Leaves:
                 m[:1] == "f" and m[1:].isdigit() for m in ins.modifiers
             ):
                 return None
-            a, b = (self.values.operand(o) for o in ins.operands[1:])
+            a, b = self.values.operands_at(ins, index)
             diff = LinearForm(
                 a.const - b.const,
                 {s: a.coefs.get(s, 0) - b.coefs.get(s, 0) for s in {*a.coefs, *b.coefs}},
@@ -88,7 +89,7 @@ class _Leaves:
             return None
         parts: list[_Pred] = []
         for src, neg in zip(srcs, negated, strict=True):
-            q = self.predicate(at - 1, src, depth + 1) if src.startswith("%") else None
+            q = self.predicate(index, src, depth + 1) if src.startswith("%") else None
             parts.append(("not", q) if neg and q is not None else q)
         if ins.opcode == "not" and len(parts) == 1 and parts[0] is not None:
             return ("not", parts[0])
@@ -152,8 +153,8 @@ def _outcomes(
             continue
         ra, rb = rel(a, 0), rel(b, 0)
         out.append(ra if ra == rb else None)
-    if not steps and rising is None and any(s.startswith(ITER) for s in diff.coefs):
-        return [None] * len(out)  # iterations move the value both ways
+    if any(s.startswith(ITER) for s in diff.coefs) and (rising is None or cmp in ("eq", "ne")):
+        return [None] * len(out)  # iterations move the value both ways, or across the bound
     if rising is not None:
         upward = cmp in ("gt", "ge", "hi", "hs")
         downward = cmp in ("lt", "le", "lo", "ls")

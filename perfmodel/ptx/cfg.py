@@ -181,11 +181,13 @@ def find_loops(
     fn: Function,
     blocks: Sequence[BasicBlock],
     known: Callable[[str], int | None] | None = None,
+    known_def: Callable[[Instruction, int], int | None] | None = None,
 ) -> tuple[Loop, ...]:
     """Natural loops of ``fn``, outer loops before the loops they contain.
 
     ``known``: the block-uniform value of a register when the caller knows it (launch shape,
-    kernel arguments), for trip counts whose bound or start is not a literal."""
+    kernel arguments), for trip counts whose bound or start is not a literal; ``known_def``:
+    the value an instruction computes, for a counter started by arithmetic (``n - n % 4``)."""
     if not blocks:
         return ()
     idom = dominators(blocks)
@@ -242,7 +244,7 @@ def find_loops(
                 depth=depth[h],
                 parent=None if p is None else name(p),
                 inferred_trip_count=_infer_trip_count(
-                    fn, blocks, h, latches[h], body, defs_of, known
+                    fn, blocks, h, latches[h], body, defs_of, known, known_def
                 ),
             )
         )
@@ -324,6 +326,7 @@ def _infer_trip_count(
     body: set[int],
     defs_of: Mapping[str, list[int]],
     known: Callable[[str], int | None] | None = None,
+    known_def: Callable[[Instruction, int], int | None] | None = None,
 ) -> int | None:
     """Trip count when the loop is counted by a constant-initialised, constant-stepped register
     compared against a constant; None for anything else.
@@ -433,10 +436,16 @@ def _infer_trip_count(
         if step_index < var_def_index:
             extra += step
         step_index = var_def_index
-    outside = [instrs[i] for i in defs_of.get(counter, ()) if i not in loop_set]
-    if len(outside) != 1 or not _is_plain_mov(outside[0]):
+    outside_at = [i for i in defs_of.get(counter, ()) if i not in loop_set]
+    outside = [instrs[i] for i in outside_at]
+    if len(outside) != 1:
         return None
-    init = const_of(outside[0].operands[1].text)
+    if _is_plain_mov(outside[0]):
+        init = const_of(outside[0].operands[1].text)
+    elif known_def is not None and outside[0].guard is None:
+        init = known_def(outside[0], outside_at[0])
+    else:
+        return None
     if init is None:
         return None
     if counter == var:

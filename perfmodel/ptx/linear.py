@@ -21,7 +21,8 @@ is then unknown.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ SYMBOLS = ("tid.x", "tid.y", "tid.z", "ctaid.x", "ctaid.y", "ctaid.z")
 
 _COPY = frozenset({"mov", "cvta"})
 _MAX_DEPTH = 400  # definition chains deeper than this are left unknown
+_T = TypeVar("_T")
 #: prefix of the symbol counting a loop-carried register's iterations ("iter:%r45")
 ITER = "iter:"
 
@@ -148,10 +150,13 @@ class LinearValues:
         self.grid = grid
         self.args = dict(kernel_args or {})
         defs: dict[str, list[Instruction]] = {}
-        for ins in fn.instructions:
+        at: dict[str, list[int]] = {}
+        for i, ins in enumerate(fn.instructions):
             for r in ins.defs:
                 defs.setdefault(r, []).append(ins)
+                at.setdefault(r, []).append(i)
         self._defs = defs
+        self._def_at = at
         self._memo: dict[str, LinearForm] = {}
         self._active: set[str] = set()
 
@@ -258,6 +263,32 @@ class LinearValues:
         if not addr.registers:
             form = _add(form, LinearForm(0, {}, True))  # a variable's address
         return form
+
+    def definition(self, ins: Instruction, index: int | None = None) -> LinearForm:
+        """The value ``ins`` computes (its sources' forms, the launch's values). With its
+        ``index``: a source register defined once before it and redefined only after it (a
+        remainder loop's counter) takes that one definition's value."""
+        if index is None:
+            return self._eval(ins)
+        return self._reaching(ins, index, lambda: self._eval(ins))
+
+    def operands_at(self, ins: Instruction, index: int) -> list[LinearForm]:
+        """The source operands' forms of instruction ``index`` (reaching definitions as in
+        :meth:`definition`)."""
+        return self._reaching(ins, index, lambda: [self.operand(o) for o in ins.operands[1:]])
+
+    def _reaching(self, ins: Instruction, index: int, evaluate: Callable[[], _T]) -> _T:
+        saved = dict(self._memo)
+        try:
+            for o in ins.operands[1:]:
+                for r in o.registers:
+                    at = self._def_at.get(r, [])
+                    before = [k for k, i in enumerate(at) if i < index]
+                    if len(before) == 1 and len(at) > 1:
+                        self._memo[r] = self._eval(self._defs[r][before[0]])
+            return evaluate()
+        finally:
+            self._memo = saved
 
     def _eval(self, ins: Instruction) -> LinearForm:
         op = ins.opcode

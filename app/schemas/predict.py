@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+)
 from pydantic_core import PydanticCustomError
 
 from app.schemas.base import ONE_DEVICE_SCHEMA, ProfileProvenanceOut, RequestModel
@@ -90,7 +99,7 @@ class KernelLaunch(RequestModel):
         description="iterations per loop, keyed by the header's label; a label declared in a "
         "nested { } block is named label@line (e.g. LAB_WAIT@712)",
     )
-    kernel_args: dict[str, Annotated[int | float, Strict()]] = Field(
+    kernel_args: dict[str, StrictInt | StrictFloat] = Field(
         default_factory=dict,
         description="scalar kernel parameter values by parameter name (as in the PTX .entry): "
         "loop bounds, guards and addresses that depend on them are evaluated; a parameter "

@@ -156,7 +156,9 @@ def run_gpu(
     calibrated = apply_many_bsp(figures, fit)
     rest = [i for i in range(len(sample)) if i not in chosen]
     predicted_rest = [
-        predict_kernel(dataclasses.replace(requests[i], device=calibrated)).estimate.kernel_exec_cycle
+        predict_kernel(
+            dataclasses.replace(requests[i], device=calibrated)
+        ).estimate.kernel_exec_cycle
         / clock
         / 1e3
         for i in rest

@@ -145,9 +145,7 @@ def _totals(
         )
         fractions = tuple(c.blocks / result.n_b for c in result.block_classes)
     elif result.roles:
-        totals = tuple(
-            block_totals(r.costs, r.level1, r.estimate.w, device) for r in result.roles
-        )
+        totals = tuple(block_totals(r.costs, r.level1, r.estimate.w, device) for r in result.roles)
     else:
         totals = (block_totals(result.costs, result.level1, result.estimate.w, device),)
     # eq. (21) occupancy counts the whole block, whatever the role

@@ -498,9 +498,7 @@ def _returns_only(instrs: Sequence[Instruction], idx: int) -> bool:
 
 def _known_values(
     launch: LaunchContext | None,
-) -> tuple[
-    Callable[[str], int | None] | None, Callable[[Instruction, int], int | None] | None
-]:
+) -> tuple[Callable[[str], int | None] | None, Callable[[Instruction, int], int | None] | None]:
     """Block-uniform values the launch fixes, of a register and of an instruction's result
     (None, None: nothing known)."""
     if launch is None:

@@ -112,9 +112,7 @@ def warp_work(
                     continue
             else:
                 issue += (
-                    s.iterations
-                    * device.issue_cycle
-                    * math.ceil(device.warp_size / c.units_per_ws)
+                    s.iterations * device.issue_cycle * math.ceil(device.warp_size / c.units_per_ws)
                 )
             col = cols.get(c.fu)
             if col is not None:

@@ -22,6 +22,7 @@ in a warning naming the instruction.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from perfmodel.ptx.linear import LinearForm
@@ -42,13 +43,12 @@ class WarpAccess:
     thread_dependent: bool  #: the address differs between the block's threads
 
 
-def lane_points(block: tuple[int, int, int], warp_size: int) -> list[dict[str, int]]:
+@functools.lru_cache(maxsize=64)
+def lane_points(block: tuple[int, int, int], warp_size: int) -> tuple[tuple[int, int, int], ...]:
     """(tid.x, tid.y, tid.z) of the lanes of the block's first warp."""
     bx, by, bz = block
     n = min(warp_size, bx * by * bz)
-    return [
-        {"tid.x": t % bx, "tid.y": (t // bx) % by, "tid.z": t // (bx * by)} for t in range(n)
-    ]
+    return tuple((t % bx, (t // bx) % by, t // (bx * by)) for t in range(n))
 
 
 def warp_access(
@@ -60,34 +60,55 @@ def warp_access(
     sector_bytes: int,
 ) -> WarpAccess:
     """Lines, sectors, bank degree and distinct addresses of one warp's access."""
-    points = lane_points(block, warp_size)
-    addrs = [form.at(p) for p in points]
+    cx, cy, cz = (form.coefs.get(s, 0) for s in ("tid.x", "tid.y", "tid.z"))
+    tid_symbols = {"tid.x", "tid.y", "tid.z"}
+    counts = _counts(
+        cx,
+        cy,
+        cz,
+        form.const % LINE_BYTES,
+        width_bytes,
+        block,
+        warp_size,
+        segment_bytes,
+        sector_bytes,
+    )
+    return WarpAccess(
+        *counts,
+        assumed_uniform_part=form.unknown and bool(form.opaque & tid_symbols),
+        thread_dependent=bool(form.symbols & tid_symbols),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _counts(
+    cx: int,
+    cy: int,
+    cz: int,
+    const: int,
+    width: int,
+    block: tuple[int, int, int],
+    warp_size: int,
+    segment: int,
+    sector: int,
+) -> tuple[int, int, int, int, int]:
+    """(lines, sectors, bank degree, distinct addresses, lanes); ``const`` modulo the line
+    size is all of the base that matters (every count is modulo a line)."""
+    addrs = [const + cx * x + cy * y + cz * z for x, y, z in lane_points(block, warp_size)]
     lines: set[int] = set()
     sectors: set[int] = set()
+    step = min(width, sector)
     for a in addrs:
-        for b in range(a, a + width_bytes, min(width_bytes, sector_bytes)):
-            sectors.add(b // sector_bytes)
-            lines.add(b // segment_bytes)
-        last = a + width_bytes - 1
-        sectors.add(last // sector_bytes)
-        lines.add(last // segment_bytes)
+        for b in (*range(a, a + width, step), a + width - 1):
+            sectors.add(b // sector)
+            lines.add(b // segment)
     words_in_bank: dict[int, set[int]] = {}
     for a in addrs:
-        for word in range(a // BANK_BYTES, (a + width_bytes - 1) // BANK_BYTES + 1):
+        for word in range(a // BANK_BYTES, (a + width - 1) // BANK_BYTES + 1):
             words_in_bank.setdefault(word % BANKS, set()).add(word)
     degree = max((len(v) for v in words_in_bank.values()), default=1)
     # wide accesses (64/128-bit) are split into half/quarter-warp phases by the hardware;
     # a phase covers 128 bytes, so the conflict-free minimum is width/4 words per bank
-    phases = max(1, width_bytes * len(addrs) // (BANKS * BANK_BYTES))
+    phases = max(1, width * len(addrs) // (BANKS * BANK_BYTES))
     degree = max(1, -(-degree // phases))
-    tid_symbols = {"tid.x", "tid.y", "tid.z"}
-    lane_unknown = form.unknown and bool(form.opaque & tid_symbols)
-    return WarpAccess(
-        lines=max(1, len(lines)),
-        sectors=max(1, len(sectors)),
-        bank_degree=degree,
-        distinct=max(1, len(set(addrs))),
-        lanes=len(addrs),
-        assumed_uniform_part=lane_unknown,
-        thread_dependent=bool(form.symbols & tid_symbols),
-    )
+    return max(1, len(lines)), max(1, len(sectors)), degree, max(1, len(set(addrs))), len(addrs)

@@ -71,9 +71,7 @@ class _Leaves:
         negated = [o.text.startswith("!") for o in ins.operands[1:]]
         if ins.opcode == "setp" and len(ins.operands) == 3 and ins.modifiers:
             cmp = ins.modifiers[0]
-            if cmp not in _COMPARE or any(
-                m[:1] == "f" and m[1:].isdigit() for m in ins.modifiers
-            ):
+            if cmp not in _COMPARE or any(m[:1] == "f" and m[1:].isdigit() for m in ins.modifiers):
                 return None
             a, b = self.values.operands_at(ins, index)
             diff = LinearForm(
@@ -201,9 +199,7 @@ def block_classes(
             for k in mine
         ]
         counts = Counter(zip(*columns, strict=True))
-        axis_groups.append(
-            [({k: o for k, o in zip(mine, key, strict=True)}, c) for key, c in counts.items()]
-        )
+        axis_groups.append([(dict(zip(mine, key, strict=True)), c) for key, c in counts.items()])
     blocks = build_cfg(fn)
     classes: dict[tuple[frozenset[int], frozenset[tuple[int, bool]]], int] = {}
     reach_of: dict[frozenset[tuple[int, bool]], frozenset[int]] = {}

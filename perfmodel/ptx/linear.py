@@ -21,10 +21,10 @@ is then unknown.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TypeVar
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from perfmodel.ptx.ir import Function, Instruction, Operand, _int_literal
 
@@ -34,7 +34,9 @@ __all__ = ["ITER", "LinearForm", "LinearValues", "SYMBOLS", "param_name"]
 SYMBOLS = ("tid.x", "tid.y", "tid.z", "ctaid.x", "ctaid.y", "ctaid.z")
 
 _COPY = frozenset({"mov", "cvta"})
-_MAX_DEPTH = 400  # definition chains deeper than this are left unknown
+_MAX_DEPTH = 150  # definition chains deeper than this are left unknown (Python's stack)
+#: a register redefined more often than this is no counter or index: left unknown unevaluated
+_MAX_DEFS = 32
 _T = TypeVar("_T")
 #: prefix of the symbol counting a loop-carried register's iterations ("iter:%r45")
 ITER = "iter:"
@@ -185,7 +187,7 @@ class LinearValues:
             # loop-carried: the value of an earlier iteration, as the symbol "iter:<reg>"; the
             # register's own join turns "start, then itself + k" into start + k x iteration
             return LinearForm(0, {ITER + reg: 1}, carried=frozenset({reg}))
-        if len(self._active) > _MAX_DEPTH:
+        if len(self._active) > _MAX_DEPTH or len(self._defs[reg]) > _MAX_DEFS:
             return LinearForm(0, {}, True, frozenset(SYMBOLS))
         self._active.add(reg)
         try:
@@ -217,10 +219,7 @@ class LinearValues:
         more = frozenset().union(*(f.carried for f in forms)) | carried
         steps = {f.const for f in updates if f.known}
         exact = (
-            len(forms) == 1
-            and start.known
-            and len(steps) == 1
-            and all(f.known for f in updates)
+            len(forms) == 1 and start.known and len(steps) == 1 and all(f.known for f in updates)
         )
         if updates and exact:
             # an induction variable: start + step x (iterations so far)
@@ -278,17 +277,27 @@ class LinearValues:
         return self._reaching(ins, index, lambda: [self.operand(o) for o in ins.operands[1:]])
 
     def _reaching(self, ins: Instruction, index: int, evaluate: Callable[[], _T]) -> _T:
-        saved = dict(self._memo)
+        overrides: dict[str, LinearForm] = {}
+        for o in ins.operands[1:]:
+            for r in o.registers:
+                at = self._def_at.get(r, [])
+                before = [k for k, i in enumerate(at) if i < index]
+                if len(before) == 1 and len(at) > 1:
+                    overrides[r] = self._eval(self._defs[r][before[0]])
+                else:
+                    self.register(r)  # memoized as usual, before any override is in place
+        if not overrides:
+            return evaluate()
+        previous = {r: self._memo.get(r) for r in overrides}
+        self._memo.update(overrides)
         try:
-            for o in ins.operands[1:]:
-                for r in o.registers:
-                    at = self._def_at.get(r, [])
-                    before = [k for k, i in enumerate(at) if i < index]
-                    if len(before) == 1 and len(at) > 1:
-                        self._memo[r] = self._eval(self._defs[r][before[0]])
             return evaluate()
         finally:
-            self._memo = saved
+            for r, v in previous.items():
+                if v is None:
+                    self._memo.pop(r, None)
+                else:
+                    self._memo[r] = v
 
     def _eval(self, ins: Instruction) -> LinearForm:
         op = ins.opcode

@@ -294,9 +294,7 @@ def _strided_sum_body(**args: Any) -> dict[str, Any]:
 def test_kernel_args_bound_the_loops(client: TestClient) -> None:
     unbounded = client.post("/predict-kernel", json=_strided_sum_body())
     assert unbounded.status_code == 200, unbounded.text
-    assert any(
-        "kernel_args.strided_sum_param_2" in w for w in unbounded.json()["warnings"]
-    )
+    assert any("kernel_args.strided_sum_param_2" in w for w in unbounded.json()["warnings"])
     r = client.post(
         "/predict-kernel",
         json=_strided_sum_body(strided_sum_param_2=400, strided_sum_param_3=1),

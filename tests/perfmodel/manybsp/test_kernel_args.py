@@ -111,7 +111,12 @@ def test_block_classes_count_the_blocks_a_straight_line_run_sends_out(n: int, gr
     for b in range(grid):
         reached = [
             run_thread(
-                GUARD, tid=(t, 0, 0), ctaid=(b, 0, 0), ntid=(32, 1, 1), nctaid=(grid, 1, 1), args=args
+                GUARD,
+                tid=(t, 0, 0),
+                ctaid=(b, 0, 0),
+                ntid=(32, 1, 1),
+                nctaid=(grid, 1, 1),
+                args=args,
             ).executed
             > GUARD_PATH
             for t in range(32)

@@ -207,7 +207,12 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
     )
     roles = warp_roles(fn, req.block)
     classified = [classify(ins) for ins in fn.instructions]  # shared by the roles
-    classes = block_classes(fn, req.block, req.grid, context.values) if len(roles) == 1 else ()
+    # block classes on the profiles of today's GPUs (docs/model-notes.md, "Block classes")
+    classes = (
+        block_classes(fn, req.block, req.grid, context.values)
+        if len(roles) == 1 and dev.sector_bytes
+        else ()
+    )
     class_evaluations: list[_Evaluation] = []
     if len(classes) > 1 or (classes and classes[0].fixed_branches):
         # blocks that run different parts of the kernel: each class is its own grid of

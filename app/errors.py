@@ -223,32 +223,6 @@ async def _infeasible_space_handler(request: Request, exc: Exception) -> JSONRes
     )
 
 
-async def _field_handler(request: Request, exc: Exception) -> JSONResponse:
-    """Errors that carry their own ``field`` and ``reason`` (ValueError subclasses)."""
-    assert isinstance(exc, ModelInputError | RequestFieldError)
-    return field_error(422, "Invalid request", exc.field, exc.reason)
-
-
-async def _unfittable_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, UnfittableMeasurements)
-    return field_error(422, "Unfittable measurements", exc.field, exc.reason)
-
-
-async def _state_conflict_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestStateConflict)
-    return field_error(409, "Conflict with the resource's state", exc.field, exc.reason)
-
-
-async def _item_missing_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestedItemMissing)
-    return field_error(404, "Not found", exc.field, exc.reason)
-
-
-async def _name_taken_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, NameTaken)
-    return field_error(409, "Name taken", exc.field, exc.reason)
-
-
 async def _stored_profile_handler(request: Request, exc: Exception) -> JSONResponse:
     """A device id that may be calibrated or a name, while the store is down: 503, retry."""
     assert isinstance(exc, StoredProfileUnavailable)
@@ -261,21 +235,11 @@ async def _stored_profile_handler(request: Request, exc: Exception) -> JSONRespo
     )
 
 
-async def _unknown_run_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, UnknownRun)
-    return field_error(404, "Not found", exc.field, exc.reason)
-
-
 async def _unauthorized_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, Unauthorized)
     return field_error(
         401, "Unauthorized", "authorization", str(exc), headers={"WWW-Authenticate": "Bearer"}
     )
-
-
-async def _forbidden_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, Forbidden)
-    return field_error(403, "Forbidden", exc.field, exc.reason)
 
 
 async def _cap_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -322,11 +286,32 @@ async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _pool_saturated_handler(request: Request, exc: Exception) -> JSONResponse:
-    # 503 + Retry-After: back-pressure, the client should retry (issue 4, item 2)
+    # 503 + Retry-After: back-pressure, the client should retry
     assert isinstance(exc, PoolSaturated)
     return field_error(
         503, "Service busy", "body", str(exc), headers={"Retry-After": str(exc.retry_after_s)}
     )
+
+
+#: errors that name their own field and reason: class -> (status, title)
+_FIELD_ERRORS: dict[type[Exception], tuple[int, str]] = {
+    ModelInputError: (422, "Invalid request"),
+    RequestFieldError: (422, "Invalid request"),
+    UnfittableMeasurements: (422, "Unfittable measurements"),  # a type of its own
+    RequestStateConflict: (409, "Conflict with the resource's state"),
+    RequestedItemMissing: (404, "Not found"),
+    UnknownRun: (404, "Not found"),
+    NameTaken: (409, "Name taken"),
+    Forbidden: (403, "Forbidden"),
+}
+
+
+async def _field_handler(request: Request, exc: Exception) -> JSONResponse:
+    """Errors that carry their own ``field`` and ``reason``: the answer of the most specific
+    class :data:`_FIELD_ERRORS` lists."""
+    status, title = next(_FIELD_ERRORS[c] for c in type(exc).__mro__ if c in _FIELD_ERRORS)
+    field, reason = getattr(exc, "field"), getattr(exc, "reason")  # noqa: B009
+    return field_error(status, title, field, reason)
 
 
 #: errors whose answer is fixed: class -> (status, title, field named, extra headers)
@@ -367,22 +352,15 @@ HANDLERS: dict[type[Exception], Handler] = {
     ModelNotServed: _model_not_served_handler,
     InvalidSearchSpace: _invalid_space_handler,
     InfeasibleSearchSpace: _infeasible_space_handler,
-    ModelInputError: _field_handler,
-    RequestFieldError: _field_handler,
-    RequestStateConflict: _state_conflict_handler,
-    RequestedItemMissing: _item_missing_handler,
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
-    UnfittableMeasurements: _unfittable_handler,  # more specific too: a type of its own
-    NameTaken: _name_taken_handler,
-    UnknownRun: _unknown_run_handler,
     Unauthorized: _unauthorized_handler,
-    Forbidden: _forbidden_handler,
     CapExceeded: _cap_handler,
     # more specific than StoreUnavailable: names the device field the store could not answer
     StoredProfileUnavailable: _stored_profile_handler,
     StoreUnavailable: _store_unavailable_handler,
     # service limits (app/pool.py, app/service.py)
     PoolSaturated: _pool_saturated_handler,
+    **dict.fromkeys(_FIELD_ERRORS, _field_handler),
     **dict.fromkeys(_FIXED, _fixed_handler),
 }
 

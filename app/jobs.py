@@ -22,7 +22,8 @@ from pydantic import TypeAdapter
 from app.convert import candidates as candidates_convert
 from app.convert import optimize as optimize_convert
 from app.convert import predict as predict_convert
-from app.convert.candidates import configurations_of, problem_of
+from app.convert.candidates import configurations_of
+from app.convert.optimize import PreparedRequest
 from app.inline import inline_eligible
 from app.schemas.calibrate import CalibrationFit
 from app.schemas.optimize import (
@@ -43,12 +44,9 @@ from app.service import (
 )
 from device_profiles import DeviceProfile
 from device_profiles.provenance import provenance
-from perfmodel.gemm_ws import Tiling, simulate
-from perfmodel.gemm_ws_async import simulate_async
+from perfmodel.gemm_ws import Tiling
 from perfmodel.manybsp import predict_kernel
-from solver.candidates import CandidateProblem
-from solver.candidates_async import AsyncCandidateProblem
-from solver.optimize_async import AsyncTilingProblem, effective_limits
+from solver.problem import CandidateProblem
 
 OPTIMIZE_KIND = "optimize-tiling"
 PREDICT_KIND = "predict-kernel"
@@ -84,24 +82,37 @@ async def request_profile(
 
 
 def optimize_job(
-    request_json: dict[str, Any], profile_json: dict[str, Any] | None, time_limit_s: float
+    request_json: dict[str, Any],
+    profile_json: dict[str, Any] | None,
+    prepared: PreparedRequest,
+    time_limit_s: float,
 ) -> EncodedAnswer:
     """Worker side of POST /optimize-tiling: solve within ``time_limit_s``, return the body.
-    ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline)."""
+    ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline),
+    ``prepared`` the request resolved there (its problem under its pipeline model)."""
+    return _optimize(request_json, profile_json, prepared, time_limit_s)
+
+
+def _optimize(
+    request_json: dict[str, Any],
+    profile_json: dict[str, Any] | None,
+    prepared: PreparedRequest,
+    time_limit_s: float,
+) -> EncodedAnswer:
     request = OptimizeTilingRequest.model_validate(request_json)
     profile = _profile(profile_json)
-    device, problem = candidates_convert.problem_of(request, profile)
+    problem = prepared.problem
     from app.convert import explore  # numpy: worker side only
 
     origin = provenance(profile, "gemm-ws")
-    if isinstance(problem, CandidateProblem | AsyncCandidateProblem):
+    if isinstance(problem, CandidateProblem):
         solved, ranking = explore.solve_candidates(request, profile, problem, time_limit_s)
         answer = candidates_convert.to_candidates_response(
-            request, device, problem, solved, ranking, origin
+            request, prepared, solved, ranking, origin
         )
     else:
         solved = explore.solve(request, profile, problem, time_limit_s)
-        answer = optimize_convert.to_response(request, device, problem, solved, origin)
+        answer = optimize_convert.to_response(request, prepared, solved, origin)
     return EncodedAnswer(
         _OPTIMIZE_JSON.dump_json(answer),
         cacheable=answer.status == "optimal",
@@ -109,14 +120,14 @@ def optimize_job(
     )
 
 
-ASYNC_PICTURE_REFUSAL = (
-    "no timeline picture for 'async-copy' answers yet: ask for JSON (Accept: application/json; "
-    "include_timeline gives the per-stage events) or draw the 'paper' model's answer"
-)
+def warm_up_job(request_json: dict[str, Any]) -> None:
+    """Solve ``request_json`` (a shipped device) once, to load what a solve loads."""
+    request = OptimizeTilingRequest.model_validate(request_json)
+    _optimize(request_json, None, candidates_convert.prepare(request), 5.0)
 
 
 def canonical_optimize_request(
-    request: OptimizeTilingRequest, profile: DeviceProfile | None = None
+    request: OptimizeTilingRequest, prepared: PreparedRequest
 ) -> dict[str, Any]:
     """The request with defaults filled, minus what does not change a complete answer.
 
@@ -131,8 +142,7 @@ def canonical_optimize_request(
     entry, ``params`` included (they are echoed).
     """
     canonical = request.model_dump(mode="json", exclude={"time_limit_s"})
-    pipeline, _ = optimize_convert.pipeline_of(request, profile)
-    canonical["pipeline_model"] = pipeline.value
+    canonical["pipeline_model"] = prepared.model.name
     if request.candidates is None:
         del canonical["candidates"]
         canonical["top_k"] = request.top_k or DEFAULT_TOP_K
@@ -145,25 +155,31 @@ async def optimize_via_pool(
     service: Service,
     request: OptimizeTilingRequest,
     profile: DeviceProfile | None,
+    prepared: PreparedRequest,
     *,
     admitted: bool = False,
 ) -> CachedAnswer:
     """Cache, then the worker pool; the answer's body and whether it was a cache hit.
     ``profile``: what ``request.device`` resolved to (:func:`request_profile`); its content
-    digest is part of the cache key, so a recalibrated profile never gets an old answer."""
+    digest is part of the cache key, so a recalibrated profile never gets an old answer.
+    ``prepared``: the request resolved once (:func:`app.convert.candidates.prepare`)."""
     time_limit_s = service.resolve_time_limit(
         request.time_limit_s if "time_limit_s" in request.model_fields_set else None
     )
     request_json = request.model_dump(mode="json")
 
     async def compute() -> EncodedAnswer:
-        kwargs = {"request_json": request_json, "profile_json": _profile_json(profile)}
+        kwargs = {
+            "request_json": request_json,
+            "profile_json": _profile_json(profile),
+            "prepared": prepared,
+        }
         if (
             service.inline is not None
             and service.pool.running  # stopping or not started: the pool's 503 for all
             and inline_eligible(
                 request,
-                configurations_of(problem_of(request, profile)[1]),
+                configurations_of(prepared.problem),
                 service.settings.inline_max_configurations,
             )
         ):
@@ -181,7 +197,7 @@ async def optimize_via_pool(
     return await cached_solve(
         service,
         kind=OPTIMIZE_KIND,
-        canonical_request=canonical_optimize_request(request, profile),
+        canonical_request=canonical_optimize_request(request, prepared),
         profile=profile,
         compute=compute,
         wait_limit_s=time_limit_s,
@@ -192,11 +208,12 @@ async def optimize_model_via_pool(
     service: Service,
     request: OptimizeTilingRequest,
     profile: DeviceProfile | None,
+    prepared: PreparedRequest,
     *,
     admitted: bool = False,
 ) -> tuple[OptimizeTilingResponse, bool]:
     """:func:`optimize_via_pool` as a response model (decoded off the event loop)."""
-    answer = await optimize_via_pool(service, request, profile, admitted=admitted)
+    answer = await optimize_via_pool(service, request, profile, prepared, admitted=admitted)
     # bytes(): a body read from the store may be a view, which pydantic does not take
     body = answer.body
     model = await asyncio.to_thread(lambda: OptimizeTilingResponse.model_validate_json(bytes(body)))
@@ -308,43 +325,34 @@ async def _render_job(
 
 def timeline_svg_job(
     request_json: dict[str, Any],
-    profile_json: dict[str, Any] | None,
+    prepared: PreparedRequest,
     candidate: dict[str, Any],
     rank: int,
 ) -> bytes:
     """Worker side of the SVG answer of POST /optimize-tiling: simulate the ranked candidate
-    (the answer keeps no per-stage events) and draw its timeline."""
+    under the answer's pipeline model (the answer keeps no per-stage events) and draw its
+    timeline."""
     request = OptimizeTilingRequest.model_validate(request_json)
-    device, problem = candidates_convert.problem_of(request, _profile(profile_json))
+    problem, model = prepared.problem, prepared.model
     tiling = Tiling(
         candidate["tile_m"], candidate["tile_n"], candidate["tile_k"], candidate["buffer_depth"]
     )
-    labels: dict[str, Any] = {"device": device, "dtype": request.dtype, "rank": rank}
-    if isinstance(problem, AsyncTilingProblem | AsyncCandidateProblem):
-        limits = (
-            effective_limits(problem)
-            if isinstance(problem, AsyncTilingProblem)
-            else problem.effective_limits
-        )
-        sim_async = simulate_async(
-            problem.shape, tiling, problem.machine, limits, problem.element_bytes
-        )
-        drawn: bytes = _render().async_timeline_svg(sim_async, problem.machine, **labels)
-        return drawn
-    sim = simulate(problem.shape, tiling, problem.machine, problem.wave_model)
-    svg: bytes = _render().timeline_svg(sim, problem.machine, **labels)
-    return svg
+    sim = model.simulate(problem.shape, tiling, problem.machine, problem.element_bytes)
+    return model.timeline_svg(
+        sim, problem.machine, device=prepared.device, dtype=request.dtype, rank=rank
+    )
 
 
 async def optimize_svg_via_pool(
     service: Service,
     request: OptimizeTilingRequest,
     profile: DeviceProfile | None,
+    prepared: PreparedRequest,
     candidate_rank: int,
 ) -> tuple[bytes, bool]:
     """The answer (cache, else a solve), then the timeline of its ranked candidate; returns
     the SVG and whether the answer drawn came from the cache."""
-    answer, hit = await optimize_model_via_pool(service, request, profile)
+    answer, hit = await optimize_model_via_pool(service, request, profile, prepared)
     # by rank, not position: a candidate list's group shares one rank over several entries
     ranked = next((c for c in answer.candidates if c.rank == candidate_rank), None)
     if ranked is None:
@@ -355,7 +363,7 @@ async def optimize_svg_via_pool(
         )
     kwargs = {
         "request_json": request.model_dump(mode="json"),
-        "profile_json": _profile_json(profile),
+        "prepared": prepared,
         "candidate": ranked.model_dump(mode="json"),
         "rank": candidate_rank,
     }

@@ -19,7 +19,7 @@ from app import logging as kperf_logging
 from app.auth import TokenTable
 from app.cache import MemoryLRU, ResultCache
 from app.inline import WARM_UP_REQUEST, InlineRunner
-from app.jobs import optimize_job
+from app.jobs import warm_up_job
 from app.metrics import Metrics
 from app.pool import WorkerPool
 from app.routes import batch, calibrate, devices, health, optimize, page, predict
@@ -60,7 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await service.pool.start()
         if service.inline is not None:
             # numpy and this thread's Z3 session loaded before the first request needs them
-            service.inline.warm(partial(optimize_job, WARM_UP_REQUEST, None, 5.0))
+            service.inline.warm(partial(warm_up_job, WARM_UP_REQUEST))
         if service.tokens is None and settings.host not in LOOPBACK_HOSTS:
             log.warning(
                 "authentication is off (KPERF_TOKENS_FILE unset): anyone who reaches the port "

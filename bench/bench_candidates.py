@@ -18,7 +18,9 @@ import json
 import random
 from typing import Any
 
+from app.convert.candidates import prepare
 from app.jobs import optimize_job
+from app.schemas.optimize import OptimizeTilingRequest
 from bench.common import command_line, median_seconds
 from device_profiles import get_profile
 
@@ -60,7 +62,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    profile_json = get_profile(DEVICE).model_dump(mode="json")
+    profile = get_profile(DEVICE)
+    profile_json = profile.model_dump(mode="json")
     cases: list[tuple[str, dict[str, Any]]] = [
         ("default space, top_k 5 (baseline)", {}),
         ("Triton-like list, 24 configs", {"candidates": _triton_like()}),
@@ -73,7 +76,8 @@ def main() -> None:
         request = {**SHAPE, "device": DEVICE, **extra}
 
         def run(request: dict[str, Any] = request) -> None:
-            answer = json.loads(optimize_job(request, profile_json, 60.0).body)
+            prepared = prepare(OptimizeTilingRequest.model_validate(request), profile)
+            answer = json.loads(optimize_job(request, profile_json, prepared, 60.0).body)
             assert answer["status"] == "optimal", answer["status"]
 
         seconds = median_seconds(run, args.repeats)

@@ -1,10 +1,12 @@
-"""Speed of a default /optimize-tiling request under each pipeline model (issue 17 target:
-async-copy <= 1.5x paper), measured in one run on what a worker does for a request (the
-conversion, the certified solve, the explore shortlist, the response model and its JSON:
-app.jobs.optimize_job), without HTTP, the cache or the pool.
+"""Speed of a default /optimize-tiling request under each pipeline model (target: async-copy
+<= 1.5x paper), measured in one run on what the service does for a request but HTTP, the
+cache and the pool (the conversion, app.convert.candidates.prepare; then what a worker does:
+the certified solve, the explore shortlist, the response model and its JSON,
+app.jobs.optimize_job).
 
-With ``--layouts``: the certified async solve alone (scorer + one Z3 check) with each encoding
-of the certificate (solver/encoding_async.py: arrays, per depth, per configuration).
+With ``--layouts``: the certified async solve alone (scorer + one Z3 check) with each
+encoding of the certificate (perfmodel/pipelines/async_copy/encoding.py: arrays, per depth,
+per configuration).
 
 Usage: python -m bench.bench_pipeline [--repeats N] [--layouts]
 """
@@ -16,7 +18,9 @@ import json
 from functools import partial
 from typing import Any
 
+from app.convert.candidates import prepare
 from app.jobs import optimize_job
+from app.schemas.optimize import OptimizeTilingRequest
 from bench.common import command_line, median_seconds
 from device_profiles import default_profiles
 
@@ -25,18 +29,18 @@ DEVICE = "rtx-a6000"
 
 
 def _answer(body: dict[str, Any], profile_json: dict[str, Any]) -> dict[str, Any]:
-    encoded = optimize_job(body, profile_json, time_limit_s=10.0)
+    request = OptimizeTilingRequest.model_validate(body)
+    prepared = prepare(request, default_profiles()[DEVICE])
+    encoded = optimize_job(body, profile_json, prepared, time_limit_s=10.0)
     answer: dict[str, Any] = json.loads(encoded.body)
     return answer
 
 
 def layouts(repeats: int) -> None:
     """Median certified async solve per certificate encoding, same problems, one run."""
-    import solver.certify_async as certify
-    from app.convert.candidates import problem_of
-    from app.schemas.optimize import OptimizeTilingRequest
-    from solver.encoding_async import encode_async
-    from solver.optimize_async import AsyncTilingProblem
+    import perfmodel.pipelines.async_copy.encoding as encoding
+    from perfmodel.pipelines.async_copy.encoding import encode_async
+    from solver import optimize_tiling
 
     options: dict[str, dict[str, bool]] = {
         "arrays": {},
@@ -53,21 +57,20 @@ def layouts(repeats: int) -> None:
         request = OptimizeTilingRequest.model_validate(
             {"m": m, "n": n, "k": k, "device": DEVICE, "pipeline_model": "async-copy"}
         )
-        problem = problem_of(request, default_profiles()[DEVICE])[1]
-        assert isinstance(problem, AsyncTilingProblem)
+        problem = prepare(request, default_profiles()[DEVICE]).problem
         cells, encoded = [], 0
         for kwargs in options.values():
 
             def layout(*args: Any, kwargs: dict[str, bool] = kwargs, **_: Any) -> Any:
                 return encode_async(*args, **kwargs)
 
-            certify.encode_async = layout  # type: ignore[assignment]
-            solve = partial(certify.optimize_tiling_async_certified, problem, top_k=5)
+            encoding.encode_async = layout  # type: ignore[assignment]
+            solve = partial(optimize_tiling, problem, top_k=5)
             result = solve()
             assert result.status == "optimal"
             encoded = result.statistics.encoded_tile_triples
             cells.append(f"{median_seconds(solve, repeats) * 1000:.1f}")
-        certify.encode_async = encode_async
+        encoding.encode_async = encode_async
         print(f"| {m}x{n}x{k} | " + " | ".join(cells) + f" | {encoded} |")
 
 

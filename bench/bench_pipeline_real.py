@@ -37,8 +37,8 @@ from device_profiles.priors import gemm_ws_dtype_ratios, gemm_ws_priors
 from device_profiles.schema import DeviceProfile
 from perfmodel.calibration import GemmWsMeasurement, apply_gemm_ws, fit_gemm_ws
 from perfmodel.calibration.gemm_ws import predict_run_us
-from perfmodel.gemm_ws import GemmWsMachine
-from perfmodel.gemm_ws_async import PipelineModel, SmLimits
+from perfmodel.gemm_ws import GemmWsMachine, SmLimits
+from perfmodel.pipelines import PipelineSettings, resolve
 
 DATA = (
     Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ DATA = (
 #: registers per SM (CUDA C++ Programming Guide, technical specifications, CC 8.6: the
 #: rtx-a6000 profile's, also CC 8.6)
 SM_COUNT = 82
-MODELS = (PipelineModel.PAPER, PipelineModel.ASYNC_COPY)
+MODELS = ("paper", "async-copy")
 
 XGEMM = DATA.parents[1] / "kt_xgemm_sgemm4096/xgemm_sgemm4096_all.csv"
 #: (profile whose priors are used, SMs, SM limits) per GPU of the Xgemm caches. SMs: NVIDIA
@@ -72,7 +72,7 @@ class Device:
     profile: DeviceProfile
     limits: SmLimits
 
-    def fit(self, model: PipelineModel, train: list[GemmWsMeasurement], seed: int) -> GemmWsMachine:
+    def fit(self, model: str, train: list[GemmWsMeasurement], seed: int) -> GemmWsMachine:
         result = fit_gemm_ws(
             self.base,
             train,
@@ -80,16 +80,15 @@ class Device:
             seed=seed,
             priors=gemm_ws_priors(self.profile),
             dtype_ratios=gemm_ws_dtype_ratios(self.profile),
-            pipeline_model=model,
-            limits=self.limits,
+            pipeline=resolve(model, PipelineSettings(limits=self.limits)),
         )
         return apply_gemm_ws(self.base, result)
 
-    def predict(
-        self, model: PipelineModel, machine: GemmWsMachine, run: GemmWsMeasurement
-    ) -> float:
+    def predict(self, model: str, machine: GemmWsMachine, run: GemmWsMeasurement) -> float:
         ratios = gemm_ws_dtype_ratios(self.profile)
-        return predict_run_us(machine, run, model, self.limits, ratios)
+        return predict_run_us(
+            machine, run, resolve(model, PipelineSettings(limits=self.limits)), ratios
+        )
 
 
 def _device(profile_id: str, sm_count: int, limits: SmLimits | None = None) -> Device:
@@ -139,7 +138,7 @@ def _xgemm_rows(gpu: str) -> list[GemmWsMeasurement]:
     ]
 
 
-def _xgemm_rho(model: PipelineModel, gpu: str, splits: int) -> tuple[int, float]:
+def _xgemm_rho(model: str, gpu: str, splits: int) -> tuple[int, float]:
     profile_id, sm_count, limits = XGEMM_GPUS[gpu]
     device = _device(profile_id, sm_count, limits)
     rows = _xgemm_rows(gpu)
@@ -155,7 +154,7 @@ def _xgemm_rho(model: PipelineModel, gpu: str, splits: int) -> tuple[int, float]
 
 
 def _score(
-    model: PipelineModel, rows: list[GemmWsMeasurement], splits: int
+    model: str, rows: list[GemmWsMeasurement], splits: int
 ) -> tuple[float, int, list[float]]:
     device = _device("rtx-a6000", SM_COUNT)
     errors, hits, rhos = [], 0, []
@@ -203,7 +202,7 @@ def main() -> None:
     for model in MODELS:
         error, hits, rhos = _score(model, rows, args.splits)
         print(
-            f"| {model.value} | {error * 100:.1f} % | {hits}/{args.splits} "
+            f"| {model} | {error * 100:.1f} % | {hits}/{args.splits} "
             f"| {statistics.median(rhos):.2f} |"
         )
     if not XGEMM.exists():
@@ -214,8 +213,8 @@ def main() -> None:
     )
     print("|---|---|---|---|")
     for gpu in XGEMM_GPUS:
-        tiles, paper_rho = _xgemm_rho(PipelineModel.PAPER, gpu, args.splits)
-        _, async_rho = _xgemm_rho(PipelineModel.ASYNC_COPY, gpu, args.splits)
+        tiles, paper_rho = _xgemm_rho("paper", gpu, args.splits)
+        _, async_rho = _xgemm_rho("async-copy", gpu, args.splits)
         print(f"| {gpu} | {tiles} | {paper_rho:.2f} | {async_rho:.2f} |")
 
 

@@ -1,4 +1,4 @@
-"""Which GeMM-WS pipeline model answers on a profile by default (issue 17).
+"""Which GeMM-WS pipeline model answers on a profile by default.
 
 The paper's recurrences (eq. (1)-(3), one load in flight) are what its published A6000 figures
 were measured under, so a profile whose GeMM-WS figures are published keeps them. Devices of
@@ -10,7 +10,7 @@ the async-copy variant. A calibrated profile answers under the model it was fitt
 from __future__ import annotations
 
 from device_profiles.schema import DeviceProfile, PipelineModelName, PositiveFigure
-from perfmodel.gemm_ws_async import SmLimits
+from perfmodel.gemm_ws import SmLimits
 
 #: first compute capability with asynchronous global-to-shared copies (cp.async, sm_80)
 ASYNC_COPY_FROM_COMPUTE_CAPABILITY = (8, 0)

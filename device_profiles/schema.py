@@ -24,10 +24,18 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
 
@@ -136,8 +144,32 @@ INCONSISTENT_LENGTHS = "inconsistent_lengths"
 ProfileSchemaVersion = Literal[1, 2, 3]
 PROFILE_SCHEMA_VERSIONS: tuple[ProfileSchemaVersion, ...] = (1, 2, 3)
 
-#: the GeMM-WS pipeline models (perfmodel.gemm_ws_async.PipelineModel spells the same values)
-PipelineModelName = Literal["paper", "async-copy"]
+
+def _registered_pipeline_model(name: str) -> str:
+    """``name`` when a pipeline model is registered under it (perfmodel/pipelines)."""
+    from perfmodel import pipelines
+
+    if not pipelines.is_registered(name):
+        raise ValueError(
+            f"unknown pipeline model {name!r}; choose one of: {', '.join(pipelines.names())}"
+        )
+    return name
+
+
+class _PipelineModelSchema:
+    """The JSON schema of a pipeline model name: the names registered when it is generated."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        from perfmodel import pipelines
+
+        return {"type": "string", "enum": list(pipelines.names())}
+
+
+#: a GeMM-WS pipeline model's name: one the registry serves ('paper', 'async-copy', ...)
+PipelineModelName = Annotated[str, AfterValidator(_registered_pipeline_model), _PipelineModelSchema]
 
 
 class InstructionClassFigures(_Strict):

@@ -29,9 +29,9 @@ from app.convert.optimize import gemm_ws_machine  # noqa: E402
 from app.convert.predict import resolve_device, terms_of, to_core, to_response  # noqa: E402
 from app.schemas.predict import PredictKernelRequest  # noqa: E402
 from device_profiles import get_profile  # noqa: E402
-from perfmodel.gemm_ws import GemmShape, Tiling, simulate  # noqa: E402
-from perfmodel.gemm_ws_async import SmLimits, simulate_async  # noqa: E402
+from perfmodel.gemm_ws import GemmShape, SmLimits, Tiling, simulate  # noqa: E402
 from perfmodel.manybsp import predict_kernel  # noqa: E402
+from perfmodel.pipelines.async_copy.recurrences import simulate_async  # noqa: E402
 from render import async_timeline_svg, breakdown_svg, calibration_svg, timeline_svg  # noqa: E402
 from tests.gemm_ws_cases import FAST_DMA, PIPELINE_STAGE  # noqa: E402
 from tests.paper_cases import paper_case, paper_http_body  # noqa: E402

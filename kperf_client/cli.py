@@ -1,5 +1,6 @@
 """kperf command line: ``serve``, ``optimize``, ``batch``, ``sweep``, ``predict``, ``devices``,
-``calibrate``, ``recalibrate``, ``measurements add|list``.
+``calibrate`` (from a runs file, or from a Kernel Tuner cache:
+:mod:`kperf_client.cli_kernel_tuner`), ``recalibrate``, ``measurements add|list``.
 
 Every command except ``serve`` goes through :class:`kperf_client.client.KperfClient`: against
 ``--url`` when given, else against an in-process instance of the service (same validation,
@@ -25,6 +26,8 @@ from typing import Any, TextIO
 
 import httpx
 
+from kperf_client import cli_kernel_tuner
+from kperf_client.cli_kernel_tuner import TunerInputError
 from kperf_client.client import KperfClient, KperfError, ServerNotInstalled, server_imports
 from kperf_client.models import CalibrateResponse
 
@@ -513,14 +516,19 @@ def read_runs(
 _RUN_FIELD = re.compile(r"^measurements\.(\d+)")
 
 
-def _on_lines(exc: KperfError, path: Path, numbers: Sequence[int]) -> KperfError:
-    """The service's ``measurements.3.x`` fields as ``FILE:line x`` (the line run 3 came from)."""
+def _on_runs(exc: KperfError, labels: Sequence[str]) -> KperfError:
+    """The service's ``measurements.3.x`` fields as ``LABEL x`` (the label of run 3)."""
     for entry in exc.problem.get("errors", []):
         match = _RUN_FIELD.match(str(entry.get("field", "")))
-        if match is not None and int(match[1]) < len(numbers):
+        if match is not None and int(match[1]) < len(labels):
             rest = entry["field"][match.end() :].lstrip(".")
-            entry["field"] = f"{path}:{numbers[int(match[1])]}" + (f" {rest}" if rest else "")
+            entry["field"] = labels[int(match[1])] + (f" {rest}" if rest else "")
     return exc
+
+
+def _on_lines(exc: KperfError, path: Path, numbers: Sequence[int]) -> KperfError:
+    """The service's ``measurements.3.x`` fields as ``FILE:line x`` (the line run 3 came from)."""
+    return _on_runs(exc, [f"{path}:{number}" for number in numbers])
 
 
 def _note_if_not_kept(client: KperfClient, err: TextIO) -> None:
@@ -584,13 +592,25 @@ def _fit_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    model, runs, numbers = read_runs(args.file, args.model, args.device)
-    body = {"model": model, "base_device": args.device, "measurements": runs}
+    if (args.file is None) == (args.from_kernel_tuner is None):
+        raise RunsFileError("give either a runs file or --from-kernel-tuner CACHE.json")
+    if args.from_kernel_tuner is not None and args.model not in (None, "many-bsp"):
+        raise RunsFileError("--from-kernel-tuner makes many-bsp runs: --model many-bsp")
+    labels: list[str] = []
+    tuning = None
+    if args.file is not None:
+        model, runs, numbers = read_runs(args.file, args.model, args.device)
+        labels = [f"{args.file}:{number}" for number in numbers]
+    else:
+        model, tuning = "many-bsp", cli_kernel_tuner.plan(args)
     async with _client(args) as client:
+        if tuning is not None:
+            runs, labels = await cli_kernel_tuner.kernel_tuner_runs(args, tuning, client, err)
+        body = {"model": model, "base_device": args.device, "measurements": runs}
         try:
             answer = await client.calibrate({**body, **_fit_options(args)})
         except KperfError as exc:
-            raise _on_lines(exc, args.file, numbers) from None
+            raise _on_runs(exc, labels) from None
         _note_if_not_kept(client, err)
     _print_calibration(answer, args.json, out)
     return 0
@@ -774,10 +794,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = ["gemm-ws", "many-bsp"]
     calibrate = sub.add_parser("calibrate", help="fit a device's figures to measured runs")
-    calibrate.add_argument("file", type=Path, help="JSON lines, one measured run per line")
+    calibrate.add_argument(
+        "file", type=Path, nargs="?", default=None, help="JSON lines, one run per line"
+    )
     calibrate.add_argument("--model", default=None, choices=models, help="default: the lines'")
     calibrate.add_argument("--device", required=True, help="base profile id (kperf devices)")
     fit_options(calibrate)
+    cli_kernel_tuner.add_options(calibrate)
     client_options(calibrate)
     calibrate.set_defaults(handler=_calibrate, kind="out_err")
 
@@ -834,7 +857,7 @@ def main(
             for field, reason in exc.field_errors:
                 err.write(f"  {field}: {reason}\n")
         return 1
-    except (RunsFileError, ServerNotInstalled) as exc:
+    except (RunsFileError, TunerInputError, ServerNotInstalled) as exc:
         err.write(f"error: {exc}\n")
         return 2
     except (OSError, httpx.HTTPError) as exc:

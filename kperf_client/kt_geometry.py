@@ -13,7 +13,8 @@ configuration with
 
 and compiles the source with ``#define`` lines in front (``prepare_kernel_string`` with
 ``defines=None``): ``grid_size_x/y/z``, the three block size names, every tunable, then
-``kernel_tuner 1`` and ``#line 1``. A tunable whose name contains ``loop_unroll_factor`` is
+``kernel_tuner 1`` and ``#line 1``; in a string value, tokens naming tunables are replaced by
+their values. A tunable whose name contains ``loop_unroll_factor`` is
 special in CUDA: value 0 deletes the source's ``#pragma unroll NAME`` line and defines
 nothing, any other value adds ``constexpr int NAME = V;``.
 
@@ -140,6 +141,13 @@ def grid_dimensions(
     return grid[0], grid[1], grid[2]
 
 
+def _substitute(text: str, params: Params) -> str:
+    """A string value with every token naming a tunable replaced by its value (Kernel Tuner's
+    replace_param_occurrences)."""
+    parts = re.split(r"([a-zA-Z0-9_]+)", text)
+    return "".join(str(params[part]) if part in params else part for part in parts)
+
+
 def kernel_tuner_source(
     source: str,
     params: Params,
@@ -156,7 +164,9 @@ def kernel_tuner_source(
     for name, raw in defines.items():
         if not name.isidentifier():
             raise GeometryError(f"tunable name {name!r} is not a C identifier")
-        text = str(raw).replace("\n", "\\\n")
+        text = (_substitute(raw, params) if isinstance(raw, str) else str(raw)).replace(
+            "\n", "\\\n"
+        )
         if "loop_unroll_factor" in name:
             if text == "0":
                 source = re.sub(r"\n\s*#pragma\s+unroll\s+" + name, "\n", source)

@@ -156,6 +156,7 @@ class TilingPrediction(Answer):
 
 class RankedCandidate(TilingPrediction):
     rank: int
+    why: str | None = Field(default=None, description="why this rank (the shortlist's order)")
 
 
 class SolverStats(Answer):

@@ -42,6 +42,7 @@ _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"Used (\d+) registers(.*)")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+_TARGET = re.compile(r"^\s*\.target\s+(sm_[0-9]+[a-z]?)", re.MULTILINE)
 _TIMEOUT_S = 300
 
 
@@ -117,6 +118,12 @@ def _tool(name: str) -> str:
     return path
 
 
+def require_toolchain() -> None:
+    """Raises :class:`ToolchainMissing` unless nvcc and ptxas are both on PATH."""
+    _tool("nvcc")
+    _tool("ptxas")
+
+
 def _run(command: list[str], what: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
     if done.returncode != 0:
@@ -157,6 +164,15 @@ def _quoted_includes(text: str, folders: Sequence[Path], seen: dict[str, str]) -
                 seen[str(path)] = body
                 _quoted_includes(body, [path.parent, *folders], seen)
                 break
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Whole or absent, whatever else builds into the same cache folder at the same time."""
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=path.parent, suffix=".part", delete=False
+    ) as f:
+        f.write(text)
+    os.replace(f.name, path)
 
 
 class PtxBuilder:
@@ -226,8 +242,8 @@ class PtxBuilder:
         if self.cache_dir is not None:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             # the report last: a build is cached only when both files are there
-            (self.cache_dir / f"{digest}.ptx").write_text(ptx, encoding="utf-8")
-            (self.cache_dir / f"{digest}.ptxas.txt").write_text(report, encoding="utf-8")
+            _write_atomically(self.cache_dir / f"{digest}.ptx", ptx)
+            _write_atomically(self.cache_dir / f"{digest}.ptxas.txt", report)
         return self._result(ptx, report, digest)
 
     def _result(self, ptx: str, report: str, digest: str) -> PtxBuild:
@@ -237,8 +253,11 @@ class PtxBuilder:
         )
 
 
-def load_prebuilt(folder: Path, params: Params, *, arch: str, kernel: str | None) -> PtxBuild:
-    """One configuration's PTX from a folder of prebuilt PTX (naming: the module's docstring)."""
+def load_prebuilt(
+    folder: Path, params: Params, *, arch: str | None, kernel: str | None
+) -> PtxBuild:
+    """One configuration's PTX from a folder of prebuilt PTX (naming: the module's docstring);
+    ``arch`` for ptxas, default: the PTX's own ``.target``."""
     stem = instance_name(params)
     ptx_path = folder / f"{stem}.ptx"
     if not ptx_path.is_file():
@@ -250,7 +269,8 @@ def load_prebuilt(folder: Path, params: Params, *, arch: str, kernel: str | None
         report = report_path.read_text(encoding="utf-8")
         resources = _entry_resources(parse_ptxas_report(report), kernel, str(report_path))
     elif shutil.which("ptxas") is not None:
-        report = ptxas_report(ptx_path, arch)
+        target = _TARGET.search(ptx)
+        report = ptxas_report(ptx_path, arch or (target.group(1) if target else "sm_80"))
         resources = _entry_resources(parse_ptxas_report(report), kernel, str(ptx_path))
     else:
         resources = None

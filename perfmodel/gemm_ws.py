@@ -73,6 +73,49 @@ class GemmWsMachine:
                 raise ValueError(f"{name} must be a non-negative finite number, got {value}")
 
 
+@dataclass(frozen=True, slots=True)
+class SmLimits:
+    """Per-SM residency limits (CUDA C++ Programming Guide, technical specifications).
+
+    ``None`` means "no limit from this resource". Registers and threads limit residency only
+    when the caller gives ``threads_per_cta`` (and ``registers_per_thread``).
+    """
+
+    max_blocks_per_sm: int = 1
+    shared_memory_per_sm_bytes: int | None = None
+    registers_per_sm: int | None = None
+    max_threads_per_sm: int | None = None
+    threads_per_cta: int | None = None
+    registers_per_thread: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_blocks_per_sm",
+            "shared_memory_per_sm_bytes",
+            "registers_per_sm",
+            "max_threads_per_sm",
+            "threads_per_cta",
+            "registers_per_thread",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+
+    def ctas_per_sm(self, shared_memory_per_cta_bytes: int) -> int:
+        """Resident CTAs per SM: the tightest of the block cap, shared memory, threads and
+        registers; 0 when one CTA does not fit the SM's shared memory."""
+        limit = self.max_blocks_per_sm
+        if self.shared_memory_per_sm_bytes is not None:
+            limit = min(limit, self.shared_memory_per_sm_bytes // shared_memory_per_cta_bytes)
+        if self.threads_per_cta is not None:
+            if self.max_threads_per_sm is not None:
+                limit = min(limit, self.max_threads_per_sm // self.threads_per_cta)
+            if self.registers_per_sm is not None and self.registers_per_thread is not None:
+                per_cta = self.threads_per_cta * self.registers_per_thread
+                limit = min(limit, self.registers_per_sm // per_cta)
+        return limit
+
+
 def scaled_throughputs(machine: GemmWsMachine, ratios: tuple[float, float]) -> GemmWsMachine:
     """``machine`` with its (load, compute) throughputs multiplied by ``ratios``: the figures
     of another element type, cited per profile as ratios to the fp16 ones (a throughput is

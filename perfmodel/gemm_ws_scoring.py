@@ -19,7 +19,7 @@ another pipeline model's closed form can sit beside it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +29,7 @@ from perfmodel.gemm_ws import (
     DurationTable,
     GemmShape,
     GemmWsMachine,
+    Tiling,
     WaveTimeModel,
     us_to_ns,
 )
@@ -75,6 +76,22 @@ class Configurations:
                 for v in (tile_m, tile_n, tile_k, buffer_depth)
             )
         )
+
+    @classmethod
+    def of_tilings(cls, tilings: Sequence[Tiling]) -> Configurations:
+        """The columns of ``tilings``, one per field of the configuration record."""
+        return cls.of(*([getattr(t, f) for t in tilings] for f in cls.__slots__))
+
+    def tilings(self) -> list[Tiling]:
+        """One configuration record per row."""
+        columns = [getattr(self, f).tolist() for f in self.__slots__]
+        return [Tiling(*values) for values in zip(*columns, strict=True)]
+
+    @classmethod
+    def concat(cls, parts: Sequence[Configurations]) -> Configurations:
+        if not parts:
+            return cls.of(*([] for _ in cls.__slots__))
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls.__slots__))
 
     def take(self, index: npt.NDArray[np.intp] | slice) -> Configurations:
         return Configurations(
@@ -380,3 +397,12 @@ def lexicographic_order(
             overall_time_ns,
         )
     )
+
+
+def rounded_once(values: IntArray, rounded: Callable[[int], int]) -> IntArray:
+    """``rounded`` of every value, evaluated once per distinct value (a duration table's
+    exact rounding over an array of work)."""
+    unique, inverse = np.unique(values, return_inverse=True)
+    table = np.array([rounded(int(v)) for v in unique], dtype=np.int64)
+    out: IntArray = table[inverse.reshape(values.shape)]
+    return out

@@ -1,4 +1,4 @@
-"""Pictures of the service's answers, as SVG bytes (issue 12, "show why").
+"""Pictures of the service's answers, as SVG bytes.
 
 Takes the core's dataclasses or plain dicts (never HTTP models) and returns deterministic SVG.
 matplotlib is imported when the first picture is drawn, not with this package.
@@ -12,6 +12,6 @@ matplotlib is imported when the first picture is drawn, not with this package.
 from render.breakdown import breakdown_svg
 from render.calibration import calibration_svg
 from render.timeline import timeline_svg
-from render.timeline_async import async_timeline_svg
+from render.timeline_async_copy import async_timeline_svg
 
 __all__ = ["async_timeline_svg", "breakdown_svg", "calibration_svg", "timeline_svg"]

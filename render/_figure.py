@@ -76,3 +76,30 @@ def bottom_legend(fig: Any, handles: list[Any]) -> None:
         fontsize=7.5,
         frameon=False,
     )
+
+
+def timeline_heading(model: str, sim: Any, device: str, dtype: str, rank: int | None) -> str:
+    """The first title line of a pipeline timeline: the model, the GEMM, the device, the tiling
+    and the rank (``device``, ``dtype`` and ``rank`` only label the picture)."""
+    shape, t = sim.shape, sim.tiling
+    where = f" on {device}" if device else ""
+    kind = f" ({dtype})" if dtype else ""
+    ranked = f", rank {rank}" if rank is not None else ""
+    return (
+        f"{model}: {shape.m}×{shape.n}×{shape.k}{kind}{where} — tiling "
+        f"{t.tile_m}×{t.tile_n}×{t.tile_k}, buffer depth {t.buffer_depth}{ranked}"
+    )
+
+
+def kernel_legend_tail(colors: dict[str, str], waves: str, partial: str | None) -> list[Any]:
+    """The legend entries every timeline's kernel panel shares: T_EPILOGUE, the waves and
+    T_INIT (``partial``: the label of the last, partial wave, if drawn)."""
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(facecolor=colors["epilogue"], label="T_EPILOGUE"),
+        Patch(facecolor=colors["wave"], label=waves),
+    ]
+    if partial is not None:
+        handles.append(Patch(facecolor=colors["slot"], label=partial))
+    return [*handles, Patch(facecolor=colors["init"], label="T_INIT")]

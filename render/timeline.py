@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.gemm_ws import GemmWsMachine, Simulation, StageEvents, us_to_ns
-from render._figure import bottom_legend, figure, fmt_us, svg_bytes
+from render._figure import (
+    bottom_legend,
+    figure,
+    fmt_us,
+    kernel_legend_tail,
+    svg_bytes,
+    timeline_heading,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -483,9 +490,7 @@ def _legend(fig: Any) -> None:
             label="MATH waits for data",
         ),
         Patch(facecolor=COLORS["slot"], label="▼ slot freed (MATH done)"),
-        Patch(facecolor=COLORS["epilogue"], label="T_EPILOGUE"),
-        Patch(facecolor=COLORS["wave"], label="wave"),
-        Patch(facecolor=COLORS["init"], label="T_INIT"),
+        *kernel_legend_tail(COLORS, "wave", None),
     ]
     bottom_legend(fig, handles)
 
@@ -502,12 +507,8 @@ def timeline_svg(
 
     ``device``, ``dtype`` and ``rank`` only label the picture.
     """
-    d, t = sim.durations, sim.tiling
+    d = sim.durations
     wave_end_ns = sim.wave_time_ns
-    shape = sim.shape
-    where = f" on {device}" if device else ""
-    kind = f" ({dtype})" if dtype else ""
-    ranked = f", rank {rank}" if rank is not None else ""
     load = d.t_load_a_ns + d.t_load_b_ns
     bound = (
         f"load-bound: T_LOAD-A {fmt_us(d.t_load_a_ns / 1000)} + T_LOAD-B "
@@ -521,8 +522,7 @@ def timeline_svg(
         top = fig.add_axes((0.095, 0.72, 0.88, 0.11))
         bottom = fig.add_axes((0.095, 0.2, 0.88, 0.38))
         fig.suptitle(
-            f"GeMM-WS timeline: {shape.m}×{shape.n}×{shape.k}{kind}{where} — tiling "
-            f"{t.tile_m}×{t.tile_n}×{t.tile_k}, buffer depth {t.buffer_depth}{ranked}\n"
+            timeline_heading("GeMM-WS timeline", sim, device, dtype, rank) + "\n"
             f"{bound}; {sim.stages} stages × {sim.waves} waves; MATH wait "
             f"{fmt_us(sim.total_math_wait_ns / 1000)} in all (W × Σ Wait(i))",
             fontsize=9.5,

@@ -1,4 +1,4 @@
-"""Explicit candidate lists (issue 18): rank exactly the tilings a tuner gives, prove the best.
+"""Explicit candidate lists: rank exactly the tilings a tuner gives, prove the best.
 
 An autotuner (Triton, Kernel Tuner) brings its own list of configurations rather than a product
 space. The list is ranked by the same means as a space (solver/optimize.py):
@@ -21,13 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import (
-    ELEMENT_BYTES,
     DurationTable,
     GemmShape,
     GemmWsMachine,
@@ -37,96 +33,47 @@ from perfmodel.gemm_ws import (
     simulate,
     simulate_closed_form,
 )
+from perfmodel.pipelines.paper import PaperPipeline
+from solver import problem as _problem
 from solver.bounds import TripleBound, triple_bounds
+from solver.deadline import Deadline
 from solver.encoding import Encoding, encode, encode_text
 from solver.errors import CertificateMismatch, InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver
 from solver.lexicographic import rank_by_blocking
-from solver.optimize import (
+from solver.optimize import _objectives, better_than_smtlib
+from solver.problem import (
     CERTIFICATE_CLAIM,
+    SHARED_MEMORY_CONSTRAINT,
+    SHARED_MEMORY_PER_SM_CONSTRAINT,
+    CandidateProblem,
+    CandidateRanking,
     CertificateCheck,
+    Rejection,
     SolverMode,
     TilingResult,
-    _objective_key,
-    _objectives,
-    _tiling_result,
-    better_than_smtlib,
+    check_arguments,
+    objective_key,
+    reject,
+    result_of,
 )
-from solver.search_space import SearchSpace, SearchSummary, shared_memory_fits
+from solver.search_space import SearchSpace, SearchSummary
 from solver.z3_session import CheckOutcome, session
-
-#: the constraint name the space path uses in ``search.rejected`` (solver/bounds.py summarize)
-SHARED_MEMORY_CONSTRAINT = "shared_memory_per_block"
 
 _log = logging.getLogger(__name__)
 
 _Triple = tuple[int, int, int]
 
-
-@dataclass(frozen=True, slots=True)
-class CandidateProblem:
-    """A GEMM on a machine with an explicit list of tilings (request order, repeats allowed)."""
-
-    shape: GemmShape
-    machine: GemmWsMachine
-    tilings: tuple[Tiling, ...]
-    element_bytes: int = 2
-    wave_model: WaveTimeModel = WaveTimeModel.PAPER
-    enforce_shared_memory: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.tilings:
-            raise ModelInputError("candidates", "the list of candidates is empty")
-        if self.element_bytes not in ELEMENT_BYTES.values():
-            raise ValueError(f"element_bytes must be one of {sorted(ELEMENT_BYTES.values())}")
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """A candidate a hardware constraint rejects: its position, the constraint, why."""
-
-    input_index: int
-    constraint: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class CandidateRanking:
-    """``result.candidates``: the ranked groups (one Simulation per distinct tiling); only
-    ``result.best`` carries per-stage events. ``members``: per distinct feasible tiling, the
-    request positions holding it, ascending."""
-
-    result: TilingResult
-    members: dict[Tiling, tuple[int, ...]]
-    infeasible: tuple[Rejection, ...]
-
-
-def reject(problem: CandidateProblem) -> tuple[dict[Tiling, tuple[int, ...]], list[Rejection]]:
-    """Split the list: feasible distinct tilings (first appearance order) with their request
-    positions, and the rejected entries. The check is the space path's
-    (``shared_memory_fits``: buffer_depth x (TM TK + TK TN) x element_bytes <= the device's
-    shared memory per CTA)."""
-    limit = problem.machine.shared_memory_per_block_bytes
-    if not problem.enforce_shared_memory:
-        limit = None
-    members: dict[Tiling, list[int]] = {}
-    rejected: list[Rejection] = []
-    for index, tiling in enumerate(problem.tilings):
-        if shared_memory_fits(tiling, problem.element_bytes, limit):
-            members.setdefault(tiling, []).append(index)
-            continue
-        t = tiling
-        rejected.append(
-            Rejection(
-                index,
-                SHARED_MEMORY_CONSTRAINT,
-                f"circular buffer {t.buffer_depth} x ({t.tile_m}x{t.tile_k} + "
-                f"{t.tile_k}x{t.tile_n}) x {problem.element_bytes} bytes = "
-                f"{t.shared_memory_bytes(problem.element_bytes)} bytes exceeds the device's "
-                f"{limit} bytes of shared memory per CTA",
-            )
-        )
-    return {t: tuple(i) for t, i in members.items()}, rejected
+__all__ = [
+    "SHARED_MEMORY_CONSTRAINT",
+    "SHARED_MEMORY_PER_SM_CONSTRAINT",
+    "CandidateProblem",
+    "CandidateRanking",
+    "Rejection",
+    "encode_listed",
+    "rank_candidates",
+    "reject",
+]
 
 
 def _depth_space(problem: CandidateProblem, tilings: Sequence[Tiling]) -> SearchSpace:
@@ -206,14 +153,6 @@ def _score(problem: CandidateProblem, tilings: Sequence[Tiling]) -> list[Tiling]
     return [tilings[int(i)] for i in order]
 
 
-def check_ranking_arguments(top_k: int | None, time_limit_s: float) -> None:
-    """ValueError for a programming error in a ranking call (the HTTP layer validates both)."""
-    if top_k is not None and top_k < 1:
-        raise ValueError("top_k must be at least 1")
-    if not time_limit_s > 0:
-        raise ValueError("time_limit_s must be positive")
-
-
 def rank_candidates(
     problem: CandidateProblem,
     *,
@@ -222,14 +161,21 @@ def rank_candidates(
     mode: SolverMode = SolverMode.CERTIFIED,
 ) -> CandidateRanking:
     """Rank the feasible candidates (the first ``top_k`` groups; None: all) and prove the best
-    among them; InfeasibleSearchSpace (field ``candidates``) when every one is rejected."""
-    check_ranking_arguments(top_k, time_limit_s)
-    started = time.perf_counter()
+    among them; InfeasibleSearchSpace (field ``candidates``) when every one is rejected. The
+    paper's model has its own per-triple certificate (below); every other model is ranked
+    configuration by configuration (solver/per_configuration.py)."""
+    check_arguments(top_k, time_limit_s)
+    deadline = Deadline(time_limit_s)
     members, rejected = reject(problem)
-    counts: dict[str, int] = {SHARED_MEMORY_CONSTRAINT: len(rejected)}
+    model = problem.model
+    names = [SHARED_MEMORY_CONSTRAINT]
+    if model.residency_constraint is not None:
+        names.append(model.residency_constraint)
+    counts = {name: sum(r.constraint == name for r in rejected) for name in names}
     if not members:
+        per = " per CTA" if model.residency_constraint is None else ""
         raise InfeasibleSearchSpace(
-            f"all {len(problem.tilings)} candidates need more shared memory per CTA than the "
+            f"all {len(problem.tilings)} candidates need more shared memory{per} than the "
             "device allows; list smaller tiles or buffer depths",
             counts,
             field="candidates",
@@ -241,13 +187,18 @@ def rank_candidates(
     )
     feasible = list(members)
     ranks = len(feasible) if top_k is None else min(top_k, len(feasible))
-    depths = _depths_by_triple(feasible)
-    space = _depth_space(problem, feasible)
-    bounds = _bounds(problem, depths)
-    if SolverMode(mode) is SolverMode.Z3_SEARCH:
-        result = _z3_search(problem, bounds, space, depths, ranks, started, time_limit_s)
+    if not isinstance(model, PaperPipeline):
+        from solver.per_configuration import rank_listed  # numpy: worker side only
+
+        result = rank_listed(problem, feasible, ranks, deadline, mode)
     else:
-        result = _certified(problem, feasible, bounds, space, depths, ranks, time_limit_s, started)
+        depths = _depths_by_triple(feasible)
+        space = _depth_space(problem, feasible)
+        bounds = _bounds(problem, depths)
+        if SolverMode(mode) is SolverMode.Z3_SEARCH:
+            result = _z3_search(problem, bounds, space, depths, ranks, deadline)
+        else:
+            result = _certified(problem, feasible, bounds, space, depths, ranks, deadline)
     result = dataclasses.replace(result, summary=summary)
     return CandidateRanking(result, members, tuple(rejected))
 
@@ -269,8 +220,7 @@ def _certified(
     space: SearchSpace,
     depths: dict[_Triple, tuple[int, ...]],
     ranks: int,
-    time_limit_s: float,
-    started: float,
+    deadline: Deadline,
 ) -> TilingResult:
     from perfmodel.gemm_ws_scoring import ScoreOverflow
 
@@ -278,21 +228,20 @@ def _certified(
         order = _score(problem, feasible)
     except ScoreOverflow:
         _log.info("scorer overflow; answering with the Z3 search")
-        return _z3_search(problem, bounds, space, depths, ranks, started, time_limit_s)
+        return _z3_search(problem, bounds, space, depths, ranks, deadline)
     ranked = _ranked(problem, order[:ranks])
     incumbent = ranked[0]
     # only triples whose sound lower bound does not exceed the incumbent's time can beat it
     hopeful = [b for b in bounds if b.overall_time_floor_ns <= incumbent.overall_time_ns]
     text = encode_text(hopeful, space, problem.machine, problem.wave_model)
-    deadline = started + time_limit_s
     answer = CheckOutcome("unknown")
-    if time.perf_counter() < deadline:
+    if not deadline.passed():
         # this thread's Z3 session (solver/z3_session.py): the same text, the shared part kept
         claim = better_than_smtlib(incumbent)
         answer = session().check(
             text.shared,
             "\n".join((text.specific, _only_listed(hopeful, depths), claim)),
-            timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)),
+            timeout_ms=deadline.remaining_ms(),
         )
     checks = (CertificateCheck(CERTIFICATE_CLAIM, answer.outcome),)
     mismatches = 0
@@ -303,19 +252,16 @@ def _certified(
             f"Z3 found {better} lexicographically better than the scorer's incumbent "
             f"{incumbent.tiling} among the candidates"
         )
-        from solver import optimize
-
-        if optimize.STRICT_CERTIFICATE:
+        if _problem.STRICT_CERTIFICATE:
             raise CertificateMismatch(message)
         _log.error("%s; answering with the Z3 search", message)
-        found = _z3_search(problem, bounds, space, depths, ranks, started, time_limit_s)
+        found = _z3_search(problem, bounds, space, depths, ranks, deadline)
         ranked, status, mismatches = list(found.candidates), found.status, 1
-    return _tiling_result(
+    return result_of(
         status,
         ranked,
         _placeholder_summary(),
-        started,
-        time_limit_s,
+        deadline,
         checks=len(checks),
         encoded_tile_triples=len(hopeful),
         pruned_tile_triples=len(bounds) - len(hopeful),
@@ -337,18 +283,16 @@ def _z3_search(
     space: SearchSpace,
     depths: dict[_Triple, tuple[int, ...]],
     ranks: int,
-    started: float,
-    time_limit_s: float,
+    deadline: Deadline,
 ) -> TilingResult:
     """Rank by rank, each Z3's lexicographic optimum of the candidate set with earlier ranks
     blocked; cut short by the deadline, the proven ranks are followed by the best of the
     candidates by the closed form."""
-    deadline = started + time_limit_s
     enc = _encode_candidates(problem, bounds, space, depths)
-    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
+    solver = make_solver(timeout_ms=deadline.remaining_ms())
     solver.from_string(enc.smtlib)
     ranking = rank_by_blocking(
-        solver, _objectives(enc, space, bounds), deadline, ranks, enc.tiling_of, enc.is_tiling
+        solver, _objectives(enc, space, bounds), deadline.at, ranks, enc.tiling_of, enc.is_tiling
     )
     table = DurationTable(problem.machine)
     ranked = [
@@ -368,19 +312,35 @@ def _z3_search(
             for b in bounds
             for d in depths[b.tile_m, b.tile_n, b.tile_k]
         ]
-        rest = sorted((s for s in rest if s.tiling not in found), key=_objective_key)
+        rest = sorted((s for s in rest if s.tiling not in found), key=objective_key)
         ranked += rest[: max(0, ranks - len(ranked))]
     if not ranked:
-        raise SolverTimeout(time_limit_s)
+        raise SolverTimeout(deadline.time_limit_s)
     ranked = _ranked(problem, [s.tiling for s in ranked])
-    return _tiling_result(
+    return result_of(
         "optimal" if ranking.proven else "timeout",
         ranked,
         _placeholder_summary(),
-        started,
-        time_limit_s,
+        deadline,
         checks=ranking.checks,
         encoded_tile_triples=len(bounds),
         pruned_tile_triples=0,
         mode=SolverMode.Z3_SEARCH,
+    )
+
+
+def encode_listed(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    tilings: Sequence[Tiling],
+    element_bytes: int,
+    wave_model: WaveTimeModel,
+) -> Encoding:
+    """Eq. (1)-(3) over exactly ``tilings`` (each already checked against the hardware)."""
+    problem = CandidateProblem(
+        shape, machine, tuple(tilings), element_bytes, wave_model, enforce_shared_memory=False
+    )
+    depths = _depths_by_triple(tilings)
+    return _encode_candidates(
+        problem, _bounds(problem, depths), _depth_space(problem, tilings), depths
     )

@@ -1,9 +1,9 @@
-"""Shortlists that explore (issue 16): the point optimum first, then the configurations most
+"""Shortlists that explore: the point optimum first, then the configurations most
 often fastest when the device's figures are drawn from its posterior (or its priors).
 
 Every feasible configuration of the space is scored under the point figures and under every
-draw by the one vectorised scorer (perfmodel/gemm_ws_scoring.py: the closed form of eq. (1)-(3),
-exact in integer nanoseconds, property-tested equal to the simulator); the point scores give
+draw by the pipeline model's vectorised scorer (the closed form, exact in integer
+nanoseconds, property-tested equal to the simulator); the point scores give
 the solver's lexicographic order, the draws each candidate's chance of being the fastest.
 """
 
@@ -15,9 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.belief import FigureBelief
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, WaveTimeModel
-from perfmodel.gemm_ws_async import SmLimits
-from perfmodel.gemm_ws_async_array import ctas_per_sm_array, score_async_configurations
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
 from perfmodel.gemm_ws_scoring import (
     Configurations,
     Figures,
@@ -25,11 +23,9 @@ from perfmodel.gemm_ws_scoring import (
     Scores,
     enumerate_configurations,
     lexicographic_order,
-    score_configurations,
 )
-from solver.optimize import TilingProblem
-from solver.optimize_async import AsyncTilingProblem, effective_limits
-from solver.search_space import SearchSpace
+from perfmodel.pipeline import PipelineModel
+from solver.problem import TilingProblem
 from solver.shortlist import Shortlist, ShortlistMode, shortlist
 
 #: posterior draws per request: enough for a stable share of wins among a handful of leaders
@@ -49,34 +45,30 @@ class ExploredShortlist:
     interval_high_us: tuple[float, ...]
 
 
-def _feasible(problem: TilingProblem) -> Configurations | None:
-    """Every feasible configuration of the space, or None above MAX_EXPLORE_CONFIGURATIONS."""
+def feasible_configurations(problem: TilingProblem) -> Configurations | None:
+    """Every configuration of the space that fits the shared memory per CTA (when enforced)
+    and, under the problem's model, an SM; None above MAX_EXPLORE_CONFIGURATIONS or when
+    none does."""
     space = problem.space
-    limit = problem.machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
-    return _feasible_configurations(space, problem.element_bytes, limit, None)
-
-
-def _feasible_configurations(
-    space: SearchSpace, element_bytes: int, per_block: int | None, limits: SmLimits | None
-) -> Configurations | None:
-    """The space's configurations that fit ``per_block`` bytes per CTA (None: no limit) and,
-    given ``limits``, an SM; None above MAX_EXPLORE_CONFIGURATIONS or when none does."""
+    per_block = problem.machine.shared_memory_per_block_bytes
     chunks = []
     count = 0
     for chunk in enumerate_configurations(
-        space.tile_m, space.tile_n, space.tile_k, space.buffer_depth, element_bytes, per_block
+        space.tile_m,
+        space.tile_n,
+        space.tile_k,
+        space.buffer_depth,
+        problem.element_bytes,
+        per_block if space.enforce_shared_memory else None,
     ):
-        if limits is not None:
-            chunk = chunk.take(np.flatnonzero(ctas_per_sm_array(limits, element_bytes, chunk) >= 1))
+        chunk = chunk.take(np.flatnonzero(problem.model.resident(chunk, problem.element_bytes)))
         count += chunk.count
         if count > MAX_EXPLORE_CONFIGURATIONS:
             return None
         chunks.append(chunk)
     if not chunks:
         return None
-    return Configurations(
-        *(np.concatenate([getattr(c, f) for c in chunks]) for f in Configurations.__slots__)
-    )
+    return Configurations.concat(chunks)
 
 
 def drawn_figures(
@@ -119,13 +111,13 @@ def explore_problem(
     """The shortlist of ``problem``'s space under ``belief`` (rank 1: the point optimum);
     None when the space has more than MAX_EXPLORE_CONFIGURATIONS feasible configurations, or a
     draw's times overflow the scorer (figures far beyond any GPU)."""
-    configs = _feasible(problem)
+    configs = feasible_configurations(problem)
     if configs is None:
         return None
     return explore_scored(
         problem.machine,
         configs,
-        paper_scorer(problem.shape, configs, problem.wave_model),
+        scorer(problem.model, problem.shape, configs, problem.element_bytes),
         belief,
         top_k,
         mode,
@@ -135,52 +127,11 @@ def explore_problem(
     )
 
 
-def paper_scorer(
-    shape: GemmShape, configs: Configurations, wave_model: WaveTimeModel
+def scorer(
+    model: PipelineModel, shape: GemmShape, configs: Configurations, element_bytes: int
 ) -> Callable[[Figures], Scores]:
-    """The paper model's vectorised scorer of ``configs`` (eq. (1)-(3)) under given figures."""
-    return lambda figures: score_configurations(shape, configs, figures, wave_model)
-
-
-def async_scorer(
-    shape: GemmShape, configs: Configurations, limits: SmLimits, element_bytes: int
-) -> Callable[[Figures], Scores]:
-    """The async-copy variant's vectorised scorer of ``configs`` (each must fit an SM)."""
-    return lambda figures: score_async_configurations(
-        shape, configs, figures, limits, element_bytes
-    )
-
-
-def explore_async_problem(
-    problem: AsyncTilingProblem,
-    belief: FigureBelief,
-    top_k: int,
-    mode: ShortlistMode,
-    *,
-    ratios: tuple[float, float] = (1.0, 1.0),
-    draws: int = DRAWS,
-    seed: int = 0,
-) -> ExploredShortlist | None:
-    """:func:`explore_problem` under the async-copy variant: every configuration of the space
-    that fits a CTA and an SM, scored by the async closed form (point figures and draws)."""
-    space, limits = problem.space, effective_limits(problem)
-    per_block = problem.machine.shared_memory_per_block_bytes
-    configs = _feasible_configurations(
-        space, problem.element_bytes, per_block if space.enforce_shared_memory else None, limits
-    )
-    if configs is None:
-        return None
-    return explore_scored(
-        problem.machine,
-        configs,
-        async_scorer(problem.shape, configs, limits, problem.element_bytes),
-        belief,
-        top_k,
-        mode,
-        ratios=ratios,
-        draws=draws,
-        seed=seed,
-    )
+    """``model``'s vectorised scorer of ``configs`` (each must fit an SM) under given figures."""
+    return lambda figures: model.score(shape, configs, figures, element_bytes)
 
 
 def explore_scored(
@@ -196,7 +147,7 @@ def explore_scored(
     seed: int = 0,
 ) -> ExploredShortlist | None:
     """The shortlist of ``configs`` (distinct, feasible) scored by ``score`` (a pipeline
-    model's vectorised scorer: :func:`paper_scorer`, :func:`async_scorer`) at ``machine``'s
+    model's vectorised scorer, :func:`scorer`) at ``machine``'s
     point figures and under ``draws`` draws of ``belief``, as :func:`explore_problem` (an
     explicit candidate list's path calls it directly); None when a draw's times overflow the
     scorer."""
@@ -213,15 +164,7 @@ def explore_scored(
     )
     picks = list(chosen.ranked)
     return ExploredShortlist(
-        tilings=tuple(
-            Tiling(
-                int(configs.tile_m[c]),
-                int(configs.tile_n[c]),
-                int(configs.tile_k[c]),
-                int(configs.buffer_depth[c]),
-            )
-            for c in picks
-        ),
+        tilings=tuple(configs.take(np.asarray(picks, dtype=np.intp)).tilings()),
         probability_best=tuple(float(chosen.probability_best[c]) for c in picks),
         interval_low_us=tuple(float(chosen.interval_low[c]) / 1000 for c in picks),
         interval_high_us=tuple(float(chosen.interval_high[c]) / 1000 for c in picks),

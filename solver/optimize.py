@@ -23,26 +23,34 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
-import z3
-
-from perfmodel.gemm_ws import (
-    ELEMENT_BYTES,
-    GemmShape,
-    GemmWsMachine,
-    Simulation,
-    Tiling,
-    WaveTimeModel,
-    simulate,
-)
-from perfmodel.gemm_ws_async import AsyncSimulation
+from perfmodel.gemm_ws import ELEMENT_BYTES, Simulation, Tiling, simulate
+from perfmodel.pipelines.paper import PaperPipeline
+from solver import problem as _problem
 from solver.bounds import TripleBound, summarize, triple_bounds
+from solver.deadline import Deadline
 from solver.encoding import Encoding, encode, encode_text
-from solver.errors import CertificateMismatch, InvalidSearchSpace, SolverTimeout
-from solver.factory import make_solver, z3_version
+from solver.errors import CertificateMismatch, SolverTimeout
+from solver.factory import make_solver
 from solver.lexicographic import Objective, rank_by_blocking
+from solver.problem import (
+    _KEY_BASE,
+    CERTIFICATE_CLAIM,
+    MAX_Z3_SEARCH_TILE_TRIPLES,
+    Certificate,
+    CertificateCheck,
+    SolverMode,
+    SolverStatistics,
+    TilingProblem,
+    TilingResult,
+    better_than,
+    check_arguments,
+    check_mode,
+    objective_key,
+    result_of,
+    tie_break_key,
+)
 from solver.search_space import MAX_BUFFER_DEPTH, SearchSpace, SearchSummary
 from solver.z3_session import session
 
@@ -51,85 +59,19 @@ if TYPE_CHECKING:
     # imported where it runs, in the worker
     from perfmodel.gemm_ws_scoring import Configurations, IntArray
 
-_T = TypeVar("_T", int, z3.ArithRef)
-
 __all__ = [
     "ELEMENT_BYTES",
+    "better_than",
     "MAX_Z3_SEARCH_TILE_TRIPLES",
     "CertificateCheck",
     "SolverMode",
+    "SolverStatistics",
     "TilingProblem",
     "TilingResult",
-    "SolverStatistics",
     "optimize_tiling",
 ]
 
 _log = logging.getLogger(__name__)
-
-#: largest space (tile triples) the pure Z3 search takes: it encodes every triple, and at the
-#: 110,592-triple limit its encoding alone outgrows a worker's memory and time (issue 19)
-MAX_Z3_SEARCH_TILE_TRIPLES = 4096
-
-#: raise CertificateMismatch instead of answering from Z3's model (set by the test suite: a
-#: disagreement between the scorer and the encoding must fail loudly there)
-STRICT_CERTIFICATE = False
-
-
-class SolverMode(StrEnum):
-    #: exact scorer over the whole space, then one Z3 certificate check of its best
-    CERTIFIED = "certified"
-    #: lexicographic Z3 search per rank (the path of releases up to 0.x)
-    Z3_SEARCH = "z3-search"
-
-
-@dataclass(frozen=True, slots=True)
-class CertificateCheck:
-    """One Z3 check of the certificate: what it asked and what Z3 answered."""
-
-    #: the claim refuted by "unsat", e.g. "lexicographically better than the incumbent"
-    claim: str
-    #: "unsat" (proven), "sat" (Z3 found a better configuration), "unknown" (out of time)
-    outcome: str
-
-
-@dataclass(frozen=True, slots=True)
-class TilingProblem:
-    shape: GemmShape
-    machine: GemmWsMachine
-    space: SearchSpace
-    element_bytes: int = 2
-    wave_model: WaveTimeModel = WaveTimeModel.PAPER
-
-    def __post_init__(self) -> None:
-        if self.element_bytes not in (1, 2, 4, 8):
-            raise ValueError("element_bytes must be 1, 2, 4 or 8")
-
-
-@dataclass(frozen=True, slots=True)
-class SolverStatistics:
-    elapsed_ms: float
-    z3_version: str
-    checks: int
-    #: tile triples given to Z3 after the bound-based presolve, and those it left out
-    encoded_tile_triples: int
-    pruned_tile_triples: int
-    mode: SolverMode = SolverMode.Z3_SEARCH
-    #: configurations the exact scorer evaluated (certified mode)
-    configurations_scored: int = 0
-    certificate: tuple[CertificateCheck, ...] = ()
-    #: 1 when Z3 refuted the scorer's incumbent and the answer came from the Z3 search
-    certificate_mismatches: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TilingResult:
-    """``status`` is "optimal" when Z3 proved every ranked entry, else "timeout"."""
-
-    status: str
-    best: Simulation
-    candidates: tuple[Simulation, ...]
-    summary: SearchSummary
-    statistics: SolverStatistics
 
 
 def _objectives(enc: Encoding, space: SearchSpace, triples: list[TripleBound]) -> list[Objective]:
@@ -171,31 +113,6 @@ def _probe_depth(triple: TripleBound, space: SearchSpace) -> int:
     return next((d for d in depths if d >= 2), depths[0])
 
 
-_KEY_BASE = 1 << 17  # > MAX_TILE and > MAX_BUFFER_DEPTH, so the digits never overlap
-
-
-def tie_break_key(tile_m: _T, tile_n: _T, tile_k: _T, buffer_depth: _T) -> _T:
-    """One integer ordering larger tile_m, then larger tile_n, larger tile_k, smaller depth.
-
-    Mixed-radix digits with a base above every allowed value, so maximising the key is the
-    four-level lexicographic tie-break in one objective (fewer solver checks).
-    """
-    return ((tile_m * _KEY_BASE + tile_n) * _KEY_BASE + tile_k) * _KEY_BASE + (
-        MAX_BUFFER_DEPTH - buffer_depth
-    )
-
-
-def check_mode(space: SearchSpace, mode: SolverMode) -> None:
-    """Refuse a space the mode cannot solve within a worker's means (InvalidSearchSpace)."""
-    triples = len(space.tile_m) * len(space.tile_n) * len(space.tile_k)
-    if SolverMode(mode) is SolverMode.Z3_SEARCH and triples > MAX_Z3_SEARCH_TILE_TRIPLES:
-        raise InvalidSearchSpace(
-            "search_space",
-            f"{triples} (tile_m, tile_n, tile_k) combinations exceed the z3-search limit of "
-            f"{MAX_Z3_SEARCH_TILE_TRIPLES}; use solver 'certified' or coarser ranges",
-        )
-
-
 def optimize_tiling(
     problem: TilingProblem,
     *,
@@ -206,57 +123,52 @@ def optimize_tiling(
     """Solve ``problem``; ``top_k`` ranked candidates; raises SolverTimeout if none was found.
 
     When the time limit cuts the solve short, the answer ("timeout") is the best of what was
-    found. Every returned :class:`Simulation` carries its per-stage events.
+    found. Rank 1 carries its per-stage events. The paper's model has its own per-triple
+    certificate (below); every other model is solved configuration by configuration
+    (solver/per_configuration.py).
     """
-    if top_k < 1:
-        raise ValueError("top_k must be at least 1")
-    if not time_limit_s > 0:
-        raise ValueError("time_limit_s must be positive")
-    started = time.perf_counter()
-    deadline = started + time_limit_s
+    check_arguments(top_k, time_limit_s)
+    deadline = Deadline(time_limit_s)
     check_mode(problem.space, mode)
+    if not isinstance(problem.model, PaperPipeline):
+        from solver.per_configuration import optimize_per_configuration  # numpy: worker side
+
+        return optimize_per_configuration(problem, top_k=top_k, deadline=deadline, mode=mode)
     if SolverMode(mode) is SolverMode.CERTIFIED:
         from perfmodel.gemm_ws_scoring import ScoreOverflow
 
         try:
-            return _certified(problem, top_k, time_limit_s, started)
+            return _certified(problem, top_k, deadline)
         except ScoreOverflow:
             # times beyond int64 ns: only the Python-int path represents them
             _log.info("scorer overflow; answering with the Z3 search")
-    return _z3_search(problem, top_k, time_limit_s, started, deadline)
+    return _z3_search(problem, top_k, deadline)
 
 
-def _z3_search(
-    problem: TilingProblem, top_k: int, time_limit_s: float, started: float, deadline: float
-) -> TilingResult:
+def _z3_search(problem: TilingProblem, top_k: int, deadline: Deadline) -> TilingResult:
     """Rank by rank: each rank is Z3's lexicographic optimum with earlier ranks blocked.
 
     When the time limit cuts the solve short, the answer ("timeout") is the best of what was
     found: the ranks Z3 proved, the configuration it was improving, and the configurations
     the presolve simulated.
     """
-
-    def check_deadline() -> None:
-        if time.perf_counter() > deadline:
-            raise SolverTimeout(time_limit_s)
-
     bounds = triple_bounds(
         problem.shape,
         problem.machine,
         problem.space,
         problem.element_bytes,
         problem.wave_model,
-        check_deadline,
+        deadline.check,
     )
     summary = summarize(problem.space, bounds)
     survivors, sampled = _presolve(problem, bounds, top_k)
     enc = encode(survivors, problem.space, problem.machine, problem.wave_model)
-    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
+    solver = make_solver(timeout_ms=deadline.remaining_ms())
     solver.from_string(enc.smtlib)
     objectives = _objectives(enc, problem.space, survivors)
 
     ranking = rank_by_blocking(
-        solver, objectives, deadline, min(top_k, summary.feasible), enc.tiling_of, enc.is_tiling
+        solver, objectives, deadline.at, min(top_k, summary.feasible), enc.tiling_of, enc.is_tiling
     )
     # Each solve proved the optimum of what earlier ranks left (blocked by z3.Not).
     ranked = [_simulate(problem, t) for t in ranking.found]
@@ -265,42 +177,17 @@ def _z3_search(
         # Proven ranks sort first (each beats everything it left); the rest is best effort.
         found_tilings = {s.tiling for s in ranked}
         ranked += [s for s in sampled if s.tiling not in found_tilings]
-        ranked = sorted(ranked, key=_objective_key)[:top_k]
+        ranked = sorted(ranked, key=objective_key)[:top_k]
     # Otherwise already in rank order: each solve is the optimum of what earlier ranks left.
-    return _tiling_result(
+    return result_of(
         status,
         ranked,
         summary,
-        started,
-        time_limit_s,
+        deadline,
         checks=checks,
         encoded_tile_triples=len(survivors),
         pruned_tile_triples=len(bounds) - len(survivors),
         mode=SolverMode.Z3_SEARCH,
-    )
-
-
-def _tiling_result(
-    status: str,
-    ranked: list[Simulation],
-    summary: SearchSummary,
-    started: float,
-    time_limit_s: float,
-    **statistics: Any,
-) -> TilingResult:
-    """The answer in rank order; SolverTimeout when nothing was found in time."""
-    if not ranked:
-        raise SolverTimeout(time_limit_s)
-    return TilingResult(
-        status=status,
-        best=ranked[0],
-        candidates=tuple(ranked),
-        summary=summary,
-        statistics=SolverStatistics(
-            elapsed_ms=(time.perf_counter() - started) * 1000,
-            z3_version=z3_version(),
-            **statistics,
-        ),
     )
 
 
@@ -367,18 +254,15 @@ def _score_space(problem: TilingProblem, top_k: int, deadline: float) -> _Rankin
     return _Ranking(kept, kept_time, kept_wait, scored, complete)
 
 
-def _certified(
-    problem: TilingProblem, top_k: int, time_limit_s: float, started: float
-) -> TilingResult:
+def _certified(problem: TilingProblem, top_k: int, deadline: Deadline) -> TilingResult:
     """The exact scorer's ranking, its best certified by Z3 (see the module docstring)."""
-    deadline = started + time_limit_s
-    ranking = _score_space(problem, top_k, deadline)
+    ranking = _score_space(problem, top_k, deadline.at)
     ranked = [
         _simulate(problem, Tiling(*(int(a[i]) for a in _columns(ranking.configs))))
         for i in range(ranking.configs.count)
     ]
     if ranking.configs.count and not ranking.complete:
-        return _result(problem, time_limit_s, "timeout", ranked, started, ranking, None, None)
+        return _result(problem, deadline, "timeout", ranked, ranking, None, None)
     summary_bounds: list[TripleBound] | None = None
     try:
         summary_bounds = triple_bounds(
@@ -387,12 +271,12 @@ def _certified(
             problem.space,
             problem.element_bytes,
             problem.wave_model,
-            lambda: _check(deadline, time_limit_s),
+            deadline.check,
         )
     except SolverTimeout:
         if not ranked:
             raise
-        return _result(problem, time_limit_s, "timeout", ranked, started, ranking, None, None)
+        return _result(problem, deadline, "timeout", ranked, ranking, None, None)
     summary = summarize(problem.space, summary_bounds)  # raises on an infeasible space
     incumbent = ranked[0]
     for sim, time_ns, wait_ns in zip(
@@ -404,17 +288,17 @@ def _certified(
                 f"scorer gives {int(time_ns)} ns / {int(wait_ns)} ns for {sim.tiling}, the "
                 f"simulator {sim.overall_time_ns} ns / {sim.total_math_wait_ns} ns"
             )
-    certificate = certify(problem, incumbent, summary_bounds, deadline)
+    certificate = certify(problem, incumbent, summary_bounds, deadline.at)
     checks = certificate.checks
     if certificate.better is not None:
         message = (
             f"Z3 found {certificate.better} lexicographically better than the scorer's incumbent "
             f"{incumbent.tiling} ({incumbent.overall_time_ns} ns)"
         )
-        if STRICT_CERTIFICATE:
+        if _problem.STRICT_CERTIFICATE:
             raise CertificateMismatch(message)
         _log.error("%s; answering with the Z3 search", message)
-        result = _z3_search(problem, top_k, time_limit_s, started, deadline)
+        result = _z3_search(problem, top_k, deadline)
         stats = result.statistics
         return dataclasses.replace(
             result,
@@ -429,24 +313,18 @@ def _certified(
         )
     proven = bool(checks) and all(c.outcome == "unsat" for c in checks)
     status = "optimal" if proven else "timeout"
-    return _result(problem, time_limit_s, status, ranked, started, ranking, certificate, summary)
+    return _result(problem, deadline, status, ranked, ranking, certificate, summary)
 
 
 def _columns(configs: Configurations) -> tuple[IntArray, IntArray, IntArray, IntArray]:
     return configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
 
 
-def _check(deadline: float, time_limit_s: float) -> None:
-    if time.perf_counter() > deadline:
-        raise SolverTimeout(time_limit_s)
-
-
 def _result(
     problem: TilingProblem,
-    time_limit_s: float,
+    deadline: Deadline,
     status: str,
     ranked: list[Simulation],
-    started: float,
     ranking: _Ranking,
     certificate: Certificate | None,
     summary: SearchSummary | None,
@@ -461,12 +339,11 @@ def _result(
             rejected={"shared_memory_per_block": considered - feasible},
         )
     checks = certificate.checks if certificate is not None else ()
-    return _tiling_result(
+    return result_of(
         status,
         ranked,
         summary,
-        started,
-        time_limit_s,
+        deadline,
         checks=len(checks),
         encoded_tile_triples=certificate.encoded_tile_triples if certificate else 0,
         pruned_tile_triples=certificate.pruned_tile_triples if certificate else 0,
@@ -474,13 +351,6 @@ def _result(
         configurations_scored=ranking.scored,
         certificate=checks,
     )
-
-
-#: what the certificate's one check refutes
-CERTIFICATE_CLAIM = (
-    "some configuration has a smaller overall time, or the same time and a smaller total MATH "
-    "wait, or both equal and a better tie-break"
-)
 
 
 def certify(
@@ -520,25 +390,6 @@ def certify(
     return Certificate((check,), better, len(candidates), len(bounds) - len(candidates))
 
 
-def better_than(enc: Encoding, incumbent: Simulation | AsyncSimulation) -> z3.BoolRef:
-    """The encoded configuration beats ``incumbent`` in the optimizer's lexicographic order."""
-    t = incumbent.tiling
-    time_ns, wait_ns = incumbent.overall_time_ns, incumbent.total_math_wait_ns
-    key = tie_break_key(t.tile_m, t.tile_n, t.tile_k, t.buffer_depth)
-    enc_key = tie_break_key(enc.tile_m, enc.tile_n, enc.tile_k, enc.buffer_depth)
-    # One check for the whole lexicographic order: strictly faster, or as fast with less MATH
-    # wait (§3.2's second objective), or equal on both with a better tie-break key.
-    return z3.Or(
-        enc.overall_time_ns < time_ns,
-        z3.And(enc.overall_time_ns == time_ns, enc.total_math_wait_ns < wait_ns),
-        z3.And(
-            enc.overall_time_ns == time_ns,
-            enc.total_math_wait_ns == wait_ns,
-            enc_key > key,
-        ),
-    )
-
-
 def better_than_smtlib(incumbent: Simulation) -> str:
     """:func:`better_than` as an SMT-LIB assertion over solver/encoding.py's names (the same
     formula, tests/solver/test_z3_session.py proves them equivalent): parsed with the
@@ -556,23 +407,6 @@ def better_than_smtlib(incumbent: Simulation) -> str:
         f"(and (= overall_time {time_ns}) (< total_math_wait {wait_ns})) "
         f"(and (= overall_time {time_ns}) (= total_math_wait {wait_ns}) (> {enc_key} {key}))))"
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Certificate:
-    checks: tuple[CertificateCheck, ...]
-    #: a configuration Z3 found lexicographically better than the incumbent (a bug), or None
-    better: Tiling | None
-    #: tile triples encoded (bound <= the incumbent's time) and left out
-    encoded_tile_triples: int
-    pruned_tile_triples: int
-
-
-def _objective_key(sim: Simulation) -> tuple[int, int, int]:
-    """The solver's lexicographic order, for ordering simulated configurations."""
-    t = sim.tiling
-    tie_break = tie_break_key(t.tile_m, t.tile_n, t.tile_k, t.buffer_depth)
-    return (sim.overall_time_ns, sim.total_math_wait_ns, -tie_break)
 
 
 def _presolve(

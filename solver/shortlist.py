@@ -1,5 +1,5 @@
 """Shortlists that learn: rank the candidates a tuner should time next by the probability that
-each is the fastest under the device's posterior (issue 16), or by the point estimate alone.
+each is the fastest under the device's posterior, or by the point estimate alone.
 
 The point estimate's optimum (which Z3 proves) is always rank 1; the other ranks go, in
 ``explore`` mode, to the candidates most often fastest across posterior draws, so that the true

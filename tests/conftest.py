@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import solver.optimize
+import solver.problem
 
 # A certificate that refutes the scorer's incumbent is a bug in the scorer or the encoding:
 # in tests it raises CertificateMismatch instead of being answered from Z3's model. Workers
 # forked by the app's pool inherit the flag.
-solver.optimize.STRICT_CERTIFICATE = True
+solver.problem.STRICT_CERTIFICATE = True

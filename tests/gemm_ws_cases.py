@@ -5,8 +5,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, Tiling, WaveTimeModel, simulate
-from perfmodel.gemm_ws_async import AsyncSimulation
+from perfmodel.gemm_ws import (
+    GemmShape,
+    GemmWsMachine,
+    Simulation,
+    SmLimits,
+    Tiling,
+    WaveTimeModel,
+    simulate,
+)
+from perfmodel.pipelines.async_copy import AsyncCopyPipeline
+from perfmodel.pipelines.async_copy.recurrences import AsyncSimulation
+from solver.problem import CandidateProblem, TilingProblem
 from solver.search_space import SearchSpace, shared_memory_fits
 
 #: §4.2 figures, typed in from the paper (not read from the profile under test).
@@ -96,3 +106,36 @@ def brute_force_order(s: Simulation | AsyncSimulation) -> tuple[int, ...]:
         -t.tile_k,
         t.buffer_depth,
     )
+
+
+def async_copy_problem(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    space: SearchSpace,
+    limits: SmLimits,
+    element_bytes: int = 2,
+) -> TilingProblem:
+    """``space`` under the async-copy model on SMs of ``limits`` (without the space's
+    shared-memory constraint, no per-SM shared-memory limit either)."""
+    if not space.enforce_shared_memory:
+        limits = dataclasses.replace(limits, shared_memory_per_sm_bytes=None)
+    return TilingProblem(shape, machine, space, element_bytes, pipeline=AsyncCopyPipeline(limits))
+
+
+def async_copy_candidates(problem: TilingProblem, tilings: tuple[Tiling, ...]) -> CandidateProblem:
+    """``tilings`` as a candidate list under ``problem``'s model and shared-memory switch."""
+    return CandidateProblem(
+        problem.shape,
+        problem.machine,
+        tilings,
+        problem.element_bytes,
+        enforce_shared_memory=problem.space.enforce_shared_memory,
+        pipeline=problem.pipeline,
+    )
+
+
+def limits_of(problem: TilingProblem) -> SmLimits:
+    """The SM limits of an async-copy problem (:func:`async_copy_problem`)."""
+    model = problem.model
+    assert isinstance(model, AsyncCopyPipeline)
+    return model.limits

@@ -274,3 +274,120 @@ def test_the_user_side_needs_only_the_base_dependencies() -> None:
                     missing.append(f"{path.relative_to(KPERF_CLIENT_DIR)}: {module} ({dist})")
     assert missing == []
     assert base.isdisjoint(server) and {"fastapi", "z3-solver", "numpy"} <= server
+
+
+# ---------------------------------------------------------------------------- import graph
+
+REPO = Path(__file__).resolve().parents[1]
+PRODUCT_PACKAGES = ("app", "solver", "perfmodel", "render", "device_profiles", "kperf_client")
+
+
+def _product_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PRODUCT_PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _module_level_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The product modules ``path`` imports when it is imported: module-level statements,
+    outside functions and ``if TYPE_CHECKING:`` (``from package import submodule`` imports
+    the submodule)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            if isinstance(child, ast.If) and ast.unparse(child.test) in (
+                "TYPE_CHECKING",
+                "typing.TYPE_CHECKING",
+            ):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                submodules = {f"{child.module}.{a.name}" for a in child.names}
+                found.update(submodules & modules.keys() or {child.module})
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found & modules.keys()
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return components
+
+
+def test_product_modules_import_no_circle() -> None:
+    """No product module imports, when it is imported, one that imports it back."""
+    modules = _product_modules()
+    graph = {m: _module_level_imports(p, modules) - {m} for m, p in modules.items()}
+    assert _cycles(graph) == []
+
+
+def test_cycle_finder_finds_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# ---------------------------------------------------------------------------- pipeline models
+
+#: where code may ask which pipeline model it holds: the solver's two entry points, which give
+#: the paper's model its own per-triple certificate (every other model goes through
+#: solver/per_configuration.py)
+MODEL_BRANCHES_ALLOWED = 2
+_MODEL_BRANCH = re.compile(
+    r"isinstance\([^)]*\b(PaperPipeline|AsyncCopyPipeline)\b"
+    r"|[=!]=\s*[\"'](paper|async-copy)[\"']"
+    r"|\bis(?: not)? PipelineModel\.\w+"
+)
+
+
+def test_at_most_two_places_branch_on_the_pipeline_model() -> None:
+    """Outside the registry (perfmodel/pipelines), which model answers is read from the
+    model object, never asked by type or name, but in the solver's entry points."""
+    branches = []
+    for module, path in _product_modules().items():
+        if module.startswith("perfmodel.pipelines"):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _MODEL_BRANCH.search(line):
+                branches.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert len(branches) <= MODEL_BRANCHES_ALLOWED, branches

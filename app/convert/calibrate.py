@@ -33,6 +33,7 @@ from device_profiles.schema import (
     CalibrationProvenance,
     PipelineModelName,
 )
+from perfmodel import pipelines
 from perfmodel.errors import ModelInputError
 
 #: the profile section each model's figures live in
@@ -72,10 +73,10 @@ def calibrated_id(
 
 
 def fit_key(model: str, pipeline_model: str | None) -> str:
-    """The model part of a calibrated id's key: ``gemm-ws`` for a paper fit (the ids of
-    profiles fitted before the pipeline models existed stay what they were), with the pipeline
-    model appended for any other."""
-    if pipeline_model is None or pipeline_model == "paper":
+    """The model part of a calibrated id's key: ``gemm-ws`` for a fit under the default
+    pipeline model (the ids of profiles fitted before the pipeline models existed stay what
+    they were), with the pipeline model appended for any other."""
+    if pipeline_model in (None, pipelines.DEFAULT_NAME):
         return model
     return f"{model}/{pipeline_model}"
 

@@ -39,8 +39,8 @@ from perfmodel.calibration import (
 )
 from perfmodel.errors import CalibrationInputError, ModelInputError
 from perfmodel.gemm_ws import GemmWsMachine
-from perfmodel.gemm_ws_async import PipelineModel
 from perfmodel.manybsp import DeviceFigures, device_from_profile
+from perfmodel.pipelines import PipelineSettings, resolve
 
 
 def gemm_ws_measurement(document: Mapping[str, Any]) -> GemmWsMeasurement:
@@ -112,8 +112,9 @@ def fit(
                 folds=folds,
                 priors=gemm_ws_priors(base),
                 dtype_ratios=gemm_ws_dtype_ratios(base),
-                pipeline_model=PipelineModel(pipeline_model or PipelineModel.PAPER),
-                limits=sm_limits(base),
+                pipeline=resolve(
+                    pipeline_model or "paper", PipelineSettings(limits=sm_limits(base))
+                ),
             )
         )
     device, kernel_runs = many_bsp_core(base, documents)

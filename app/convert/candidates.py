@@ -1,4 +1,4 @@
-"""Conversions for POST /optimize-tiling with an explicit candidate list (issue 18): request ->
+"""Conversions for POST /optimize-tiling with an explicit candidate list: request ->
 core problem (a search space or a candidate list), and the answer's per-entry view (groups
 expanded to every requested entry, each with its ``input_index`` and echoed ``params``, and
 the ``infeasible`` list). Used by the routes (early 4xx checks) and by the worker job alike.
@@ -6,13 +6,17 @@ the ``infeasible`` list). Used by the routes (early 4xx checks) and by the worke
 
 from __future__ import annotations
 
+import dataclasses
+
 from pydantic_core import to_json
 
 from app.convert.optimize import (
     AnyProblem,
+    PreparedRequest,
     Solved,
     check_timeline,
-    pipeline_of,
+    pipeline_name,
+    pipeline_settings,
     request_machine,
     to_problem,
     to_response,
@@ -23,43 +27,34 @@ from app.schemas.optimize import (
     OptimizeTilingRequest,
     OptimizeTilingResponse,
 )
-from device_profiles import DeviceProfile
+from device_profiles import DeviceProfile, get_profile
 from device_profiles.provenance import Provenance
+from perfmodel import pipelines
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import GemmShape, Tiling, WaveTimeModel
-from perfmodel.gemm_ws_async import PipelineModel
 from solver import ELEMENT_BYTES, InvalidSearchSpace, TilingProblem
-from solver.candidates import CandidateProblem, CandidateRanking
-from solver.candidates_async import AsyncCandidateProblem, AsyncCandidateRanking
-from solver.optimize_async import AsyncTilingProblem
+from solver.problem import CandidateProblem, CandidateRanking
 
 
-def problem_of(
+def prepare(
     request: OptimizeTilingRequest, profile: DeviceProfile | None = None
-) -> tuple[str, AnyProblem]:
-    """The core problem: a search space (:func:`app.convert.optimize.to_problem`) or, with
-    ``candidates``, the candidate list, under the request's pipeline model (else the device's
-    default, :func:`app.convert.optimize.pipeline_of`); returns (device id or "inline",
-    problem)."""
-    pipeline, limits = pipeline_of(request, profile)
-    device, problem = _paper_problem_of(request, profile)
-    if pipeline is PipelineModel.PAPER:
-        return device, problem
-    if isinstance(problem, CandidateProblem):
-        return device, AsyncCandidateProblem(
-            shape=problem.shape,
-            machine=problem.machine,
-            tilings=problem.tilings,
-            limits=limits,
-            element_bytes=problem.element_bytes,
-            enforce_shared_memory=problem.enforce_shared_memory,
-        )
-    return device, AsyncTilingProblem(
-        problem.shape, problem.machine, problem.space, limits, problem.element_bytes
-    )
+) -> PreparedRequest:
+    """The request resolved once: the pipeline model that answers (the request's, else the
+    device's default), chosen by the registry (perfmodel/pipelines), and the core problem
+    under it: a search space (:func:`app.convert.optimize.to_problem`) or, with
+    ``candidates``, the candidate list. ``profile``: what ``request.device`` resolved to
+    (None: a shipped id is looked up, or the inline device_params)."""
+    if request.device is not None and request.device_params is None and profile is None:
+        profile = get_profile(request.device)
+    spec = request.search_space
+    enforce = request.candidates is not None or spec is None or spec.enforce_shared_memory
+    settings = pipeline_settings(request, profile, enforce_shared_memory=enforce)
+    model = pipelines.resolve(pipeline_name(request, profile), settings)
+    device, problem = _problem_of(request, profile)
+    return PreparedRequest(device, dataclasses.replace(problem, pipeline=model))
 
 
-def _paper_problem_of(
+def _problem_of(
     request: OptimizeTilingRequest, profile: DeviceProfile | None
 ) -> tuple[str, TilingProblem | CandidateProblem]:
     if request.candidates is None:
@@ -91,17 +86,16 @@ def _paper_problem_of(
 def configurations_of(problem: AnyProblem) -> int:
     """Configurations the request asks to consider (the server's max_search_space_candidates
     bounds it)."""
-    if isinstance(problem, CandidateProblem | AsyncCandidateProblem):
+    if isinstance(problem, CandidateProblem):
         return len(problem.tilings)
     return problem.space.size
 
 
 def to_candidates_response(
     request: OptimizeTilingRequest,
-    device: str,
-    problem: CandidateProblem | AsyncCandidateProblem,
+    prepared: PreparedRequest,
     solved: Solved,
-    ranking: CandidateRanking | AsyncCandidateRanking,
+    ranking: CandidateRanking,
     origin: Provenance | None = None,
 ) -> OptimizeTilingResponse:
     """The answer with one entry per requested candidate of each ranked group (same rank and
@@ -109,7 +103,7 @@ def to_candidates_response(
     rejected entries under ``infeasible``."""
     assert request.candidates is not None
     listed = request.candidates
-    answer = to_response(request, device, problem, solved, origin)
+    answer = to_response(request, prepared, solved, origin)
     entries = []
     for group in answer.candidates:
         tiling = Tiling(group.tile_m, group.tile_n, group.tile_k, group.buffer_depth)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.convert.shortlist_why import Ranked, reasons
 from app.schemas.base import provenance_out
 from app.schemas.optimize import (
     CertificateCheckOut,
@@ -31,26 +32,22 @@ from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import (
     GemmShape,
     GemmWsMachine,
-    Simulation,
-    Tiling,
+    SmLimits,
     WaveTimeModel,
     ns_to_us,
     scaled_throughputs,
 )
-from perfmodel.gemm_ws_async import AsyncSimulation, PipelineModel, SmLimits
+from perfmodel.pipeline import PipelineModel, Prediction
+from perfmodel.pipelines import PipelineSettings
 from solver import (
     ELEMENT_BYTES,
-    InfeasibleSearchSpace,
     SearchSpace,
     SolverMode,
     TilingProblem,
     TilingResult,
     values_from_range,
 )
-from solver.candidates import CandidateProblem
-from solver.candidates_async import AsyncCandidateProblem
-from solver.optimize import check_mode
-from solver.optimize_async import AsyncTilingProblem, AsyncTilingResult
+from solver.problem import CandidateProblem, check_mode
 
 #: the profile's hardware figures that limit async-copy's CTAs per SM (SmLimits' names)
 GEMM_WS_RESIDENCY_FIGURES = (
@@ -159,18 +156,17 @@ def request_machine(
     return device, machine
 
 
-def pipeline_of(
-    request: OptimizeTilingRequest, profile: DeviceProfile | None = None
-) -> tuple[PipelineModel, SmLimits]:
-    """The pipeline model that answers (the request's, else the device's default:
-    device_profiles/pipeline.py) and the SM's residency limits (async-copy's CTAs per SM):
-    the profile's (or the inline device_params') limits with the request's threads_per_cta and
-    registers_per_thread. A CTA the SM cannot hold is a ModelInputError naming the field."""
-    if request.device is not None and request.device_params is None and profile is None:
-        profile = get_profile(request.device)
-    name = request.pipeline_model or default_pipeline_model(
-        profile if request.device_params is None else None
-    )
+def pipeline_settings(
+    request: OptimizeTilingRequest,
+    profile: DeviceProfile | None = None,
+    *,
+    enforce_shared_memory: bool = True,
+) -> PipelineSettings:
+    """What a pipeline model may read of the request and the device: the wave-time variant,
+    and the SM's residency limits (the profile's, or the inline device_params', with the
+    request's threads_per_cta and registers_per_thread; without ``enforce_shared_memory``,
+    no shared-memory limit). A CTA size above the device's is a ModelInputError naming the
+    field."""
     threads = request.threads_per_cta
     # registers limit residency per CTA: without threads_per_cta they say nothing (ignored)
     registers = request.registers_per_thread if threads is not None else None
@@ -201,23 +197,24 @@ def pipeline_of(
             "registers_per_thread",
             f"{registers} registers exceed the device's {max_registers} per thread",
         )
+    shared = figures.get("shared_memory_per_sm_bytes") if enforce_shared_memory else None
     limits = SmLimits(
         max_blocks_per_sm=figures.get("max_blocks_per_sm") or 1,
-        shared_memory_per_sm_bytes=figures.get("shared_memory_per_sm_bytes"),
+        shared_memory_per_sm_bytes=shared,
         registers_per_sm=figures.get("registers_per_sm"),
         max_threads_per_sm=figures.get("max_threads_per_sm"),
         threads_per_cta=threads,
         registers_per_thread=registers,
     )
-    if PipelineModel(name) is PipelineModel.ASYNC_COPY and limits.ctas_per_sm(1) < 1:
-        field = "registers_per_thread" if registers is not None else "threads_per_cta"
-        raise InfeasibleSearchSpace(
-            f"a CTA of {threads} threads x {registers or 0} registers does not fit one SM "
-            f"({limits.max_threads_per_sm} threads, {limits.registers_per_sm} registers)",
-            {"registers_per_sm" if field == "registers_per_thread" else "max_threads_per_sm": 1},
-            field=field,
-        )
-    return PipelineModel(name), limits
+    return PipelineSettings(WaveTimeModel(request.wave_time_model), limits)
+
+
+def pipeline_name(request: OptimizeTilingRequest, profile: DeviceProfile | None) -> str:
+    """The pipeline model that answers: the request's, else the device's default
+    (device_profiles/pipeline.py; inline device_params: the paper's)."""
+    return request.pipeline_model or default_pipeline_model(
+        profile if request.device_params is None else None
+    )
 
 
 def check_timeline(request: OptimizeTilingRequest, smallest_tile_k: int) -> None:
@@ -231,22 +228,36 @@ def check_timeline(request: OptimizeTilingRequest, smallest_tile_k: int) -> None
         )
 
 
-#: the core problem of a request: a search space or a candidate list, under either pipeline model
-AnyProblem = TilingProblem | CandidateProblem | AsyncTilingProblem | AsyncCandidateProblem
+#: the core problem of a request: a search space or a candidate list (under its pipeline model)
+AnyProblem = TilingProblem | CandidateProblem
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A request resolved once, in the parent: the device it names (an id or "inline") and
+    the core problem, which carries the pipeline model that answers. The route, the cache key,
+    the inline runner and the worker all read this."""
+
+    device: str
+    problem: AnyProblem
+
+    @property
+    def model(self) -> PipelineModel:
+        return self.problem.model
 
 
 @dataclass(frozen=True, slots=True)
 class Solved:
     """A solve's result with the shortlist chosen for the request, and how."""
 
-    result: TilingResult | AsyncTilingResult
+    result: TilingResult
     shortlist: ShortlistOut | None
     #: per ranked candidate: (probability_best, interval low, interval high), or empty
     uncertainty: tuple[tuple[float, float, float], ...] = ()
 
 
 def _prediction(
-    request: OptimizeTilingRequest, sim: Simulation | AsyncSimulation, element_bytes: int
+    request: OptimizeTilingRequest, model: PipelineModel, sim: Prediction, element_bytes: int
 ) -> dict[str, object]:
     t = sim.tiling
     run = GemmWsRun(
@@ -259,7 +270,7 @@ def _prediction(
         tile_k=t.tile_k,
         buffer_depth=t.buffer_depth,
     )
-    out: dict[str, object] = {
+    return {
         "measurement": run,
         "tile_m": t.tile_m,
         "tile_n": t.tile_n,
@@ -268,104 +279,44 @@ def _prediction(
         "predicted_time_us": ns_to_us(sim.overall_time_ns),
         "waves": sim.waves,
         "stages": sim.stages,
+        **model.answer_fields(sim, element_bytes),
+        "shared_memory_bytes": t.shared_memory_bytes(element_bytes),
     }
-    if isinstance(sim, AsyncSimulation):
-        d = sim.durations
-        load_a_ns = _a_share_ns(t, d.issue_ns)
-        out |= {
-            "t_load_a_us": ns_to_us(load_a_ns),
-            "t_load_b_us": ns_to_us(d.issue_ns - load_a_ns),
-            "t_math_us": ns_to_us(d.math_ns),
-            "math_wait_us": ns_to_us(sim.total_math_wait_ns),
-            "bound": sim.bound.value,
-            "ctas_per_sm": sim.ctas_per_sm,
-            "stages_in_flight": sim.stages_in_flight,
-            "load_latency_us": ns_to_us(d.latency_ns),
-        }
-    else:
-        p = sim.durations
-        math_bound = not sim.load_bound
-        out |= {
-            "t_load_a_us": ns_to_us(p.t_load_a_ns),
-            "t_load_b_us": ns_to_us(p.t_load_b_ns),
-            "t_math_us": ns_to_us(p.t_math_ns),
-            "math_wait_us": ns_to_us(sim.total_math_wait_ns),
-            "bound": "math" if math_bound else "load",
-            # docs/model-notes.md, async-copy 5: one CTA per SM; the DMA warp runs ahead into
-            # every slot only when MATH sets the pace
-            "ctas_per_sm": 1,
-            "stages_in_flight": t.buffer_depth if math_bound else min(t.buffer_depth, 2),
-            "load_latency_us": None,
-        }
-    out["shared_memory_bytes"] = t.shared_memory_bytes(element_bytes)
-    return out
-
-
-def _a_share_ns(tiling: Tiling, issue_ns: int) -> int:
-    """The A tile's share of one stage's issue time, by element count (rounded half up)."""
-    a = tiling.tile_m * tiling.tile_k
-    total = a + tiling.tile_k * tiling.tile_n
-    return (2 * issue_ns * a + total) // (2 * total)
 
 
 def to_response(
     request: OptimizeTilingRequest,
-    device: str,
-    problem: AnyProblem,
+    prepared: PreparedRequest,
     solved: Solved,
     origin: Provenance | None = None,
 ) -> OptimizeTilingResponse:
     result = solved.result
-    ranked: tuple[Simulation | AsyncSimulation, ...] = result.candidates
-    eb = problem.element_bytes
-    pipeline = (
-        PipelineModel.ASYNC_COPY
-        if isinstance(problem, AsyncTilingProblem | AsyncCandidateProblem)
-        else PipelineModel.PAPER
-    )
+    model = prepared.model
+    eb = prepared.problem.element_bytes
 
-    def with_uncertainty(rank: int, sim: Simulation | AsyncSimulation) -> dict[str, object]:
-        out = _prediction(request, sim, eb)
+    def with_uncertainty(rank: int, sim: Prediction) -> dict[str, object]:
+        out = _prediction(request, model, sim, eb)
         if solved.uncertainty:
             p, low, high = solved.uncertainty[rank - 1]
             out.update(probability_best=p, interval_low_us=low, interval_high_us=high)
         return out
 
     timeline = None
-    best = result.best
-    if request.include_timeline and isinstance(best, AsyncSimulation):
-        a_share = _a_share_ns(best.tiling, best.durations.issue_ns)
-        timeline = [
-            TimelineStage(
-                stage=e.stage,
-                load_a_start_us=ns_to_us(e.issue_start_ns),
-                load_b_start_us=ns_to_us(e.issue_start_ns + a_share),
-                math_start_us=ns_to_us(e.math_start_ns),
-                math_wait_us=ns_to_us(e.math_wait_ns),
-                arrival_us=ns_to_us(e.arrival_ns),
-            )
-            for e in best.events
-        ]
-    elif request.include_timeline and isinstance(best, Simulation):
-        timeline = [
-            TimelineStage(
-                stage=e.stage,
-                load_a_start_us=ns_to_us(e.load_a_start_ns),
-                load_b_start_us=ns_to_us(e.load_b_start_ns),
-                math_start_us=ns_to_us(e.math_start_ns),
-                math_wait_us=ns_to_us(e.math_wait_ns),
-            )
-            for e in best.events
-        ]
+    if request.include_timeline:
+        timeline = [TimelineStage.model_validate(row) for row in model.timeline_rows(result.best)]
     return OptimizeTilingResponse(
         status="optimal" if result.status == "optimal" else "timeout",
-        device=device,
+        device=prepared.device,
         dtype=request.dtype,
-        pipeline_model=pipeline.value,
+        pipeline_model=model.name,
         best=TilingPrediction.model_validate(with_uncertainty(1, result.best)),
         candidates=[
-            RankedCandidate.model_validate({"rank": rank, **with_uncertainty(rank, sim)})
-            for rank, sim in enumerate(ranked, start=1)
+            RankedCandidate.model_validate(
+                {"rank": rank, **with_uncertainty(rank, sim), "why": why}
+            )
+            for rank, (sim, why) in enumerate(
+                zip(result.candidates, _reasons(solved), strict=True), 1
+            )
         ],
         search=SearchSummaryOut(
             candidates_considered=result.summary.candidates_considered,
@@ -389,6 +340,26 @@ def to_response(
         profile_provenance=provenance_out(origin) if origin is not None else None,
         # the device as the request named it: recalibrating through a name moves the name
         feedback=None if request.device is None else feedback(request.device),
+    )
+
+
+def _reasons(solved: Solved) -> list[str]:
+    """Each rank's ``why``, from the shortlist's mode and belief and each rank's prediction."""
+    result, shortlist = solved.result, solved.shortlist
+    ranked: tuple[Prediction, ...] = result.candidates
+    entries = [
+        Ranked(
+            predicted_time_us=ns_to_us(sim.overall_time_ns),
+            probability_best=solved.uncertainty[i][0] if solved.uncertainty else None,
+        )
+        for i, sim in enumerate(ranked)
+    ]
+    return reasons(
+        entries,
+        proven=result.status == "optimal",
+        mode=None if shortlist is None else shortlist.mode,
+        belief=None if shortlist is None else shortlist.belief,
+        draws=0 if shortlist is None else shortlist.draws,
     )
 
 

@@ -8,7 +8,7 @@ import json
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import TypeAdapter
 
-from app.convert.candidates import configurations_of, problem_of
+from app.convert.candidates import configurations_of, prepare
 from app.errors import HANDLERS
 from app.jobs import optimize_model_via_pool, request_profile
 from app.routes.access import read_access
@@ -54,9 +54,12 @@ async def _solve_one(
     try:
         # fail fast on bad devices/search spaces, no worker needed
         profile = await request_profile(service, problem)
-        service.check_search_space(configurations_of(problem_of(problem, profile)[1]))
+        prepared = prepare(problem, profile)
+        service.check_search_space(configurations_of(prepared.problem))
         async with slots:
-            answer, hit = await optimize_model_via_pool(service, problem, profile, admitted=True)
+            answer, hit = await optimize_model_via_pool(
+                service, problem, profile, prepared, admitted=True
+            )
     except Exception as exc:  # noqa: BLE001 - each item carries its own error
         return BatchItem(index=index, status="error", error=await _as_problem(request, index, exc))
     return BatchItem(index=index, status="ok", cache="hit" if hit else "miss", result=answer)

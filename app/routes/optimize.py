@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from app.convert.candidates import configurations_of, problem_of
+from app.convert.candidates import configurations_of, prepare
 from app.jobs import (
     optimize_svg_via_pool,
     optimize_via_pool,
@@ -58,12 +58,12 @@ async def optimize(
     """
     # bad device or search space: answer 4xx without taking a worker
     profile = await request_profile(service, request)
-    problem = problem_of(request, profile)[1]
-    service.check_search_space(configurations_of(problem))
+    prepared = prepare(request, profile)  # the pipeline model is chosen here, once
+    service.check_search_space(configurations_of(prepared.problem))
     if picture_requested(http_request.headers.get("accept")):
-        svg, hit = await optimize_svg_via_pool(service, request, profile, candidate_rank)
+        svg, hit = await optimize_svg_via_pool(service, request, profile, prepared, candidate_rank)
         return svg_response(svg, hit)
     # the solve itself (optimize_tiling + to_response) runs in a worker process, behind the
     # result cache and the bounded queue: app/jobs.py; the body is sent as encoded there
-    answer = await optimize_via_pool(service, request, profile)
+    answer = await optimize_via_pool(service, request, profile, prepared)
     return vary_on_accept(answer.response())

@@ -130,7 +130,7 @@ class GemmWsDeviceParams(RequestModel):
     )
 
 
-# --- explicit candidate lists (issue 18) ---------------------------------------------------
+# --- explicit candidate lists ---------------------------------------------------------------
 #: most entries a request's ``candidates`` list may hold
 MAX_CANDIDATES = 4096
 #: largest ``params`` object of one candidate, compact JSON in UTF-8 bytes (checked by the
@@ -369,6 +369,14 @@ class InfeasibleCandidate(BaseModel):
 class RankedCandidate(TilingPrediction):
     rank: int = Field(
         ge=1, description="1 = best: by predicted time, then total MATH wait, then tie-break"
+    )
+    why: str | None = Field(
+        default=None,
+        max_length=400,
+        description="why this rank: rank 1 the proven optimum under the device's point "
+        "figures; in 'explore' the likeliest true bests next (fastest in the most draws of "
+        "the device's figures), then, fastest in no draw, the point estimate's order; in "
+        "'exploit' the point estimate's order",
     )
 
 

@@ -21,16 +21,9 @@ from perfmodel.calibration.engine import (
     IntArray,
     internal_of,
 )
-from perfmodel.calibration.gemm_ws_async_model import (
-    AsyncResidualModel,
-    async_closed_form_model,
-    run_limits,
-)
 from perfmodel.calibration.gemm_ws_model import (
     THROUGHPUTS,
-    GemmWsResidualModel,
     GemmWsRun,
-    closed_form_model,
     shape_and_tiling,
 )
 from perfmodel.calibration.records import (
@@ -43,34 +36,21 @@ from perfmodel.calibration.run import calibrate, identifiable_values
 from perfmodel.errors import CalibrationInputError
 from perfmodel.gemm_ws import (
     ELEMENT_BYTES,
-    DurationTable,
     GemmWsMachine,
     WaveTimeModel,
     overall_time_closed_form_ns,
     scaled_throughputs,
 )
-from perfmodel.gemm_ws_async import (
-    AsyncDurationTable,
-    PipelineModel,
-    SmLimits,
-    overall_time_async_closed_form_ns,
-)
+from perfmodel.pipeline import PipelineModel, PipelineResiduals
+from perfmodel.pipelines.paper import PaperPipeline
 
 #: multistart: the prior medians, the base figures, then draws from the prior
 N_STARTS = 8
-METHOD = (
+#: how every GeMM-WS fit runs; the pipeline model adds its closed form
+METHOD_PREFIX = (
     "maximum a posteriori: scipy.optimize.least_squares (trf) over ln(figures), Cauchy loss "
     "on relative error at an estimated noise scale plus log-normal prior residuals; "
-    f"{N_STARTS} starts; Laplace posterior; closed form Sm(S) = L + (S-1) max(L, T), exact "
-    "Jacobian per regime"
-)
-#: the same fit under the async-copy pipeline model (docs/model-notes.md, async-copy 6)
-ASYNC_METHOD = (
-    "maximum a posteriori: scipy.optimize.least_squares (trf) over ln(figures), Cauchy loss "
-    "on relative error at an estimated noise scale plus log-normal prior residuals; "
-    f"{N_STARTS} starts; Laplace posterior; async-copy closed form M(S) = d + lambda + "
-    "max((S-1) max(d, T), K (d + lambda + T) + (S-1-K D) max(d, T)) with the CTAs per SM of "
-    "each run, exact Jacobian per regime"
+    f"{N_STARTS} starts; Laplace posterior; "
 )
 #: a figure with no cited prior is believed within a factor e of its base value (1 sd)
 DEFAULT_SIGMA_LOG = 1.0
@@ -174,8 +154,7 @@ def fit_gemm_ws(
     seed: int = 0,
     priors: Mapping[str, Prior] | None = None,
     dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
-    pipeline_model: PipelineModel = PipelineModel.PAPER,
-    limits: SmLimits | None = None,
+    pipeline: PipelineModel | None = None,
 ) -> CalibrationResult:
     """The MAP fit of ``fit`` (default: all of GEMM_WS_FIGURES) of ``base`` to measured times.
 
@@ -183,10 +162,8 @@ def fit_gemm_ws(
     dtype, (load, compute) throughput relative to ``base``'s reference figures. Any number of
     runs >= 1: what they determine is fitted, the rest stays where the priors hold it.
     ``folds`` > 0 adds k-fold cross-validation (0 turns it off). Deterministic in ``seed``.
-    ``pipeline_model``: the recurrences the runs are predicted with, eq. (1)-(3) or the
-    async-copy variant on SMs of ``limits`` (default: one CTA per SM, no shared-memory
-    limit; each run's threads and registers apply when it gives them); ``wave_time_model``
-    applies to ``paper`` only.
+    ``pipeline``: the model the runs are predicted with (its closed form, residuals and
+    Jacobian; default: the paper's eq. (1)-(3) under ``wave_time_model``).
     """
     measurements = list(measurements)
     names, k, fold_warnings = validate.fit_arguments(
@@ -194,21 +171,15 @@ def fit_gemm_ws(
     )
     for i, m in enumerate(measurements):
         check_measurement(m, f"measurements[{i}].")
-    wave_model = WaveTimeModel(wave_time_model)
+    model_of_runs: PipelineModel = pipeline or PaperPipeline(WaveTimeModel(wave_time_model))
     measured = np.array([m.measured_time_us for m in measurements], dtype=np.float64)
     ratios = dict(dtype_ratios or {})
     specs = _specs(base, names, {**default_priors(base, names), **(priors or {})})
-    pipeline = PipelineModel(pipeline_model)
-    sm = limits or SmLimits()
-    model: GemmWsResidualModel | AsyncResidualModel = (
-        closed_form_model(base, measurements, names, wave_model, ratios)
-        if pipeline is PipelineModel.PAPER
-        else async_closed_form_model(base, measurements, names, sm, ratios)
-    )
+    model = model_of_runs.residual_model(base, measurements, names, ratios)
 
     def report(x: FloatArray, rows: IntArray) -> FloatArray:
         values = {s.name: s.to_value(float(xi)) for s, xi in zip(specs, x, strict=True)}
-        predict = _Predictor(machine_with(base, values), pipeline, sm, ratios, wave_model)
+        predict = _Predictor(machine_with(base, values), model_of_runs, ratios)
         return np.array([predict(measurements[i]) for i in rows], dtype=np.float64)
 
     excess = [i for i, _ in shared_memory_excess(base, measurements)]
@@ -229,71 +200,48 @@ def fit_gemm_ws(
         model_name=GEMM_WS_MODEL,
         folds=k,
         seed=seed,
-        method=METHOD if pipeline is PipelineModel.PAPER else ASYNC_METHOD,
+        method=METHOD_PREFIX + model_of_runs.calibration_method,
         unit="us",
         warnings=[*fold_warnings, *warnings],
     )
-    return _with_regime_warning(result, model, specs)
+    return _with_regime_warning(result, model, specs, model_of_runs.regime_runs)
 
 
 def predict_run_us(
     machine: GemmWsMachine,
     run: GemmWsMeasurement,
-    pipeline: PipelineModel = PipelineModel.PAPER,
-    limits: SmLimits | None = None,
+    pipeline: PipelineModel | None = None,
     ratios: Mapping[str, tuple[float, float]] | None = None,
-    wave_model: WaveTimeModel = WaveTimeModel.PAPER,
 ) -> float:
-    """The service's own integer-ns prediction of ``run`` under ``pipeline`` in us, on
-    ``machine``'s reference figures scaled by the run dtype's ``ratios`` (absent: 1) and, for
-    async-copy, SMs of ``limits`` (default: one CTA per SM) with the run's threads/registers."""
-    return _Predictor(machine, pipeline, limits or SmLimits(), ratios or {}, wave_model)(run)
+    """The service's own integer-ns prediction of ``run`` under ``pipeline`` (default: the
+    paper's) in us, on ``machine``'s reference figures scaled by the run dtype's ``ratios``
+    (absent: 1)."""
+    chosen: PipelineModel = pipeline or PaperPipeline()
+    return _Predictor(machine, chosen, ratios or {})(run)
 
 
 class _Predictor:
-    """:func:`predict_run_us` for many runs on one machine: one duration table per dtype."""
+    """:func:`predict_run_us` for many runs on one machine: one machine per dtype."""
 
     def __init__(
         self,
         machine: GemmWsMachine,
         pipeline: PipelineModel,
-        limits: SmLimits,
         ratios: Mapping[str, tuple[float, float]],
-        wave_model: WaveTimeModel,
     ) -> None:
-        self._machine, self._pipeline, self._limits = machine, pipeline, limits
-        self._ratios, self._wave_model = ratios, wave_model
-        self._tables: dict[str, tuple[GemmWsMachine, DurationTable, AsyncDurationTable]] = {}
+        self._machine, self._pipeline, self._ratios = machine, pipeline, ratios
+        self._machines: dict[str, GemmWsMachine] = {}
 
     def __call__(self, run: GemmWsMeasurement) -> float:
-        if run.dtype not in self._tables:
+        if run.dtype not in self._machines:
             ratio = self._ratios.get(run.dtype, (1.0, 1.0))
-            at_dtype = scaled_throughputs(self._machine, ratio)
-            self._tables[run.dtype] = (
-                at_dtype,
-                DurationTable(at_dtype),
-                AsyncDurationTable(at_dtype),
-            )
-        at_dtype, table, async_table = self._tables[run.dtype]
+            self._machines[run.dtype] = scaled_throughputs(self._machine, ratio)
         shape, tiling = shape_and_tiling(run)
-        if self._pipeline is PipelineModel.PAPER:
-            ns = overall_time_closed_form_ns(shape, tiling, at_dtype, self._wave_model, table)
-        else:
-            ns = overall_time_async_closed_form_ns(
-                shape,
-                tiling,
-                at_dtype,
-                run_limits(self._limits, run),
-                ELEMENT_BYTES[run.dtype],
-                async_table,
-            )
-        return ns / 1000
+        return self._pipeline.run_time_ns(shape, tiling, self._machines[run.dtype], run) / 1000
 
 
 def _with_regime_warning(
-    result: CalibrationResult,
-    model: GemmWsResidualModel | AsyncResidualModel,
-    specs: Sequence[FigureSpec],
+    result: CalibrationResult, model: PipelineResiduals, specs: Sequence[FigureSpec], which: str
 ) -> CalibrationResult:
     """Say so when every overlapped run is in one regime: then one throughput enters the
     predictions only through the first stage (or not at all)."""
@@ -303,7 +251,6 @@ def _with_regime_warning(
     if runs == 0 or 0 < bound < runs:
         return result
     regime = "load-bound (T_LOAD > T_MATH)" if bound == runs else "compute-bound (T_MATH >= T_LOAD)"
-    which = "runs with buffer depth >= 2" if isinstance(model, GemmWsResidualModel) else "runs"
     note = (
         f"all {runs} {which} are {regime} at the fitted figures: "
         "measure tilings of the other regime to pin the other throughput"
@@ -326,20 +273,16 @@ def predict_gemm_ws_interval_us(
     dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
     draws: int = 128,
     seed: int = 0,
-    pipeline_model: PipelineModel = PipelineModel.PAPER,
-    limits: SmLimits | None = None,
+    pipeline: PipelineModel | None = None,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(MAP prediction, 10 %, 90 % quantile) in microseconds of each of ``runs`` (new ones,
     not the fit's) under the posterior of ``result``, a GeMM-WS fit of ``base``: draws through
-    the closed form (of ``pipeline_model``), widened to contain the MAP prediction
+    the closed form (of ``pipeline``, default the paper's), widened to contain the MAP prediction
     (docs/model-notes.md)."""
     names = [f.name for f in result.fitted]
     ratios = dict(dtype_ratios or {})
-    model: GemmWsResidualModel | AsyncResidualModel = (
-        closed_form_model(base, runs, names, WaveTimeModel(wave_time_model), ratios)
-        if PipelineModel(pipeline_model) is PipelineModel.PAPER
-        else async_closed_form_model(base, runs, names, limits or SmLimits(), ratios)
-    )
+    chosen: PipelineModel = pipeline or PaperPipeline(WaveTimeModel(wave_time_model))
+    model = chosen.residual_model(base, runs, names, ratios)
     specs = _specs(base, names, default_priors(base, names))  # for the coordinates only
     belief = Posterior(
         np.array(result.posterior_mean_log), np.array(result.posterior_covariance_log)

@@ -59,30 +59,42 @@ def fail_field(time_limit_s: float | None = None) -> None:
 
 
 def slow_optimize(
-    request_json: dict[str, object], profile_json: dict[str, object] | None, time_limit_s: float
+    request_json: dict[str, object],
+    profile_json: dict[str, object] | None,
+    prepared: object,
+    time_limit_s: float,
 ) -> object:
     """The real optimize job, after a pause that keeps the worker busy."""
     from app.jobs import optimize_job
 
     time.sleep(0.8)
-    return optimize_job(request_json, profile_json, time_limit_s)
+    return optimize_job(request_json, profile_json, prepared, time_limit_s)  # type: ignore[arg-type]
 
 
 def greedy_optimize(
-    request_json: dict[str, object], profile_json: dict[str, object] | None, time_limit_s: float
+    request_json: dict[str, object],
+    profile_json: dict[str, object] | None,
+    prepared: object,
+    time_limit_s: float,
 ) -> int:
     """Allocates far beyond any worker memory cap used in the tests."""
     return len(bytearray(4 * 1024**3))
 
 
 def broken_optimize(
-    request_json: dict[str, object], profile_json: dict[str, object] | None, time_limit_s: float
+    request_json: dict[str, object],
+    profile_json: dict[str, object] | None,
+    prepared: object,
+    time_limit_s: float,
 ) -> None:
     raise AssertionError("the cache should have answered; the solver must not run")
 
 
 def die_optimize(
-    request_json: dict[str, object], profile_json: dict[str, object] | None, time_limit_s: float
+    request_json: dict[str, object],
+    profile_json: dict[str, object] | None,
+    prepared: object,
+    time_limit_s: float,
 ) -> None:
     """Kills its worker every time, like a request that triggers a segfault in the solver."""
     os.kill(os.getpid(), signal.SIGKILL)

@@ -1,8 +1,9 @@
-"""POST /calibrate and /devices/{id}/recalibrate under a GeMM-WS pipeline model (issue 17).
+"""POST /calibrate and /devices/{id}/recalibrate under a GeMM-WS pipeline model.
 
-Runs are timed by the async-copy event simulator (perfmodel.gemm_ws_async.simulate_async) on a
-hidden device, with the SM limits the rtx-a6000 profile cites; the oracle is that hidden
-device, never the fit's closed form.
+Runs are timed by the async-copy event simulator
+(perfmodel.pipelines.async_copy.recurrences.simulate_async) on a hidden device, with the SM
+limits the rtx-a6000 profile cites; the oracle is that hidden device, never the fit's closed
+form.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from app.schemas.devices import drop_read_only_keys
 from app.settings import Settings
 from device_profiles import DeviceProfile
 from device_profiles.pipeline import default_pipeline_model
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
-from perfmodel.gemm_ws_async import SmLimits, simulate_async
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling
+from perfmodel.pipelines.async_copy.recurrences import simulate_async
 from tests.app.calibration_helpers import SHAPES, TILINGS, TRUE_GEMM, gemm_ws_runs
 from tests.app.service_helpers import clean_environ
 from tests.app.test_calibrate_errors import problem

@@ -17,6 +17,7 @@ import pytest
 
 import app.jobs
 import solver.optimize
+import solver.problem
 from app.service import Service
 from kperf_client.client import KperfClient
 from perfmodel import gemm_ws_scoring as scoring
@@ -198,9 +199,11 @@ def test_the_job_gets_what_is_left_of_the_limit(monkeypatch: pytest.MonkeyPatch)
     seen: list[float] = []
     real = app.jobs.optimize_job
 
-    def spy(request_json: dict[str, Any], profile_json: Any, time_limit_s: float) -> Any:
+    def spy(
+        request_json: dict[str, Any], profile_json: Any, prepared: Any, time_limit_s: float
+    ) -> Any:
         seen.append(time_limit_s)
-        return real(request_json, profile_json, time_limit_s)
+        return real(request_json, profile_json, prepared, time_limit_s)
 
     monkeypatch.setattr(app.jobs, "optimize_job", spy)
 
@@ -227,8 +230,16 @@ def test_a_wrong_incumbent_is_still_caught_in_the_thread(monkeypatch: pytest.Mon
         times[:, best] = 1 << 58
         return scoring.Scores(times, scores.total_math_wait_ns)
 
-    monkeypatch.setattr(scoring, "score_configurations", wrong)
-    monkeypatch.setattr(solver.optimize, "STRICT_CERTIFICATE", False)
+    real_ranking = solver.optimize._score_space
+
+    def wrong_ranking(*args: Any) -> Any:
+        # the solver's ranking only: the explore shortlist scores with the model's own scorer
+        with monkeypatch.context() as patch:
+            patch.setattr(scoring, "score_configurations", wrong)
+            return real_ranking(*args)
+
+    monkeypatch.setattr(solver.optimize, "_score_space", wrong_ranking)
+    monkeypatch.setattr(solver.problem, "STRICT_CERTIFICATE", False)
     # the paper's A6000 figures and space: Table 1's answer is known
     body = {
         "m": 1024,
@@ -272,10 +283,10 @@ def test_a_solver_timeout_in_the_thread_names_the_clients_limit(
 ) -> None:
     real = app.jobs.optimize_job
 
-    def times_out(request_json: Any, profile_json: Any, time_limit_s: float) -> Any:
+    def times_out(request_json: Any, profile_json: Any, prepared: Any, time_limit_s: float) -> Any:
         if request_json["m"] == 1024:
             raise SolverTimeout(time_limit_s)  # the limit the job got: less than the client's
-        return real(request_json, profile_json, time_limit_s)
+        return real(request_json, profile_json, prepared, time_limit_s)
 
     monkeypatch.setattr(app.jobs, "optimize_job", times_out)
 

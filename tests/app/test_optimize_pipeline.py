@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from perfmodel.gemm_ws import GemmShape, Tiling, simulate
-from perfmodel.gemm_ws_async import AsyncSimulation, SmLimits, simulate_async
+from perfmodel.gemm_ws import GemmShape, SmLimits, Tiling, simulate
+from perfmodel.pipelines.async_copy.recurrences import AsyncSimulation, simulate_async
 from tests.gemm_ws_cases import A6000, brute_force_order
 
 #: the paper's A6000 figures (§4.2) inline, with the CC 8.6 residency limits typed in from the

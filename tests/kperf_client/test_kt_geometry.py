@@ -27,12 +27,15 @@ DEDISPERSION = (
 SOURCE = '#include "k.h"\n__global__ void k() {\n    #pragma unroll loop_unroll_factor_i\n}\n'
 
 
-def _random_case(rng: random.Random) -> tuple[dict[str, int], list[int | str], list[Divisor]]:
-    params = {
+def _random_case(
+    rng: random.Random,
+) -> tuple[dict[str, int | str], list[int | str], list[Divisor]]:
+    params: dict[str, int | str] = {
         "block_size_x": rng.choice([1, 16, 32, 128]),
         "block_size_y": rng.choice([1, 2, 8]),
         "tile_size_x": rng.randint(1, 4),
         "loop_unroll_factor_i": rng.choice([0, 2]),
+        "value_type": rng.choice(["float", "float2", "tile_size_x * 2"]),
     }
     sizes_y: list[int | str] = [777, "tile_size_x*100+1"]
     problem: list[int | str] = [rng.randint(1, 5000), rng.choice(sizes_y)]

@@ -9,19 +9,18 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
-from perfmodel.gemm_ws_async import (
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling
+from perfmodel.gemm_ws_scoring import Configurations, Figures
+from perfmodel.pipelines.async_copy import AsyncCopyPipeline
+from perfmodel.pipelines.async_copy.recurrences import (
     AsyncDurations,
     Bound,
-    SmLimits,
     last_math_start_ns,
-    overall_time_async_closed_form_ns,
     run_stages,
     simulate_async,
     simulate_async_closed_form,
     steady_state,
 )
-from perfmodel.gemm_ws_async_array import NOT_RESIDENT, overall_time_async_ns_array
 
 pow2 = st.sampled_from([8, 16, 32, 64, 128, 256])
 shapes = st.builds(
@@ -90,7 +89,8 @@ def test_overall_closed_form_equals_the_simulator(
     if not _fits(tiling, sm):
         return
     sim = simulate_async(shape, tiling, machine, sm, 2)
-    assert overall_time_async_closed_form_ns(shape, tiling, machine, sm, 2) == sim.overall_time_ns
+    closed = AsyncCopyPipeline(sm).closed_form(shape, tiling, machine, 2)
+    assert closed.overall_time_ns == sim.overall_time_ns
     # The waves count CTA slots: ceil(tiles / (SMs x c)) with c the CTAs per SM.
     tiles = -(-shape.m // tiling.tile_m) * -(-shape.n // tiling.tile_n)
     slots = machine.sm_count * sm.ctas_per_sm(tiling.shared_memory_bytes(2))
@@ -102,12 +102,14 @@ def test_overall_closed_form_equals_the_simulator(
 def test_numpy_closed_form_equals_the_simulator(
     shape: GemmShape, configs: list[Tiling], machine: GemmWsMachine, sm: SmLimits
 ) -> None:
-    arrays = [np.array([getattr(t, f) for t in configs]) for f in Tiling.__slots__]
-    got = overall_time_async_ns_array(shape, machine, sm, 2, *arrays)
+    model, columns = AsyncCopyPipeline(sm), Configurations.of_tilings(configs)
+    got = model.score(shape, columns, Figures.of_machine(machine), 2).overall_time_ns[0]
     assert got.dtype == np.int64
-    for t, value in zip(configs, got.tolist(), strict=True):
-        want = simulate_async(shape, t, machine, sm, 2).overall_time_ns if _fits(t, sm) else None
-        assert value == (NOT_RESIDENT if want is None else want)
+    resident = model.resident(columns, 2).tolist()
+    for t, value, fits in zip(configs, got.tolist(), resident, strict=True):
+        assert fits == _fits(t, sm)
+        if fits:
+            assert value == simulate_async(shape, t, machine, sm, 2).overall_time_ns
 
 
 def test_one_stage_by_hand() -> None:

@@ -7,11 +7,14 @@ import random
 
 import pytest
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
-from perfmodel.gemm_ws_async import AsyncSimulation, SmLimits, simulate_async
-from solver import InfeasibleSearchSpace, SearchSpace, SolverMode
-from solver.optimize_async import AsyncTilingProblem, optimize_tiling_async
-from tests.gemm_ws_cases import brute_force_order
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling
+from perfmodel.pipelines.async_copy.recurrences import AsyncSimulation, simulate_async
+from solver import InfeasibleSearchSpace, SearchSpace, SolverMode, TilingProblem, optimize_tiling
+from tests.gemm_ws_cases import (
+    async_copy_problem,
+    brute_force_order,
+    limits_of,
+)
 
 #: the pure Z3 search pays ~3 checks per rank: a bounded count keeps the suite fast (the
 #: certified path, the default, is checked on thousands: tests/solver/test_async_certified.py)
@@ -19,7 +22,7 @@ INSTANCES = 150
 Z3 = SolverMode.Z3_SEARCH
 
 
-def _brute_force(problem: AsyncTilingProblem) -> list[AsyncSimulation]:
+def _brute_force(problem: TilingProblem) -> list[AsyncSimulation]:
     """Every feasible configuration, simulated, in the §3.2 lexicographic order with the
     documented tie-break (larger tile_m, tile_n, tile_k, then smaller depth)."""
     sims = []
@@ -28,15 +31,17 @@ def _brute_force(problem: AsyncTilingProblem) -> list[AsyncSimulation]:
         smem = t.shared_memory_bytes(problem.element_bytes)
         if per_block is not None and smem > per_block:
             continue
-        if problem.limits.ctas_per_sm(smem) < 1:
+        if limits_of(problem).ctas_per_sm(smem) < 1:
             continue
         sims.append(
-            simulate_async(problem.shape, t, problem.machine, problem.limits, problem.element_bytes)
+            simulate_async(
+                problem.shape, t, problem.machine, limits_of(problem), problem.element_bytes
+            )
         )
     return sorted(sims, key=brute_force_order)
 
 
-def _instance(rng: random.Random) -> AsyncTilingProblem:
+def _instance(rng: random.Random) -> TilingProblem:
     machine = GemmWsMachine(
         sm_count=rng.choice([4, 28, 84, 108]),
         t_init_us=rng.uniform(0, 3),
@@ -52,7 +57,7 @@ def _instance(rng: random.Random) -> AsyncTilingProblem:
     limits = SmLimits(rng.choice([1, 2, 16, 32]), rng.choice([65536, 102400, 233472]))
     grid = range(32, 2049, 32)
     shape = GemmShape(rng.choice(grid), rng.choice(grid), rng.choice(grid))
-    return AsyncTilingProblem(shape, machine, space, limits, rng.choice([2, 4]))
+    return async_copy_problem(shape, machine, space, limits, rng.choice([2, 4]))
 
 
 @pytest.mark.slow
@@ -65,9 +70,9 @@ def test_z3_optimum_and_shortlist_equal_brute_force() -> None:
         expected = _brute_force(problem)
         if not expected:
             with pytest.raises(InfeasibleSearchSpace):
-                optimize_tiling_async(problem, top_k=3, time_limit_s=30, mode=Z3)
+                optimize_tiling(problem, top_k=3, time_limit_s=30, mode=Z3)
             continue
-        result = optimize_tiling_async(problem, top_k=3, time_limit_s=30, mode=Z3)
+        result = optimize_tiling(problem, top_k=3, time_limit_s=30, mode=Z3)
         solved += 1
         got = [(s.tiling, s.overall_time_ns, s.total_math_wait_ns) for s in result.candidates]
         want = [(s.tiling, s.overall_time_ns, s.total_math_wait_ns) for s in expected[:3]]
@@ -82,8 +87,8 @@ def test_depth_is_chosen_by_latency() -> None:
     # optimum uses a deeper buffer (the paper model would tie every depth >= 2).
     machine = GemmWsMachine(1, 0.0, 0.0, 5.0, 0.0, 10_000, 1_000_000)
     space = SearchSpace((64,), (64,), (32,), tuple(range(2, 9)))
-    problem = AsyncTilingProblem(GemmShape(64, 64, 4096), machine, space, SmLimits(1, 233472))
-    result = optimize_tiling_async(problem, top_k=1)
+    problem = async_copy_problem(GemmShape(64, 64, 4096), machine, space, SmLimits(1, 233472))
+    result = optimize_tiling(problem, top_k=1)
     assert result.best.tiling == Tiling(64, 64, 32, 8)
     assert result.best.bound.value == "latency"
 
@@ -101,7 +106,7 @@ def test_expired_solve_answers_with_the_presolve_ranking(monkeypatch: pytest.Mon
     problem = _instance(random.Random(3))
     while not _brute_force(problem):
         problem = _instance(random.Random(problem.shape.m))
-    result = optimize_tiling_async(problem, top_k=3, mode=SolverMode.Z3_SEARCH)
+    result = optimize_tiling(problem, top_k=3, mode=SolverMode.Z3_SEARCH)
     assert result.status == "timeout"
     want = [s.tiling for s in _brute_force(problem)[:3]]
     assert [s.tiling for s in result.candidates] == want

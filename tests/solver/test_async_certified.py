@@ -1,7 +1,7 @@
-"""The certified async-copy optimizer (solver/certify_async.py): the scorer's ranking with one
-Z3 certificate equals an independent brute force (every configuration simulated stage by stage
-by perfmodel.gemm_ws_async.simulate_async) and the pure Z3 search; a wrong incumbent is caught
-by the certificate (issue 17 item 3)."""
+"""The certified optimizer under the async-copy model (solver/per_configuration.py): the
+scorer's ranking with one Z3 certificate equals an independent brute force (every configuration
+simulated stage by stage by perfmodel.pipelines.async_copy.recurrences.simulate_async) and the
+pure Z3 search; a wrong incumbent is caught by the certificate."""
 
 from __future__ import annotations
 
@@ -11,15 +11,20 @@ import time
 
 import pytest
 
-import solver.optimize
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
-from perfmodel.gemm_ws_async import AsyncSimulation, SmLimits, simulate_async
-from solver import InfeasibleSearchSpace, SearchSpace, SolverMode
-from solver.candidates_async import AsyncCandidateProblem, rank_candidates_async
-from solver.certify_async import certify_async, configs_of
+import solver.per_configuration as per_configuration
+import solver.problem
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling
+from perfmodel.gemm_ws_scoring import Configurations
+from perfmodel.pipelines.async_copy.recurrences import AsyncSimulation, simulate_async
+from solver import InfeasibleSearchSpace, SearchSpace, SolverMode, TilingProblem, optimize_tiling
+from solver.candidates import rank_candidates
 from solver.errors import CertificateMismatch
-from solver.optimize_async import AsyncTilingProblem, effective_limits, optimize_tiling_async
-from tests.gemm_ws_cases import brute_force_order
+from tests.gemm_ws_cases import (
+    async_copy_candidates,
+    async_copy_problem,
+    brute_force_order,
+    limits_of,
+)
 
 #: certified vs brute force: thousands of instances (~20 ms each on an idle core)
 CERTIFIED_INSTANCES = 2000
@@ -28,10 +33,10 @@ THREE_WAY_INSTANCES = 120
 TOP_K = 3
 
 
-def _brute_force(problem: AsyncTilingProblem) -> list[AsyncSimulation]:
+def _brute_force(problem: TilingProblem) -> list[AsyncSimulation]:
     """Every configuration that fits a CTA's and an SM's shared memory (and the SM's
     threads/registers), simulated, in the §3.2 lexicographic order with the tie-break."""
-    limits = problem.limits
+    limits = limits_of(problem)
     per_block = problem.machine.shared_memory_per_block_bytes
     if not problem.space.enforce_shared_memory:
         per_block = None
@@ -47,7 +52,7 @@ def _brute_force(problem: AsyncTilingProblem) -> list[AsyncSimulation]:
     return sorted(sims, key=brute_force_order)
 
 
-def _instance(rng: random.Random) -> AsyncTilingProblem:
+def _instance(rng: random.Random) -> TilingProblem:
     machine = GemmWsMachine(
         sm_count=rng.choice([2, 4, 28, 84, 108]),
         t_init_us=rng.uniform(0, 3),
@@ -74,7 +79,7 @@ def _instance(rng: random.Random) -> AsyncTilingProblem:
     )
     grid = range(16, 1025, 16)
     shape = GemmShape(rng.choice(grid), rng.choice(grid), rng.choice([*grid, 4096]))
-    return AsyncTilingProblem(shape, machine, space, limits, rng.choice([1, 2, 4]))
+    return async_copy_problem(shape, machine, space, limits, rng.choice([1, 2, 4]))
 
 
 def _key(sims: tuple[AsyncSimulation, ...] | list[AsyncSimulation]) -> list[tuple[object, ...]]:
@@ -89,10 +94,10 @@ def test_certified_equals_brute_force_on_thousands() -> None:
         expected = _brute_force(problem)
         if not expected:
             with pytest.raises(InfeasibleSearchSpace):
-                optimize_tiling_async(problem, top_k=TOP_K, time_limit_s=30)
+                optimize_tiling(problem, top_k=TOP_K, time_limit_s=30)
             infeasible += 1
             continue
-        result = optimize_tiling_async(problem, top_k=TOP_K, time_limit_s=30)
+        result = optimize_tiling(problem, top_k=TOP_K, time_limit_s=30)
         solved += 1
         checks = [c.outcome for c in result.statistics.certificate]
         if (
@@ -116,10 +121,8 @@ def test_certified_equals_brute_force_and_z3_search() -> None:
         if not expected:
             continue
         solved += 1
-        certified = optimize_tiling_async(problem, top_k=TOP_K, time_limit_s=30)
-        searched = optimize_tiling_async(
-            problem, top_k=TOP_K, time_limit_s=30, mode=SolverMode.Z3_SEARCH
-        )
+        certified = optimize_tiling(problem, top_k=TOP_K, time_limit_s=30)
+        searched = optimize_tiling(problem, top_k=TOP_K, time_limit_s=30, mode=SolverMode.Z3_SEARCH)
         want = _key(expected[:TOP_K])
         if not (
             certified.status == searched.status == "optimal"
@@ -133,7 +136,7 @@ def test_certified_equals_brute_force_and_z3_search() -> None:
 
 def _second_best_strictly_slower(
     rng: random.Random,
-) -> tuple[AsyncTilingProblem, list[AsyncSimulation]]:
+) -> tuple[TilingProblem, list[AsyncSimulation]]:
     while True:
         problem = _instance(rng)
         expected = _brute_force(problem)
@@ -149,30 +152,18 @@ def test_a_wrong_incumbent_is_refuted_by_the_certificate() -> None:
     for _ in range(60):
         problem, expected = _second_best_strictly_slower(rng)
         wrong = rng.choice(expected[1:])
-        limits = effective_limits(problem)
-        everything = configs_of([s.tiling for s in expected])
-        certificate = certify_async(
-            problem.shape,
-            problem.machine,
-            limits,
-            problem.element_bytes,
-            wrong,
-            everything,
-            time.perf_counter() + 30,
+        instance = per_configuration.Instance(problem.model, problem)
+        everything = Configurations.of_tilings([s.tiling for s in expected])
+        certificate = per_configuration.certify(
+            instance, wrong, everything, time.perf_counter() + 30
         )
         assert [c.outcome for c in certificate.checks] == ["sat"]
         assert certificate.better is not None
         better = next(s for s in expected if s.tiling == certificate.better)
         assert brute_force_order(better) < brute_force_order(wrong)
         # the true optimum is certified
-        right = certify_async(
-            problem.shape,
-            problem.machine,
-            limits,
-            problem.element_bytes,
-            expected[0],
-            everything,
-            time.perf_counter() + 30,
+        right = per_configuration.certify(
+            instance, expected[0], everything, time.perf_counter() + 30
         )
         assert [c.outcome for c in right.checks] == ["unsat"] and right.better is None
 
@@ -180,20 +171,18 @@ def test_a_wrong_incumbent_is_refuted_by_the_certificate() -> None:
 def _reverse_scorer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Seed a scorer bug: the ranking keeps the *worst* configurations (simulated faithfully,
     so only the certificate can notice that a better one exists)."""
-    import solver.certify_async as certify_module
-
-    original = certify_module.lexicographic_order
+    original = per_configuration.lexicographic_order
     monkeypatch.setattr(
-        certify_module, "lexicographic_order", lambda t, w, c: original(t, w, c)[::-1]
+        per_configuration, "lexicographic_order", lambda t, w, c: original(t, w, c)[::-1]
     )
 
 
 def test_a_seeded_scorer_bug_fails_loudly_in_strict_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     problem, _ = _second_best_strictly_slower(random.Random(11))
     _reverse_scorer(monkeypatch)
-    assert solver.optimize.STRICT_CERTIFICATE  # tests/conftest.py
+    assert solver.problem.STRICT_CERTIFICATE  # tests/conftest.py
     with pytest.raises(CertificateMismatch, match="better than the scorer's incumbent"):
-        optimize_tiling_async(problem, top_k=TOP_K, time_limit_s=30)
+        optimize_tiling(problem, top_k=TOP_K, time_limit_s=30)
 
 
 def test_a_seeded_scorer_bug_is_answered_from_z3_and_counted(
@@ -201,8 +190,8 @@ def test_a_seeded_scorer_bug_is_answered_from_z3_and_counted(
 ) -> None:
     problem, expected = _second_best_strictly_slower(random.Random(12))
     _reverse_scorer(monkeypatch)
-    monkeypatch.setattr(solver.optimize, "STRICT_CERTIFICATE", False)
-    result = optimize_tiling_async(problem, top_k=TOP_K, time_limit_s=30)
+    monkeypatch.setattr(solver.problem, "STRICT_CERTIFICATE", False)
+    result = optimize_tiling(problem, top_k=TOP_K, time_limit_s=30)
     assert result.statistics.certificate_mismatches == 1
     assert [c.outcome for c in result.statistics.certificate] == ["sat"]
     assert result.status == "optimal"
@@ -218,14 +207,7 @@ def test_candidate_lists_equal_brute_force_both_modes() -> None:
         tilings = tuple(
             rng.choice(list(problem.space.tilings())) for _ in range(rng.randint(1, 12))
         )
-        listed = AsyncCandidateProblem(
-            problem.shape,
-            problem.machine,
-            tilings,
-            problem.limits,
-            problem.element_bytes,
-            problem.space.enforce_shared_memory,
-        )
+        listed = async_copy_candidates(problem, tilings)
         space_of_list = dataclasses.replace(problem, space=problem.space)
         feasible = {s.tiling: s for s in _brute_force(space_of_list) if s.tiling in set(tilings)}
         expected = sorted(feasible.values(), key=brute_force_order)
@@ -233,9 +215,9 @@ def test_candidate_lists_equal_brute_force_both_modes() -> None:
         for mode in modes:
             if not expected:
                 with pytest.raises(InfeasibleSearchSpace):
-                    rank_candidates_async(listed, mode=mode)
+                    rank_candidates(listed, mode=mode)
                 continue
-            ranking = rank_candidates_async(listed, mode=mode)
+            ranking = rank_candidates(listed, mode=mode)
             assert ranking.result.status == "optimal"
             assert _key(ranking.result.candidates) == _key(expected)
             rejected = {r.input_index for r in ranking.infeasible}
@@ -248,8 +230,8 @@ def test_certified_depth_hides_latency() -> None:
     # (the paper model would tie every depth >= 2).
     machine = GemmWsMachine(1, 0.0, 0.0, 5.0, 0.0, 10_000, 1_000_000)
     space = SearchSpace((64,), (64,), (32,), tuple(range(2, 9)))
-    problem = AsyncTilingProblem(GemmShape(64, 64, 4096), machine, space, SmLimits(1, 233472))
-    result = optimize_tiling_async(problem, top_k=1)
+    problem = async_copy_problem(GemmShape(64, 64, 4096), machine, space, SmLimits(1, 233472))
+    result = optimize_tiling(problem, top_k=1)
     assert result.status == "optimal"
     assert result.best.tiling == Tiling(64, 64, 32, 8)
     assert result.best.bound.value == "latency"

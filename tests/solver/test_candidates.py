@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-import solver.optimize as optimize_module
+import solver.problem
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, Tiling, WaveTimeModel, simulate
 from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, optimize_tiling
 from solver.bounds import summarize, triple_bounds
@@ -181,7 +181,7 @@ def test_a_wrong_incumbent_is_answered_from_z3_and_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _wrong_scorer(monkeypatch)
-    monkeypatch.setattr(optimize_module, "STRICT_CERTIFICATE", False)
+    monkeypatch.setattr(solver.problem, "STRICT_CERTIFICATE", False)
     problem = CandidateProblem(GemmShape(1024, 1024, 1024), A6000, _LISTED)
     result = rank_candidates(problem, top_k=3).result
     assert result.statistics.certificate_mismatches == 1

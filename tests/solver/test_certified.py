@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-import solver.optimize as optimize_module
+import solver.problem
 from perfmodel import gemm_ws_scoring as scoring
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel
 from perfmodel.gemm_ws_scoring import Scores
@@ -141,7 +141,7 @@ def test_a_scorer_bug_fails_loudly_in_strict_mode(monkeypatch: pytest.MonkeyPatc
 
 def test_a_scorer_bug_is_answered_from_z3_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     _wrong_scorer(monkeypatch)
-    monkeypatch.setattr(optimize_module, "STRICT_CERTIFICATE", False)
+    monkeypatch.setattr(solver.problem, "STRICT_CERTIFICATE", False)
     problem = TilingProblem(GemmShape(1024, 1024, 1024), A6000, TABLE_1_SPACE)
     result = optimize_tiling(problem, top_k=3)
     assert result.statistics.certificate_mismatches == 1

@@ -1,6 +1,6 @@
-"""The MAP fit under the async-copy pipeline model (issue 17): runs simulated stage by stage
-with perfmodel.gemm_ws_async.simulate_async (the recurrences, not the closed form the fit
-uses), figures recovered, held-out runs predicted; the residual model against the simulator
+"""The MAP fit under the async-copy pipeline model: runs simulated stage by stage with
+perfmodel.pipelines.async_copy.recurrences.simulate_async (the recurrences, not the closed form
+the fit uses), figures recovered, held-out runs predicted; the residual model against the simulator
 and its Jacobian against finite differences."""
 
 from __future__ import annotations
@@ -13,18 +13,19 @@ import pytest
 
 from perfmodel.calibration import GemmWsMeasurement, apply_gemm_ws, fit_gemm_ws
 from perfmodel.calibration.gemm_ws import predict_gemm_ws_interval_us
-from perfmodel.calibration.gemm_ws_async_model import async_closed_form_model
 from perfmodel.calibration.gemm_ws_model import internal_values
 from perfmodel.calibration.records import GEMM_WS_FIGURES
 from perfmodel.errors import CalibrationInputError
-from perfmodel.gemm_ws import ELEMENT_BYTES, GemmShape, GemmWsMachine, Tiling
-from perfmodel.gemm_ws_async import PipelineModel, SmLimits, simulate_async
+from perfmodel.gemm_ws import ELEMENT_BYTES, GemmShape, GemmWsMachine, SmLimits, Tiling
+from perfmodel.pipelines.async_copy import AsyncCopyPipeline
+from perfmodel.pipelines.async_copy.calibration import async_closed_form_model
+from perfmodel.pipelines.async_copy.recurrences import simulate_async
 from tests.calibration_cases import BASE, TIME_SCALE, draw_dimension, log_uniform
 
-ASYNC = PipelineModel.ASYNC_COPY
 #: an SM of compute capability 8.6 (CUDA C++ Programming Guide, technical specifications):
 #: 16 resident CTAs, 100 KB of shared memory, 1536 threads, 64 K registers
 LIMITS = SmLimits(16, 102400, 65536, 1536)
+ASYNC = AsyncCopyPipeline(LIMITS)
 TILES = (16, 32, 64, 128, 256)
 
 
@@ -103,7 +104,7 @@ def test_noise_free_async_runs_recover_every_figure_and_predict_held_out_runs(se
     rng = np.random.default_rng(seed)
     truth = _truth(rng)
     data = _measure(_runs(rng, 40, threads=seed == 2), truth, rng)
-    result = fit_gemm_ws(BASE, data, seed=seed, pipeline_model=ASYNC, limits=LIMITS, folds=0)
+    result = fit_gemm_ws(BASE, data, seed=seed, pipeline=ASYNC, folds=0)
     assert "async-copy" in result.method
     assert [f.identifiable for f in result.fitted] == [True] * 6
     for f in result.fitted:
@@ -112,9 +113,7 @@ def test_noise_free_async_runs_recover_every_figure_and_predict_held_out_runs(se
     # runs it never saw, predicted by the calibrated machine through the service's own
     # integer-ns closed form (predict_gemm_ws_interval_us's MAP prediction)
     held = _measure(_runs(rng, 30, threads=seed == 2), truth, rng)
-    predicted, low, high = predict_gemm_ws_interval_us(
-        BASE, result, held, pipeline_model=ASYNC, limits=LIMITS
-    )
+    predicted, low, high = predict_gemm_ws_interval_us(BASE, result, held, pipeline=ASYNC)
     errors = [abs(p / r.measured_time_us - 1) for p, r in zip(predicted, held, strict=True)]
     assert max(errors) <= 0.005
     assert np.all(low <= predicted) and np.all(predicted <= high)
@@ -124,7 +123,7 @@ def test_three_percent_noise_predicts_held_out_async_runs_within_five_percent() 
     rng = np.random.default_rng(7)
     truth = _truth(rng)
     data = _measure(_runs(rng, 40), truth, rng, noise=0.03)
-    result = fit_gemm_ws(BASE, data, folds=0, pipeline_model=ASYNC, limits=LIMITS)
+    result = fit_gemm_ws(BASE, data, folds=0, pipeline=ASYNC)
     calibrated = apply_gemm_ws(BASE, result)
     held = _measure(_runs(rng, 40), truth, rng)
     errors = [abs(_simulated_us(r, calibrated, LIMITS) / r.measured_time_us - 1) for r in held]
@@ -135,7 +134,7 @@ def test_async_data_fitted_with_the_paper_model_fit_worse_than_with_their_own() 
     rng = np.random.default_rng(11)
     truth = _truth(rng)
     data = _measure(_runs(rng, 40), truth, rng)
-    own = fit_gemm_ws(BASE, data, folds=0, pipeline_model=ASYNC, limits=LIMITS)
+    own = fit_gemm_ws(BASE, data, folds=0, pipeline=ASYNC)
     paper = fit_gemm_ws(BASE, data, folds=0)
     assert own.training_error.mean_abs_pct < 0.2 < paper.training_error.mean_abs_pct
 
@@ -182,5 +181,5 @@ def test_a_tiling_no_sm_can_hold_is_refused_naming_the_run() -> None:
         GemmWsMeasurement(1024, 1024, 1024, "fp16", 64, 64, 32, 2, 10.0, 2048),
     ]
     with pytest.raises(CalibrationInputError) as caught:
-        fit_gemm_ws(BASE, runs, pipeline_model=ASYNC, limits=LIMITS, folds=0)
+        fit_gemm_ws(BASE, runs, pipeline=ASYNC, folds=0)
     assert caught.value.field == "measurements[1]"

@@ -13,8 +13,8 @@ Each is a path of the event graph, so each holds for every solution of the recur
 or not it is tight; the wave time adds T + T_EPILOGUE, the overall time counts the full and the
 partial wave as the model does, and the total MATH wait, which telescopes to
 sum over CTAs of M(S) - (S-1) T (GeMM-WS 8), is bounded at the same M(S) bound. The certificate
-(solver/certify_async.py) encodes only configurations these bounds leave able to beat the
-incumbent (:func:`may_beat`).
+(solver/per_configuration.py) encodes only configurations these bounds leave able to beat the
+incumbent.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
-from perfmodel.gemm_ws_async import AsyncDurationTable, SmLimits
-from perfmodel.gemm_ws_async_array import _lookup, ctas_per_sm_array
-from perfmodel.gemm_ws_scoring import Configurations, IntArray
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits
+from perfmodel.gemm_ws_scoring import Configurations, IntArray, rounded_once
+from perfmodel.pipelines.async_copy.encoding import AsyncConfig
+from perfmodel.pipelines.async_copy.recurrences import AsyncDurations, AsyncDurationTable
+from perfmodel.pipelines.async_copy.scoring import ctas_per_sm_array
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +62,8 @@ def async_plan(
     """Constants and overall-time bounds of ``configs`` (each must fit an SM)."""
     table = AsyncDurationTable(machine)
     tm, tn, tk, depth = configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
-    issue = _lookup(tm * tk + tk * tn, table.issue_ns_of_elements)
-    math = _lookup(tm * tn * tk, table.math_ns_of_macs)
+    issue = rounded_once(tm * tk + tk * tn, table.issue_ns_of_elements)
+    math = rounded_once(tm * tn * tk, table.math_ns_of_macs)
     ctas = ctas_per_sm_array(limits, element_bytes, configs)
     if configs.count and int(ctas.min()) < 1:
         raise ValueError("every configuration must fit the shared memory of one SM")
@@ -102,27 +102,34 @@ def async_plan(
     )
 
 
-def may_beat(
-    plan: AsyncPlan, configs: Configurations, time_ns: int, wait_ns: int, tiling: Tiling
-) -> npt.NDArray[np.bool_]:
-    """Which configurations the bounds leave able to beat an incumbent of ``time_ns`` and
-    ``wait_ns`` in the optimizer's order (time, then wait, then larger tile_m, tile_n, tile_k,
-    smaller depth). With t >= time floor and w >= wait floor: a floor above ``time_ns`` rules
-    a configuration out; at a time floor >= ``time_ns`` it can only tie the time, so a wait
-    floor above ``wait_ns`` rules it out, and at a wait floor >= ``wait_ns`` it can only tie
-    the wait too, so a tie-break no better than the incumbent's rules it out."""
-    time_floor, wait_floor = plan.overall_time_floor_ns, plan.total_math_wait_floor_ns
-    key = (configs.tile_m, configs.tile_n, configs.tile_k, -configs.buffer_depth)
-    incumbent = (tiling.tile_m, tiling.tile_n, tiling.tile_k, -tiling.buffer_depth)
-    # lexicographic "key > incumbent's key", digit by digit
-    better_key = np.zeros(configs.count, dtype=bool)
-    equal = np.ones(configs.count, dtype=bool)
-    for mine, theirs in zip(key, incumbent, strict=True):
-        better_key |= equal & (mine > theirs)
-        equal &= mine == theirs
-    can_tie_time = time_floor >= time_ns
-    can_tie_wait = wait_floor >= wait_ns
-    ruled_out = (time_floor > time_ns) | (can_tie_time & (wait_floor > wait_ns))
-    ruled_out |= can_tie_time & can_tie_wait & ~better_key
-    result: npt.NDArray[np.bool_] = ~ruled_out
-    return result
+def encoded_configs(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    limits: SmLimits,
+    element_bytes: int,
+    configs: Configurations,
+) -> list[AsyncConfig]:
+    """The encoding's per-configuration constants (perfmodel/pipelines/async_copy/encoding.py)."""
+    plan = async_plan(shape, machine, limits, element_bytes, configs)
+    out = []
+    for i, tiling in enumerate(configs.tilings()):
+        c, r = int(plan.ctas_per_sm[i]), int(plan.partial_wave_ctas[i])
+        issue, math = int(plan.issue_work_ns[i]), int(plan.math_work_ns[i])
+
+        def durations(share: int, issue: int = issue, math: int = math) -> AsyncDurations:
+            return AsyncDurations(
+                share, share * issue, plan.latency_ns, share * math + plan.math_startup_ns
+            )
+
+        out.append(
+            AsyncConfig(
+                tiling=tiling,
+                stages=int(plan.stages[i]),
+                full_waves=int(plan.full_waves[i]),
+                ctas_per_sm=c,
+                partial_wave_ctas=r,
+                full=durations(c),
+                partial=durations(max(r, 1)),
+            )
+        )
+    return out

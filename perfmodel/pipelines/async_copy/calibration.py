@@ -1,4 +1,4 @@
-"""The async-copy closed form the calibration fits, vectorised over runs (issue 17).
+"""The async-copy closed form the calibration fits, vectorised over runs.
 
 docs/model-notes.md, "GeMM-WS async-copy" 1-2: with c CTAs sharing an SM, d = c a (TM TK + TK
 TN), lambda = l_load, T = c b TM TN TK + l_math (a = 1/load throughput, b = 1/compute
@@ -14,7 +14,7 @@ paper's closed form (gemm_ws_model.py), so the Jacobian below is exact within a 
 CTAs per SM of each run are fixed (shared memory, the profile's cap, and the run's threads
 and registers when it gives them): they depend on the tiling, never on the fitted figures.
 Residuals are reported with the service's integer-ns model
-(gemm_ws_async.overall_time_async_closed_form_ns).
+(recurrences.simulate_async_closed_form).
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ from perfmodel.calibration.gemm_ws_model import (
 )
 from perfmodel.calibration.records import GEMM_WS_FIGURES
 from perfmodel.errors import CalibrationInputError
-from perfmodel.gemm_ws import ELEMENT_BYTES, GemmWsMachine, stage_count, wave_count
-from perfmodel.gemm_ws_async import SmLimits
+from perfmodel.gemm_ws import ELEMENT_BYTES, GemmWsMachine, SmLimits, stage_count, wave_count
 
 
 def run_limits(limits: SmLimits, run: GemmWsRun) -> SmLimits:

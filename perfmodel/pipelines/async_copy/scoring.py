@@ -1,32 +1,22 @@
-"""The async-copy GeMM-WS closed form over arrays of configurations and figure draws (numpy;
-for the certified optimizer's scorer, explore shortlists and the presolve). Kept apart from
-perfmodel/gemm_ws_async.py so the service process, which imports the model, never loads numpy
+"""The async-copy closed form over arrays of configurations and figure draws (numpy; for the
+certified optimizer's scorer, explore shortlists and the presolve). Kept apart from
+recurrences.py so the service process, which imports the model, never loads numpy
 (tests/test_architecture.py).
 
-:func:`score_async_configurations` is the async twin of
-:func:`perfmodel.gemm_ws_scoring.score_configurations`: ``overall_time_ns`` and
-``total_math_wait_ns`` of shape ``(D, C)``, equal bit for bit to
-``perfmodel.gemm_ws_async.simulate_async`` on every pair. The rounded per-stage work (issue:
-A + B elements / load throughput; MATH: MACs / compute throughput) is evaluated in float64 where
-that decides the rounding and on exact rationals (:class:`AsyncDurationTable`) elsewhere, once
-per distinct work value; everything after is int64 arithmetic (docs/model-notes.md,
-"GeMM-WS async-copy" 1-2).
+:func:`score_async_configurations` gives what :func:`perfmodel.gemm_ws_scoring.score_configurations`
+gives for the paper's model: ``overall_time_ns`` and ``total_math_wait_ns`` of shape ``(D, C)``,
+equal bit for bit to :func:`perfmodel.pipelines.async_copy.recurrences.simulate_async` on every
+pair. The rounded per-stage work (issue: A + B elements / load throughput; MATH: MACs / compute
+throughput) is evaluated in float64 where that decides the rounding and on exact rationals
+(:class:`AsyncDurationTable`) elsewhere, once per distinct work value; everything after is int64
+arithmetic (docs/model-notes.md, "GeMM-WS async-copy" 1-2).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
-import numpy.typing as npt
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine
-from perfmodel.gemm_ws_async import (
-    AsyncDurationTable,
-    SmLimits,
-    last_math_start_formula,
-)
+from perfmodel.gemm_ws import GemmShape, SmLimits
 from perfmodel.gemm_ws_scoring import (
     MAX_SCORED_TIME_NS,
     Configurations,
@@ -37,10 +27,10 @@ from perfmodel.gemm_ws_scoring import (
     _durations_ns,
     _times_ns,
 )
-
-#: :func:`overall_time_async_ns_array`'s value for a configuration whose buffer does not fit
-#: the shared memory of one SM
-NOT_RESIDENT = -1
+from perfmodel.pipelines.async_copy.recurrences import (
+    AsyncDurationTable,
+    last_math_start_formula,
+)
 
 
 def ctas_per_sm_array(limits: SmLimits, element_bytes: int, configs: Configurations) -> IntArray:
@@ -129,32 +119,3 @@ def score_async_configurations(
         overall = overall + np.where(has_rest, rest_wave, 0)
         wait = wait + np.where(has_rest, partial * (rest_ms - (stages - 1) * rest_t), 0)
     return Scores(overall_time_ns=overall.astype(np.int64), total_math_wait_ns=wait)
-
-
-def overall_time_async_ns_array(
-    shape: GemmShape,
-    machine: GemmWsMachine,
-    limits: SmLimits,
-    element_bytes: int,
-    tile_m: npt.NDArray[np.integer[Any]],
-    tile_n: npt.NDArray[np.integer[Any]],
-    tile_k: npt.NDArray[np.integer[Any]],
-    buffer_depth: npt.NDArray[np.integer[Any]],
-) -> npt.NDArray[np.int64]:
-    """:func:`overall_time_async_closed_form_ns` over arrays of configurations (int64 ns,
-    exactly equal); :data:`NOT_RESIDENT` where no CTA fits an SM."""
-    configs = Configurations.of(tile_m, tile_n, tile_k, buffer_depth)
-    scores = score_async_configurations(
-        shape, configs, Figures.of_machine(machine), limits, element_bytes
-    )
-    resident = ctas_per_sm_array(limits, element_bytes, configs) >= 1
-    out: npt.NDArray[np.int64] = np.where(resident, scores.overall_time_ns[0], NOT_RESIDENT)
-    return out.astype(np.int64).reshape(np.shape(tile_m))
-
-
-def _lookup(values: npt.NDArray[np.int64], rounded: Callable[[int], int]) -> npt.NDArray[np.int64]:
-    """``rounded`` of every value, evaluated once per distinct value."""
-    unique, inverse = np.unique(values, return_inverse=True)
-    table = np.array([rounded(int(v)) for v in unique], dtype=np.int64)
-    out: npt.NDArray[np.int64] = table[inverse.reshape(values.shape)]
-    return out

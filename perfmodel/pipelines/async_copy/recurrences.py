@@ -1,4 +1,4 @@
-"""The async-copy pipeline variant of GeMM-WS (issue 17; docs/model-notes.md "GeMM-WS async-copy").
+"""The async-copy pipeline variant of GeMM-WS (docs/model-notes.md "GeMM-WS async-copy").
 
 The paper's eq. (1)-(3) let the DMA warp start the next load only when the previous one has
 *ended*, each load carrying its startup latency, so every buffer depth >= 2 predicts the same
@@ -30,20 +30,12 @@ from typing import Any
 from perfmodel.gemm_ws import (
     GemmShape,
     GemmWsMachine,
+    SmLimits,
     Tiling,
     stage_count,
     us_to_ns,
     wave_count,
 )
-
-
-class PipelineModel(StrEnum):
-    """Which recurrences a GeMM-WS prediction runs."""
-
-    #: eq. (1)-(3) as printed (perfmodel/gemm_ws.py)
-    PAPER = "paper"
-    #: eq. (A1)-(A3): asynchronous copies, several stages in flight, CTAs sharing an SM
-    ASYNC_COPY = "async-copy"
 
 
 class Bound(StrEnum):
@@ -52,49 +44,6 @@ class Bound(StrEnum):
     LATENCY = "latency"
     LOAD = "load"
     MATH = "math"
-
-
-@dataclass(frozen=True, slots=True)
-class SmLimits:
-    """Per-SM residency limits (CUDA C++ Programming Guide, technical specifications).
-
-    ``None`` means "no limit from this resource". Registers and threads limit residency only
-    when the caller gives ``threads_per_cta`` (and ``registers_per_thread``).
-    """
-
-    max_blocks_per_sm: int = 1
-    shared_memory_per_sm_bytes: int | None = None
-    registers_per_sm: int | None = None
-    max_threads_per_sm: int | None = None
-    threads_per_cta: int | None = None
-    registers_per_thread: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in (
-            "max_blocks_per_sm",
-            "shared_memory_per_sm_bytes",
-            "registers_per_sm",
-            "max_threads_per_sm",
-            "threads_per_cta",
-            "registers_per_thread",
-        ):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
-
-    def ctas_per_sm(self, shared_memory_per_cta_bytes: int) -> int:
-        """Resident CTAs per SM: the tightest of the block cap, shared memory, threads and
-        registers; 0 when one CTA does not fit the SM's shared memory."""
-        limit = self.max_blocks_per_sm
-        if self.shared_memory_per_sm_bytes is not None:
-            limit = min(limit, self.shared_memory_per_sm_bytes // shared_memory_per_cta_bytes)
-        if self.threads_per_cta is not None:
-            if self.max_threads_per_sm is not None:
-                limit = min(limit, self.max_threads_per_sm // self.threads_per_cta)
-            if self.registers_per_sm is not None and self.registers_per_thread is not None:
-                per_cta = self.threads_per_cta * self.registers_per_thread
-                limit = min(limit, self.registers_per_sm // per_cta)
-        return limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +189,7 @@ def last_math_start_formula(
     d: Any, lam: Any, t: Any, stages: Any, depth: Any, maximum: Callable[[Any, Any], Any]
 ) -> Any:
     """The closed form of M(S) on ints, or element-wise on int64 arrays with ``maximum`` =
-    np.maximum (perfmodel/gemm_ws_async_array.py); one formula for both."""
+    np.maximum (perfmodel/pipelines/async_copy/scoring.py); one formula for both."""
     per_stage = maximum(d, t)
     laps = (stages - 1) // depth
     straight = (stages - 1) * per_stage
@@ -375,25 +324,3 @@ def simulate_async_closed_form(
             wait += count * ctas * (last - (stages - 1) * durations.math_ns)
     full = table.durations(tiling, plan.per_sm)
     return _simulation(shape, tiling, plan, full, stages, wave, overall, wait, ())
-
-
-def overall_time_async_closed_form_ns(
-    shape: GemmShape,
-    tiling: Tiling,
-    machine: GemmWsMachine,
-    limits: SmLimits,
-    element_bytes: int,
-    table: AsyncDurationTable | None = None,
-) -> int:
-    """:func:`simulate_async`'s ``overall_time_ns`` in O(1), from :func:`last_math_start_ns`."""
-    table = table or AsyncDurationTable(machine)
-    plan = _wave_plan(shape, tiling, machine, limits, element_bytes)
-    stages, depth = stage_count(shape, tiling), tiling.buffer_depth
-    epilogue = table.epilogue_ns
-    overall = table.init_ns
-    for ctas, count in ((plan.per_sm, plan.full_waves), (plan.partial, 1)):
-        if ctas and count:
-            durations = table.durations(tiling, ctas)
-            wave = last_math_start_ns(durations, stages, depth) + durations.math_ns + epilogue
-            overall += count * wave
-    return overall

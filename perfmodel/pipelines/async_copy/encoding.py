@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from perfmodel.gemm_ws import Tiling
-from perfmodel.gemm_ws_async import AsyncDurations
+from perfmodel.pipelines.async_copy.recurrences import AsyncDurations
 from solver.encoding import Encoding, _int, _max
 
 
@@ -63,8 +63,8 @@ def encode_async(
 
     ``per_configuration``: the same constants per encoded configuration, its durations written
     in as numbers: Z3 evaluates (A1)-(A3) of each configuration by propagation, and only the
-    choice among them is searched (the certificate's encoding, solver/certify_async.py, where
-    the bounds leave a handful of configurations).
+    choice among them is searched (the certificate's encoding, solver/per_configuration.py,
+    where the bounds leave a handful of configurations).
     """
     if not configs:
         raise ValueError("encode_async needs at least one configuration")

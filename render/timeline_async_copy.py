@@ -20,8 +20,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.gemm_ws import GemmWsMachine, us_to_ns
-from perfmodel.gemm_ws_async import AsyncSimulation
-from render._figure import bottom_legend, figure, fmt_us, svg_bytes
+from perfmodel.pipelines.async_copy.recurrences import AsyncSimulation
+from render._figure import (
+    bottom_legend,
+    figure,
+    fmt_us,
+    kernel_legend_tail,
+    svg_bytes,
+    timeline_heading,
+)
 from render.timeline import COLORS, LABEL_BOX
 
 if TYPE_CHECKING:
@@ -244,10 +251,7 @@ def _legend(fig: Any) -> None:
         ),
         Patch(facecolor=COLORS["math_wait"], alpha=0.35, label="MATH waits (under its row)"),
         Patch(facecolor=COLORS["math"], label="MATH T"),
-        Patch(facecolor=COLORS["epilogue"], label="T_EPILOGUE"),
-        Patch(facecolor=COLORS["wave"], label="full waves"),
-        Patch(facecolor=COLORS["slot"], label="partial wave"),
-        Patch(facecolor=COLORS["init"], label="T_INIT"),
+        *kernel_legend_tail(COLORS, "full waves", "partial wave"),
     ]
     bottom_legend(fig, handles)
 
@@ -261,14 +265,11 @@ def async_timeline_svg(
     rank: int | None = None,
 ) -> bytes:
     """The async-copy timeline of ``sim`` (one tiling simulated on ``machine`` by
-    :func:`perfmodel.gemm_ws_async.simulate_async`) as SVG bytes.
+    :func:`perfmodel.pipelines.async_copy.recurrences.simulate_async`) as SVG bytes.
 
     ``device``, ``dtype`` and ``rank`` only label the picture.
     """
-    t, shape, dur = sim.tiling, sim.shape, sim.durations
-    where = f" on {device}" if device else ""
-    kind = f" ({dtype})" if dtype else ""
-    ranked = f", rank {rank}" if rank is not None else ""
+    dur = sim.durations
     drawn = min(sim.stages, MAX_ASYNC_STAGES_DRAWN)
     height = 3.2 + 0.22 * (drawn + 1)
     with figure(11.0, height, layout=None) as fig:
@@ -279,8 +280,7 @@ def async_timeline_svg(
         top = fig.add_axes((0.095, 1 - frac(1.55), 0.88, frac(0.42)))
         bottom = fig.add_axes((0.095, frac(0.95), 0.88, 1 - frac(0.95) - frac(2.25)))
         fig.suptitle(
-            f"GeMM-WS async-copy timeline: {shape.m}×{shape.n}×{shape.k}{kind}{where} — tiling "
-            f"{t.tile_m}×{t.tile_n}×{t.tile_k}, buffer depth {t.buffer_depth}{ranked}\n"
+            timeline_heading("GeMM-WS async-copy timeline", sim, device, dtype, rank) + "\n"
             f"{sim.ctas_per_sm} CTA(s) per SM sharing it: issue d {fmt_us(dur.issue_ns / 1000)}, "
             f"latency λ {fmt_us(dur.latency_ns / 1000)}, MATH T {fmt_us(dur.math_ns / 1000)}; "
             f"{sim.bound.value}-bound, {sim.stages_in_flight} stage(s) in flight; "

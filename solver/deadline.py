@@ -1,0 +1,35 @@
+"""A solve's time limit, the arithmetic every solver path shares."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from solver.errors import SolverTimeout
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """``time_limit_s`` from ``started`` (perf_counter seconds; default: now)."""
+
+    time_limit_s: float
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def at(self) -> float:
+        return self.started + self.time_limit_s
+
+    def passed(self) -> bool:
+        return time.perf_counter() > self.at
+
+    def remaining_ms(self) -> int:
+        """What is left, in whole milliseconds, at least 1 (a Z3 timeout of 0 means none)."""
+        return max(1, int((self.at - time.perf_counter()) * 1000))
+
+    def check(self) -> None:
+        """SolverTimeout once the limit has passed."""
+        if self.passed():
+            raise SolverTimeout(self.time_limit_s)
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000

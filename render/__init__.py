@@ -11,7 +11,6 @@ matplotlib is imported when the first picture is drawn, not with this package.
 
 from render.breakdown import breakdown_svg
 from render.calibration import calibration_svg
-from render.timeline import timeline_svg
-from render.timeline_async_copy import async_timeline_svg
+from render.timeline import async_timeline_svg, timeline_svg
 
 __all__ = ["async_timeline_svg", "breakdown_svg", "calibration_svg", "timeline_svg"]

@@ -471,14 +471,6 @@ def _draw_kernel(ax: Axes, sim: Simulation, machine: GemmWsMachine) -> None:
             ax.vlines(x, -0.4, 0.4, color="black", linewidth=0.8, gid=f"wave-boundary-{w}")
     if axis.cut_start_ns is not None:
         _cut_band(ax, axis, "elided-waves", f"waves\n{FIRST_WAVES + 1}–{waves - 1}", rotation=0)
-    _kernel_frame(
-        ax,
-        axis,
-        end_ns,
-        f"total = W × wave + T_INIT = {waves} × {fmt_us(wave_ns / 1000)} + "
-        f"{fmt_us(init_ns / 1000)} = {fmt_us(sim.overall_time_ns / 1000)}",
-    )
-    _time_ticks(ax, axis, end_ns)
     ax.text(
         0.0,
         0.98,
@@ -488,6 +480,14 @@ def _draw_kernel(ax: Axes, sim: Simulation, machine: GemmWsMachine) -> None:
         va="top",
         fontsize=7.5,
     )
+    _kernel_frame(
+        ax,
+        axis,
+        end_ns,
+        f"total = W × wave + T_INIT = {waves} × {fmt_us(wave_ns / 1000)} + "
+        f"{fmt_us(init_ns / 1000)} = {fmt_us(sim.overall_time_ns / 1000)}",
+    )
+    _time_ticks(ax, axis, end_ns)
 
 
 def _legend(fig: Any) -> None:
@@ -738,7 +738,7 @@ def async_timeline_svg(
     with figure(11.0, height, layout=None) as fig:
         # fixed layout in inches from the top and the bottom, whatever the stage count
         top = fig.add_axes((0.095, 1 - 1.55 / height, 0.88, 0.42 / height))
-        bottom = fig.add_axes((0.095, 0.95 / height, 0.88, 1 - 3.2 / height))
+        bottom = fig.add_axes((0.095, 0.95 / height, 0.88, 1 - 0.95 / height - 2.25 / height))
         fig.suptitle(
             timeline_heading("GeMM-WS async-copy timeline", sim, device, dtype, rank) + "\n"
             f"{sim.ctas_per_sm} CTA(s) per SM sharing it: issue d {fmt_us(dur.issue_ns / 1000)}, "

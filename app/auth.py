@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -40,6 +41,11 @@ class Principal:
 
 #: every caller while authentication is off
 LOCAL = Principal("local", "admin")
+#: the tenant of a caller without a token, where reads need none
+ANONYMOUS = "anonymous"
+#: tenant names no tokens file may give: the two above (a tenant of that name would own what
+#: every untokened or unauthenticated caller reads and writes)
+RESERVED_TENANTS = frozenset({LOCAL.tenant, ANONYMOUS})
 
 
 class Unauthorized(Exception):
@@ -67,8 +73,14 @@ class TokenTable:
     reads_required: bool = False
 
     @classmethod
-    def load(cls, path: Path, *, reads_required: bool = False) -> TokenTable:
-        """The table of ``path``; ValueError naming the line of any malformed one."""
+    def load(
+        cls, path: Path, *, reads_required: bool = False, reserved: Iterable[str] = ()
+    ) -> TokenTable:
+        """The table of ``path``; ValueError naming the line of any malformed one, or of one
+        whose tenant is :data:`RESERVED_TENANTS` or in ``reserved`` (the shipped profile
+        ids: a draft record is ``<tenant>@<shipped id>``, and a tenant named like a device
+        reads as one in every answer and log)."""
+        refused = RESERVED_TENANTS | set(reserved)
         entries: list[tuple[bytes, Principal]] = []
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             fields = line.split("#", 1)[0].split()
@@ -81,6 +93,17 @@ class TokenTable:
                 raise ValueError(f"{path}:{number}: the token must be its sha256, 64 hex digits")
             if not TENANT.match(tenant):
                 raise ValueError(f"{path}:{number}: tenant must match {TENANT.pattern}")
+            if tenant in refused:
+                raise ValueError(
+                    f"{path}:{number}: tenant {tenant!r} is reserved ("
+                    + (
+                        "a shipped device id"
+                        if tenant not in RESERVED_TENANTS
+                        else "the tenant of callers without a token, or of every caller without a "
+                        "tokens file"
+                    )
+                    + "); choose another name"
+                )
             if role not in ROLES:
                 raise ValueError(f"{path}:{number}: role must be one of {', '.join(ROLES)}")
             entries.append((bytes.fromhex(digest), Principal(tenant, role)))
@@ -114,7 +137,7 @@ def caller(table: TokenTable | None, authorization: str | None, needed: Role) ->
     token = bearer(authorization)
     if token is None:
         if needed == "read" and not table.reads_required:
-            return Principal("anonymous", "read")
+            return Principal(ANONYMOUS, "read")
         raise Unauthorized(
             "send Authorization: Bearer <token> (see the README, 'Run it for a team')"
         )

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.auth import Forbidden, Unauthorized
+from app.convert.optimize import DtypeNotServed
 from app.convert.predict import PTXTooLarge
 from app.negotiation import JSONNotAcceptable, PicturesUnavailable
 from app.pool import (
@@ -25,7 +26,7 @@ from app.pool import (
     WorkerMemoryExceeded,
     WorkerTimeout,
 )
-from app.profile_store import NameTaken, StoredProfileUnavailable, UnknownRun
+from app.profile_store import DeviceGone, NameTaken, StoredProfileUnavailable, UnknownRun
 from app.schemas.devices import calibrate_hint
 from app.service import RequestedItemMissing, RequestFieldError, RequestStateConflict
 from app.store import CapExceeded, StoreUnavailable
@@ -290,9 +291,11 @@ _FIELD_ERRORS: dict[type[Exception], tuple[int, str]] = {
     ModelInputError: (422, "Invalid request"),
     RequestFieldError: (422, "Invalid request"),
     UnfittableMeasurements: (422, "Unfittable measurements"),  # a type of its own
+    DtypeNotServed: (422, "Dtype not served by device"),  # likewise
     RequestStateConflict: (409, "Conflict with the resource's state"),
     RequestedItemMissing: (404, "Not found"),
     UnknownRun: (404, "Not found"),
+    DeviceGone: (404, "Unknown device"),
     NameTaken: (409, "Name taken"),
     Forbidden: (403, "Forbidden"),
 }

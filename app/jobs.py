@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from app.auth import Principal
 from app.convert import candidates as candidates_convert
 from app.convert import optimize as optimize_convert
 from app.convert import predict as predict_convert
@@ -71,14 +72,14 @@ def _profile_json(profile: DeviceProfile | None) -> dict[str, Any] | None:
 
 
 async def request_profile(
-    service: Service, request: OptimizeTilingRequest | PredictKernelRequest
+    service: Service, request: OptimizeTilingRequest | PredictKernelRequest, viewer: Principal
 ) -> DeviceProfile | None:
     """The profile ``request.device`` names (shipped id, calibrated id or name); None for
     inline device_params (with both given, the conversion refuses the request). Resolved
     once per request, in the parent: jobs get the profile itself, workers never look up."""
     if request.device is None or request.device_params is not None:
         return None
-    return await service.resolve_profile(request.device)
+    return await service.resolve_profile(request.device, viewer)
 
 
 def optimize_job(
@@ -240,12 +241,17 @@ def predict_job(
     values = {n: float(getattr(core.device.device, n)) for n in beliefs.MANY_BSP_BELIEF_FIGURES}
     _, belief = beliefs.many_bsp_belief(profile, values)
     interval = predict_interval_cycles(core.device, result, belief)
+    # the lists' models are built for the page the request asks, not all of them
     full = predict_convert.to_response(
-        result, clock, interval, provenance(profile if request.device else None, "many-bsp")
+        result,
+        clock,
+        interval,
+        provenance(profile if request.device else None, "many-bsp"),
+        lists=False,
     )
     # the prediction is a pure function of the request and the profile: always cacheable
     return EncodedAnswer(
-        predict_convert.encode_view(full, request, summary_above_bytes), cacheable=True
+        predict_convert.encode_view(full, request, summary_above_bytes, result), cacheable=True
     )
 
 
@@ -455,15 +461,20 @@ def calibrate_job(
     fit: list[str] | None,
     folds: int,
     pipeline_model: str | None = None,
+    warm_json: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Worker side of POST /calibrate and /recalibrate: fit ``model``'s figures of the base
     profile (with a value for every figure, see fit_ready) to the runs, in canonical order,
-    under ``pipeline_model`` (GeMM-WS). The answer is small and never cached: a plain dict,
-    validated by the parent."""
+    under ``pipeline_model`` (GeMM-WS), from ``warm_json``'s figures when given (the profile a
+    recalibration refits). The answer is small and never cached: a plain dict, validated by
+    the parent."""
     from app.convert import calibration_core
 
     base = DeviceProfile.model_validate(base_json)
-    answer = calibration_core.fit(model, base, measurements_json, fit, folds, pipeline_model)
+    warm = None if warm_json is None else DeviceProfile.model_validate(warm_json)
+    answer = calibration_core.fit(
+        model, base, measurements_json, fit, folds, pipeline_model, warm_from=warm
+    )
     return answer.model_dump(mode="json")
 
 
@@ -485,6 +496,7 @@ async def calibrate_via_pool(
     folds: int,
     time_limit_s: float,
     pipeline_model: str | None = None,
+    warm_from: DeviceProfile | None = None,
 ) -> CalibrationFit:
     """The fit, in a worker (CPU-bound: least squares over every run, then k more fits)."""
     body = await run_job(
@@ -498,6 +510,7 @@ async def calibrate_via_pool(
             "fit": fit,
             "folds": folds,
             "pipeline_model": pipeline_model,
+            "warm_json": None if warm_from is None else warm_from.model_dump(mode="json"),
         },
         time_limit_s,
         pass_time_limit=False,

@@ -18,6 +18,7 @@ from app import docs_ui, errors, middleware, openapi, security_headers
 from app import logging as kperf_logging
 from app.auth import TokenTable
 from app.cache import MemoryLRU, ResultCache
+from app.expiry import IdleExpiry
 from app.inline import WARM_UP_REQUEST, InlineRunner
 from app.jobs import warm_up_job
 from app.metrics import Metrics
@@ -45,6 +46,23 @@ async def _probe_store(store: Store) -> None:
         await asyncio.to_thread(store.ping)
     except StoreUnavailable:
         pass
+
+
+#: seconds between attempts to migrate a store that was unreachable at start-up
+MIGRATE_RETRY_S = 5.0
+
+
+async def _migrate(service: Service, *, retry: bool) -> bool:
+    """Bring the store to the current layout (``ProfileStore.migrate``); while it is
+    unreachable, False (``retry``: try again every MIGRATE_RETRY_S until it answers)."""
+    while True:
+        try:
+            await asyncio.to_thread(service.profile_store.migrate)
+            return True
+        except StoreUnavailable:
+            if not retry:
+                return False
+            await asyncio.sleep(MIGRATE_RETRY_S)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -75,9 +93,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "store_ok": service.store.health().ok,
             },
         )
+        background: list[asyncio.Task[object]] = []
+        # before the first request when the store answers: names resolve in the new layout
+        if not await _migrate(service, retry=False):
+            background.append(asyncio.create_task(_migrate(service, retry=True)))
+        if service.expiry is not None:
+            background.append(asyncio.create_task(service.expiry.run()))
         try:
             yield
         finally:
+            for task in background:
+                task.cancel()
             await service.pool.stop()
             if service.inline is not None:
                 await service.inline.stop()
@@ -93,6 +119,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "(`_cycles`); sizes in bytes (`_bytes`)."
         ),
         lifespan=lifespan,
+        # a body with no Content-Type is JSON (app/routes/json_body.py): FastAPI's default
+        # would hand the endpoint raw bytes, refused as "not a valid dictionary"
+        strict_content_type=False,
         # served with local assets by docs_ui (no CDN: air-gapped clusters)
         docs_url=None,
         redoc_url=None,
@@ -123,7 +152,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     store_ttl_s = settings.cache_store_ttl_s or None  # 0: never expires
     cache = ResultCache.in_front_of(memory, store, store_ttl_s=store_ttl_s)
     tokens = (
-        TokenTable.load(settings.tokens_file, reads_required=settings.auth_reads)
+        TokenTable.load(
+            settings.tokens_file, reads_required=settings.auth_reads, reserved=default_profiles()
+        )
         if settings.tokens_file is not None
         else None
     )
@@ -141,6 +172,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tokens=tokens,
         inline=inline,
     )
+    if settings.profile_idle_expiry_s > 0:
+        service = app.state.service
+        service.expiry = IdleExpiry(
+            lambda: service.profile_store,
+            settings.profile_idle_expiry_s,
+            lambda kind: metrics.profiles_expired.labels(kind).inc(),
+        )
     app.state.settings = settings
     errors.install(app)
     openapi.install(app)

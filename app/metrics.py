@@ -99,6 +99,13 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.profiles_expired = Counter(
+            "kperf_profiles_expired",
+            "calibrated profiles (kind calibrated) and draft records (kind draft) deleted after "
+            "KPERF_PROFILE_IDLE_EXPIRY_S without use",
+            ["kind"],
+            registry=self.registry,
+        )
         self.certificate_mismatches = Counter(
             "kperf_certificate_mismatches",
             "certified solves whose Z3 certificate found a configuration better than the exact "

@@ -15,6 +15,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_JSON, BodyTooLarge, body_limit_reason
+from app.head import HeadAsGetMiddleware
 from app.logging import REQUEST_ID_HEADER, request_id_from, request_id_var, request_started_var
 from app.metrics import Metrics
 
@@ -68,6 +69,7 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         request_id = request_id_from(_header(scope, b"x-request-id"))
+        method = scope.get("method", "-")  # before an inner middleware rewrites it
         token = request_id_var.set(request_id)
         start = time.perf_counter()
         started_token = request_started_var.set(start)
@@ -113,7 +115,6 @@ class RequestContextMiddleware:
             elapsed_s = time.perf_counter() - start
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            method = scope.get("method", "-")
             labels = (template, method, str(status))
             self.metrics.requests.labels(*labels).inc()
             self.metrics.latency.labels(*labels).observe(elapsed_s)
@@ -217,7 +218,36 @@ class BodyLimitMiddleware:
                 return
 
 
+class EncodedSlashMiddleware:
+    """A 404 for a path holding an encoded slash (``%2F``).
+
+    The server decodes the path before routing, so ``/devices/h100%2Fmeasurements`` was routed
+    as ``/devices/h100/measurements``: a proxy rule written on paths could be sidestepped. No
+    id, name or batch the API serves contains a ``/`` (device names: ``[a-z0-9._-]``), so such
+    a path names nothing.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        if scope["type"] == "http" and isinstance(raw, bytes) and b"%2f" in raw.lower():
+            await _send_problem(
+                send,
+                404,
+                "Not found",
+                "path",
+                "an encoded slash (%2F) names no resource: ids and names hold no '/'",
+            )
+            return
+        await self.app(scope, receive, send)
+
+
 def install(app: Any, metrics: Metrics, max_body_bytes: int) -> None:
-    """Add the middleware; the context middleware is outermost so 413s are logged too."""
+    """Add the middleware; the context middleware is outermost so 413s are logged too; HEAD
+    is turned into GET innermost, after the body limit has let it through."""
+    app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes, metrics=metrics)
+    app.add_middleware(EncodedSlashMiddleware)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)

@@ -59,6 +59,43 @@ _SOLVING_PATHS = (
 )
 
 
+#: operations no token is ever asked for
+_OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
+#: operations that store or delete (a write token), as (method, path); the others only ask
+_WRITES = {
+    ("post", "/calibrate"),
+    ("post", "/devices/{device_id}/measurements"),
+    ("post", "/devices/{device_id}/recalibrate"),
+    ("delete", "/devices/{device_id}"),
+    ("delete", "/devices/{device_id}/measurements/batches/{batch}"),
+    ("delete", "/devices/{device_id}/measurements/runs/{digest}"),
+}
+_UNAUTHORIZED = "no token, or one this server does not know, where the server requires tokens"
+
+
+def _state_security(document: dict[str, Any], settings: Any) -> None:
+    """With a tokens file the document says which operations need a bearer token (writes
+    always; reads under KPERF_AUTH_READS), so a client, and schema fuzzing, see what the
+    server enforces."""
+    if settings is None or settings.tokens_file is None:
+        return
+    document["components"]["securitySchemes"] = {
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "a token of the server's KPERF_TOKENS_FILE (README, 'Run it for a "
+            "team')",
+        }
+    }
+    for path, operations in document.get("paths", {}).items():
+        if path in _OPEN_PATHS:
+            continue
+        for method, operation in operations.items():
+            required = (method, path) in _WRITES or settings.auth_reads
+            # an empty requirement: the operation also answers without a token
+            operation["security"] = [{"bearer": []}] if required else [{}, {"bearer": []}]
+
+
 def _state_configured_limits(schemas: dict[str, Any], settings: Any) -> None:
     """The schema states this server's configured limits (KPERF_MAX_BATCH_ITEMS,
     KPERF_MAX_TIME_LIMIT_S), not the ceilings the settings may be raised to: an input the
@@ -97,6 +134,8 @@ def install(app: FastAPI) -> None:
                     extra.update(_ERRORS_WITH_BODY)
                 if path in _SOLVING_PATHS or path == "/readyz":
                     extra.update(_ERRORS_SOLVING if path != "/readyz" else {})
+                if path not in _OPEN_PATHS:
+                    extra.setdefault("401", _UNAUTHORIZED)
                 if path in _SOLVING_PATHS or path.startswith("/devices/{device_id}"):
                     busy = extra.get("503")
                     extra["503"] = _STORE_DOWN if busy is None else f"{busy}; or {_STORE_DOWN}"
@@ -114,6 +153,7 @@ def install(app: FastAPI) -> None:
                         "content": {PROBLEM_JSON: {"schema": problem_ref}},
                     }
         _state_configured_limits(schemas, getattr(app.state, "settings", None))
+        _state_security(document, getattr(app.state, "settings", None))
         schemas.pop("HTTPValidationError", None)
         schemas.pop("ValidationError", None)
         app.openapi_schema = document

@@ -64,6 +64,12 @@ log = logging.getLogger("kperf.pool")
 # interpreter that imports the preload modules once; forking it is safe and fast.
 _CTX = multiprocessing.get_context("forkserver")
 
+#: the thread counts of the BLAS/OpenMP libraries numpy and scipy load: the pool's parallelism
+#: is its workers, and threads inside each only contend for the same cores. OpenBLAS's threads
+#: spin while they wait: a 2,059-run recalibration's fit (thousands of small SVDs in scipy's
+#: least squares) cost 17 s of CPU with two of them on a loaded 2-core machine, 1.6 s with one
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
 #: the process name workers show in ``ps`` / ``/proc/<pid>/comm`` (at most 15 bytes)
 WORKER_PROCESS_NAME = "kperf-worker"
 
@@ -545,6 +551,10 @@ class WorkerPool:
         """Start the workers; with ``wait_ready`` return once every one has loaded."""
         self._start_lock = asyncio.Lock()
         self._running = True
+        for variable in BLAS_THREAD_VARIABLES:
+            # before the fork server imports numpy (the libraries read them once, at load);
+            # an operator's own setting wins
+            os.environ.setdefault(variable, "1")
         if self.preload:
             # takes effect when the fork server starts (the first pool of the process)
             _CTX.set_forkserver_preload([*self.preload, *_main_script_imports()])

@@ -4,8 +4,13 @@ Layout (values are UTF-8 JSON, or the bare id for an alias):
 
 * ``profiles`` / ``<id>``: a calibrated :class:`DeviceProfile`; written once, never changed
   (its id is a digest of what made it, see ``app/convert/calibrate.py``);
-* ``aliases`` / ``<name>``: the id the name points to;
-* ``owners`` / ``<id>``: the tenant that created a calibrated profile (issue 20);
+* ``aliases:<tenant>`` / ``<name>``: the id a tenant's name points to. Names live in their
+  tenant's namespace: a bare name in a request is looked up in the caller's, and a name only
+  ever points at a profile of its tenant's (``set_alias`` checks), so nothing another tenant
+  does moves, rebinds or removes it;
+* ``owners`` / ``<id>``: the tenant that created a calibrated profile. The owner is part of
+  what makes the id (``app/convert/calibrate.py``): the same runs posted by two tenants make
+  two profiles, and reading another tenant's runs gives no way to its id;
 * ``runs:<record>`` / ``<model>.<16 hex content digest>``: one measured run,
   ``{"model", "seq", "batch", "run"}``; the record is its runs by ``seq`` (oldest first), and
   a run posted twice is stored once. ``<record>`` is a calibrated id, or ``<tenant>@<shipped
@@ -17,8 +22,13 @@ Layout (values are UTF-8 JSON, or the bare id for an alias):
   (``app/store/transaction.py``): a post's cost does not grow with the record.
 
 Shipped profiles (``device_profiles/*.json``) are never written: a calibration always makes a
-new profile. Lookups go shipped ids, then calibrated ids, then aliases; names may not take a
-shipped or calibrated id, nor the shape of one.
+new profile. Lookups go shipped ids, then calibrated ids, then the caller's names; names may
+not take a shipped or calibrated id, nor the shape of one.
+
+Reads follow one policy (:class:`ReadPolicy`): ``open`` (the default) lets any caller use and
+read any calibrated profile and its runs by id; ``owner`` (``KPERF_AUTH_READS`` with a tokens
+file) shows a tenant its own calibrated profiles only, as if the others did not exist (admins
+see all). Either way only the owner (or an admin) may change one.
 
 While the store is unavailable, shipped profiles are still looked up and listed (they never
 touch it); a listing then says the stored ones are missing and why
@@ -29,6 +39,7 @@ or a name, and nothing can tell until the store answers.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -36,13 +47,26 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from app.store import Counter, Delete, Put, Store, StoreUnavailable
+from app.auth import ANONYMOUS, LOCAL, Principal, check_owner
+from app.store import Counter, Delete, Expect, Put, Store, StoreUnavailable, Unmet
 from device_profiles import DeviceProfile, UnknownDevice
 
 PROFILES = "profiles"
-ALIASES = "aliases"
+#: the names of before tenants had namespaces (one for everybody), moved by :meth:`migrate`
+LEGACY_ALIASES = "aliases"
+#: the record layout of before runs were keyed by digest (one value per posted batch)
+LEGACY_MEASUREMENTS = "measurements"
+#: ``layout`` / ``version``: what :meth:`ProfileStore.migrate` last brought the store to
+META = "meta"
+LAYOUT_VERSION = b"2"
+#: record id -> unix seconds of its last use (written when expiry is on, see ``app/expiry.py``)
+LAST_USED = "last_used"
+#: how many times a delete lists a record again when runs keep landing while it deletes
+DELETE_ATTEMPTS = 5
+#: characters of an unknown id an error message repeats
+ID_ECHO_CHARS = 64
 #: device id -> the tenant that created it
 OWNERS = "owners"
 #: hex digits of a run's content digest in its key (64 bits: collisions within one device's
@@ -52,12 +76,21 @@ RUN_DIGEST_HEX = 16
 CALIBRATED_SUFFIX = re.compile(r"-cal-[0-9a-f]{12}$")
 
 
+def aliases_namespace(tenant: str) -> str:
+    return f"aliases:{tenant}"
+
+
 def runs_namespace(record_id: str) -> str:
     return f"runs:{record_id}"
 
 
 def batches_namespace(record_id: str) -> str:
     return f"batches:{record_id}"
+
+
+#: who may read a calibrated profile and its runs: anyone (``open``), or its owner's tenant and
+#: admins (``owner``, under ``KPERF_AUTH_READS``)
+ReadPolicy = Literal["open", "owner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +153,31 @@ class ProfileListing:
     stored_unavailable: str | None = None
 
 
+class DeviceGone(LookupError):
+    """The device was deleted while runs were posted to it: nothing stored (404)."""
+
+    def __init__(self, device_id: str) -> None:
+        self.device_id = device_id
+        self.field = "device"
+        self.reason = f"{device_id} was deleted meanwhile: nothing stored; GET /devices lists yours"
+        super().__init__(f"{self.field}: {self.reason}")
+
+
 class ProfileStore:
-    """Shipped profiles (read-only) and calibrated ones (in ``store``), one namespace of ids."""
+    """Shipped profiles (read-only) and calibrated ones (in ``store``), one namespace of ids;
+    names per tenant."""
 
     def __init__(
-        self, store: Store, shipped: Mapping[str, DeviceProfile], limits: Limits = Limits()
+        self,
+        store: Store,
+        shipped: Mapping[str, DeviceProfile],
+        limits: Limits = Limits(),
+        reads: ReadPolicy = "open",
     ) -> None:
         self.store = store
         self.shipped = shipped
         self.limits = limits
+        self.reads = reads
 
     # ---------------------------------------------------------------- profiles and aliases
 
@@ -136,45 +185,65 @@ class ProfileStore:
         raw = self.store.get(PROFILES, device_id)
         return None if raw is None else DeviceProfile.model_validate_json(raw)
 
-    def alias_target(self, name: str) -> str | None:
-        raw = self.store.get(ALIASES, name)
+    def alias_target(self, tenant: str, name: str) -> str | None:
+        raw = self.store.get(aliases_namespace(tenant), name)
         return None if raw is None else raw.decode()
 
-    def resolve(self, device_id: str, field: str = "device") -> DeviceProfile:
-        """The profile ``device_id`` names (shipped id, calibrated id or alias)."""
+    def may_read(self, viewer: Principal, owner: str | None) -> bool:
+        """Whether ``viewer`` sees a calibrated profile of ``owner``'s (:class:`ReadPolicy`)."""
+        return self.reads == "open" or viewer.role == "admin" or owner == viewer.tenant
+
+    def resolve(self, device_id: str, viewer: Principal, field: str = "device") -> DeviceProfile:
+        """The profile ``device_id`` names for ``viewer``: a shipped id, a calibrated id it
+        may read, or one of its tenant's names."""
         shipped = self.shipped.get(device_id)
         if shipped is not None:
             return shipped
         try:
             profile = self.calibrated(device_id)
             if profile is None:
-                target = self.alias_target(device_id)
+                target = self.alias_target(viewer.tenant, device_id)
                 profile = self.calibrated(target) if target is not None else None
+            elif not self.may_read(viewer, self.owner(device_id)):
+                profile = None
             if profile is None:
-                raise UnknownDevice(device_id, self.known_ids(), field=field)
+                raise self.unknown(device_id, field)
         except StoreUnavailable as exc:
             raise StoredProfileUnavailable(
-                device_id, field, str(exc), sorted(self.shipped)
+                _echo(device_id), field, str(exc), sorted(self.shipped)
             ) from exc
         return profile
 
-    def known_ids(self) -> list[str]:
-        """Shipped ids, then calibrated ids and aliases, each sorted."""
-        stored = sorted({*self.store.keys(PROFILES), *self.store.keys(ALIASES)})
-        return sorted(self.shipped) + [i for i in stored if i not in self.shipped]
+    def unknown(self, device_id: str, field: str) -> UnknownDevice:
+        """The error of an id nobody may see: the id cut short, the shipped ids, and where
+        the caller's own are listed; never another tenant's ids or names."""
+        return UnknownDevice(
+            _echo(device_id),
+            sorted(self.shipped),
+            field=field,
+            listing="GET /devices lists the calibrated profiles and names you may use",
+        )
 
-    def all_calibrated(self) -> list[DeviceProfile]:
-        # one batched read (Redis: MGET), not a round trip per profile
-        found = self.store.get_many(PROFILES, self.store.keys(PROFILES))
-        return [DeviceProfile.model_validate_json(raw) for raw in found if raw is not None]
+    def all_calibrated(self) -> list[tuple[DeviceProfile, str | None]]:
+        """Every calibrated profile with its owner (None: made before tenants)."""
+        # batched reads (Redis: MGET), not a round trip per profile
+        ids = self.store.keys(PROFILES)
+        found = self.store.get_many(PROFILES, ids)
+        owners = self.store.get_many(OWNERS, ids)
+        return [
+            (DeviceProfile.model_validate_json(raw), None if owner is None else owner.decode())
+            for raw, owner in zip(found, owners, strict=True)
+            if raw is not None
+        ]
 
-    def listing(self) -> ProfileListing:
-        """Shipped profiles, then calibrated ones with their names; while the store fails,
-        the shipped ones alone and the store's error (never a profile without its names)."""
+    def listing(self, viewer: Principal) -> ProfileListing:
+        """Shipped profiles, then the calibrated ones ``viewer`` may read, each with the
+        names of ``viewer``'s tenant; while the store fails, the shipped ones alone and the
+        store's error (never a profile without its names)."""
         shipped = tuple((p, ()) for p in self.shipped.values())
         try:
-            aliases = self.aliases()
-            stored = self.all_calibrated()
+            aliases = self.aliases(viewer.tenant)
+            stored = [p for p, owner in self.all_calibrated() if self.may_read(viewer, owner)]
         except StoreUnavailable as exc:
             return ProfileListing(shipped, stored_unavailable=str(exc))
         names: dict[str, list[str]] = {}
@@ -186,10 +255,11 @@ class ProfileStore:
             )
         )
 
-    def aliases(self) -> dict[str, str]:
-        """name -> id of every alias."""
-        names = self.store.keys(ALIASES)
-        found = zip(names, self.store.get_many(ALIASES, names), strict=True)
+    def aliases(self, tenant: str) -> dict[str, str]:
+        """name -> id of every name of ``tenant``'s."""
+        namespace = aliases_namespace(tenant)
+        names = self.store.keys(namespace)
+        found = zip(names, self.store.get_many(namespace, names), strict=True)
         return {name: raw.decode() for name, raw in found if raw is not None}
 
     def save(
@@ -197,7 +267,8 @@ class ProfileStore:
     ) -> bool:
         """Store a new calibrated profile of ``tenant``'s with the runs it was fitted to as its
         record, all in one step of the store (a failure or a cap leaves nothing behind); False
-        (and nothing written) when the id exists: same id, same content."""
+        (and nothing written) when the id exists: same id, same content, same owner (the owner
+        is in the id; another owner's profile of that id is never answered as this one)."""
         if profile.id in self.shipped:
             raise ValueError(f"{profile.id!r} is a shipped profile id")
         puts = _run_puts(profile.id, model, measurements, 0, "fit")
@@ -215,17 +286,22 @@ class ProfileStore:
                 self._bytes_counter(tenant, profile.id),
             ],
         )
-        return (PROFILES, profile.id) in outcome.written
+        created = (PROFILES, profile.id) in outcome.written
+        if not created:
+            check_owner(Principal(tenant, "write"), self.owner(profile.id), profile.id)
+        return created
 
-    def check_alias(self, name: str, target: str, moving_from: str | None = None) -> None:
-        """NameTaken unless ``name`` may point at ``target``: it is no profile id (nor shaped
-        like one), and names nothing yet, ``target`` already, or ``moving_from`` (the device a
-        recalibration refits)."""
+    def check_alias(
+        self, tenant: str, name: str, target: str, moving_from: str | None = None
+    ) -> None:
+        """NameTaken unless ``tenant``'s ``name`` may point at ``target``: it is no profile
+        id (nor shaped like one), and names nothing yet, ``target`` already, or
+        ``moving_from`` (the device a recalibration refits)."""
         if name in self.shipped or CALIBRATED_SUFFIX.search(name):
             raise NameTaken("name", f"{name!r} is (or looks like) a profile id; choose another")
         if self.store.get(PROFILES, name) is not None:
             raise NameTaken("name", f"{name!r} is a calibrated profile id; choose another")
-        current = self.alias_target(name)
+        current = self.alias_target(tenant, name)
         if current not in (None, target, moving_from):
             raise NameTaken(
                 "name",
@@ -233,16 +309,22 @@ class ProfileStore:
                 f"POST /devices/{name}/recalibrate",
             )
 
-    def set_alias(self, name: str, target: str, *, moving_from: str | None = None) -> None:
-        """Point ``name`` at ``target`` (see :meth:`check_alias`)."""
-        self.check_alias(name, target, moving_from)
-        if self.alias_target(name) is None and self.store.put_if_absent(
-            ALIASES, name, target.encode()
+    def set_alias(
+        self, tenant: str, name: str, target: str, *, moving_from: str | None = None
+    ) -> None:
+        """Point ``tenant``'s ``name`` at ``target``, a profile of ``tenant``'s (see
+        :meth:`check_alias`)."""
+        if self.owner(target) != tenant:
+            raise ValueError(f"{target} is not tenant {tenant}'s: its names cannot point at it")
+        self.check_alias(tenant, name, target, moving_from)
+        namespace = aliases_namespace(tenant)
+        if self.alias_target(tenant, name) is None and self.store.put_if_absent(
+            namespace, name, target.encode()
         ):
             return
         # taken meanwhile by a concurrent request: check again against what it wrote
-        self.check_alias(name, target, moving_from)
-        self.store.put(ALIASES, name, target.encode())
+        self.check_alias(tenant, name, target, moving_from)
+        self.store.put(namespace, name, target.encode())
 
     # ---------------------------------------------------------------- ownership
 
@@ -259,14 +341,26 @@ class ProfileStore:
         self, record_id: str, tenant: str, model: str, measurements: Sequence[Any]
     ) -> Appended:
         """Add one batch of validated runs (JSON-ready dicts) to a record, each run once
-        (by its content digest), within the caps; CapExceeded and nothing stored otherwise."""
+        (by its content digest), within the caps; CapExceeded and nothing stored otherwise.
+        A calibrated device's runs are stored only while it exists (DeviceGone otherwise,
+        nothing stored): a run posted during its delete is never left without it. A draft
+        deleted meanwhile (expiry) simply starts again with these runs."""
         batch = f"{time.time_ns():020d}-{secrets.token_hex(4)}"
         puts = _run_puts(record_id, model, measurements, time.time_ns(), batch)
         keys = [p.key for p in puts]
         puts.append(Put(batches_namespace(record_id), batch, json.dumps(keys).encode()))
-        outcome = self.store.transact(
-            puts, counters=[self._runs_counter(record_id), self._bytes_counter(tenant, record_id)]
-        )
+        draft = "@" in record_id
+        try:
+            outcome = self.store.transact(
+                puts,
+                counters=[
+                    self._runs_counter(record_id),
+                    self._bytes_counter(tenant, record_id),
+                ],
+                expects=() if draft else [Expect(PROFILES, record_id)],
+            )
+        except Unmet:
+            raise DeviceGone(record_id) from None
         added = sum(1 for p in puts[:-1] if (p.namespace, p.key) in outcome.written)
         return Appended(batch, added, outcome.totals[runs_counter_key(record_id)])
 
@@ -314,27 +408,137 @@ class ProfileStore:
         return max(0, before - left), left
 
     def delete_profile(self, device_id: str, tenant: str) -> list[str]:
-        """Delete a calibrated profile, its record and every name pointing at it, in one step
-        of the store; the names it had."""
-        names = [n for n, target in self.aliases().items() if target == device_id]
-        runs = runs_namespace(device_id)
-        batches = batches_namespace(device_id)
-        deletes = [
-            Delete(PROFILES, device_id),
-            Delete(OWNERS, device_id),
-            *(Delete(ALIASES, n) for n in names),
-            *(Delete(runs, k) for k in self.store.keys(runs)),
-            *(Delete(batches, k) for k in self.store.keys(batches)),
-        ]
-        self.store.transact(
-            deletes=deletes,
+        """Delete a calibrated profile of ``tenant``'s, its record and its names (in
+        ``tenant``'s namespace: no other tenant's name points at it), in one step of the
+        store; the names it had. The step expects the run count it listed: runs that landed
+        meanwhile make it list again, and once it is gone no run lands (:meth:`append`)."""
+        for _ in range(DELETE_ATTEMPTS):
+            try:
+                return self._delete_profile_step(device_id, tenant, ())
+            except Unmet:
+                if self.store.get(PROFILES, device_id) is None:
+                    raise DeviceGone(device_id) from None
+                # runs landed while it listed: list again
+        raise StoreUnavailable(
+            f"{device_id}: runs kept landing while it was deleted ({DELETE_ATTEMPTS} tries)"
+        )
+
+    def expire_profile(self, device_id: str, used: bytes) -> bool:
+        """Delete a calibrated profile as :meth:`delete_profile` does, if its last use is still
+        ``used``; False when it was used (or given runs) meanwhile."""
+        # a profile made before tenants is nobody's: no tenant's counters count it
+        tenant = self.owner(device_id) or ANONYMOUS
+        try:
+            self._delete_profile_step(device_id, tenant, [Expect(LAST_USED, device_id, used)])
+        except Unmet:
+            if self.store.get(PROFILES, device_id) is None:
+                raise DeviceGone(device_id) from None
+            return False
+        return True
+
+    def _delete_profile_step(
+        self, device_id: str, tenant: str, expects: Sequence[Expect]
+    ) -> list[str]:
+        names = [n for n, target in self.aliases(tenant).items() if target == device_id]
+        runs = self._runs_counter(device_id)
+        listed = self.run_count(device_id)
+        self._delete_record(
+            device_id,
+            extra=[
+                Delete(PROFILES, device_id),
+                Delete(OWNERS, device_id),
+                Delete(LAST_USED, device_id),
+                *(Delete(aliases_namespace(tenant), n) for n in names),
+            ],
             counters=[
-                self._runs_counter(device_id),
+                dataclasses.replace(runs, expect=listed),
                 self._profiles_counter(tenant),
                 self._bytes_counter(tenant, device_id),
             ],
+            expects=[Expect(PROFILES, device_id), *expects],
         )
         return names
+
+    def delete_draft(self, record_id: str, tenant: str, *, expect_used: bytes | None) -> bool:
+        """Delete a draft record (``<tenant>@<shipped id>``) as one step, if its last use is
+        still ``expect_used`` (None: whatever it is); False when it changed meanwhile."""
+        runs = self._runs_counter(record_id)
+        try:
+            self._delete_record(
+                record_id,
+                extra=[Delete(LAST_USED, record_id)],
+                counters=[
+                    dataclasses.replace(runs, expect=self.run_count(record_id)),
+                    self._bytes_counter(tenant, record_id),
+                ],
+                expects=[] if expect_used is None else [Expect(LAST_USED, record_id, expect_used)],
+            )
+        except Unmet:
+            return False
+        return True
+
+    def _delete_record(
+        self,
+        record_id: str,
+        *,
+        extra: Sequence[Delete],
+        counters: Sequence[Counter],
+        expects: Sequence[Expect],
+    ) -> None:
+        runs, batches = runs_namespace(record_id), batches_namespace(record_id)
+        deletes = [
+            *extra,
+            *(Delete(runs, k) for k in self.store.keys(runs)),
+            *(Delete(batches, k) for k in self.store.keys(batches)),
+        ]
+        self.store.transact(deletes=deletes, counters=counters, expects=expects)
+
+    # ---------------------------------------------------------------- earlier layouts
+
+    def migrate(self) -> bool:
+        """Bring a store written by an earlier release to this layout, once (``meta`` /
+        ``layout`` records it; replicas racing do each step at most once: every move is one
+        step that writes if absent and deletes the old key). True when it looked."""
+        if self.store.get(META, "layout") == LAYOUT_VERSION:
+            return False
+        # one namespace of names for everybody: each goes to its profile's owner (a profile
+        # made before tenants is the unauthenticated tenant's, ``local``)
+        names = self.store.keys(LEGACY_ALIASES)
+        for name, raw in zip(names, self.store.get_many(LEGACY_ALIASES, names), strict=True):
+            if raw is not None:
+                tenant = self.owner(raw.decode()) or LOCAL.tenant
+                self.store.transact(
+                    [Put(aliases_namespace(tenant), name, raw, if_absent=True)],
+                    [Delete(LEGACY_ALIASES, name)],
+                )
+        # one value per posted batch, ``measurements:<device>`` / ``<model>.<ns>.<hex|fit>``
+        for device_id in [*self.shipped, *self.store.keys(PROFILES)]:
+            self._migrate_batches(device_id)
+        self.store.put(META, "layout", LAYOUT_VERSION)
+        return True
+
+    def _migrate_batches(self, device_id: str) -> None:
+        namespace = f"{LEGACY_MEASUREMENTS}:{device_id}"
+        tenant = self.owner(device_id) or LOCAL.tenant
+        # a shipped id's runs were everybody's: they become the unauthenticated tenant's draft
+        record_id = record_of(device_id, LOCAL.tenant, self.shipped)
+        for key in self.store.keys(namespace):
+            raw = self.store.get(namespace, key)
+            if raw is None:
+                continue
+            _, stamp, suffix = key.split(".", 2)
+            batch = "fit" if suffix == "fit" else f"{stamp}-{suffix}"
+            old = json.loads(raw)
+            puts = _run_puts(record_id, old["model"], old["measurements"], int(stamp), batch)
+            keys = json.dumps([p.key for p in puts]).encode()
+            puts.append(Put(batches_namespace(record_id), batch, keys, if_absent=True))
+            # counted, never capped: runs already acknowledged are not refused now
+            counters = [self._runs_counter(record_id), self._bytes_counter(tenant, record_id)]
+            self.store.transact(
+                puts,
+                [Delete(namespace, key)],
+                [dataclasses.replace(c, cap=None) for c in counters],
+            )
 
     # ---------------------------------------------------------------- caps
 
@@ -354,6 +558,13 @@ class ProfileStore:
     def _bytes_counter(self, tenant: str, record_id: str) -> Counter:
         namespaces = (PROFILES, runs_namespace(record_id), batches_namespace(record_id))
         return Counter(f"bytes:{tenant}", "bytes", namespaces, cap=self.limits.bytes_per_tenant)
+
+
+def _echo(device_id: str) -> str:
+    """``device_id`` as an answer may repeat it: at most ID_ECHO_CHARS characters."""
+    if len(device_id) <= ID_ECHO_CHARS:
+        return device_id
+    return f"{device_id[:ID_ECHO_CHARS]}... ({len(device_id)} characters)"
 
 
 def runs_counter_key(record_id: str) -> str:

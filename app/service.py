@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, SupportsIndex
 from fastapi import Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
-from app.auth import TokenTable
+from app.auth import Principal, TokenTable
 from app.cache import ResultCache, cache_key
 from app.logging import request_started_var
 from app.metrics import Metrics
@@ -42,6 +42,7 @@ from perfmodel.errors import ModelInputError
 from solver.errors import SolverTimeout
 
 if TYPE_CHECKING:
+    from app.expiry import IdleExpiry
     from app.inline import InlineRunner
 
 CACHE_HEADER = "X-Cache"
@@ -87,6 +88,8 @@ class Service:
     tokens: TokenTable | None = None
     #: small solves in the service's own thread (app/inline.py); None: every solve in the pool
     inline: InlineRunner | None = None
+    #: idle calibrated profiles and drafts expire (app/expiry.py); None: they never do
+    expiry: IdleExpiry | None = None
     #: identical concurrent misses solve once (app/singleflight.py); built from the cache
     flights: SingleFlight = field(init=False)
 
@@ -119,16 +122,32 @@ class Service:
             profiles_per_tenant=self.settings.max_profiles_per_tenant,
             bytes_per_tenant=self.settings.max_bytes_per_tenant,
         )
-        return ProfileStore(self.store, self.profiles or default_profiles(), limits)
+        owner_only = self.tokens is not None and self.tokens.reads_required
+        return ProfileStore(
+            self.store,
+            self.profiles or default_profiles(),
+            limits,
+            reads="owner" if owner_only else "open",
+        )
 
-    async def resolve_profile(self, device_id: str, field: str = "device") -> DeviceProfile:
-        """The profile a shipped id, calibrated id or alias names; UnknownDevice (naming
-        ``field`` and the valid ids) otherwise. Jobs get the profile itself: workers never
-        look profiles up."""
+    async def resolve_profile(
+        self, device_id: str, viewer: Principal, field: str = "device"
+    ) -> DeviceProfile:
+        """The profile a shipped id, a calibrated id ``viewer`` may read or one of its
+        tenant's names names; UnknownDevice (naming ``field`` and the shipped ids) otherwise.
+        Jobs get the profile itself: workers never look profiles up."""
         shipped = (self.profiles or default_profiles()).get(device_id)
         if shipped is not None:
             return shipped
-        return await asyncio.to_thread(self.profile_store.resolve, device_id, field)
+        profile = await asyncio.to_thread(self.profile_store.resolve, device_id, viewer, field)
+        await self.touch(profile.id)
+        return profile
+
+    async def touch(self, record_id: str) -> None:
+        """Note a use of a calibrated profile or draft record, when idle profiles expire
+        (app/expiry.py); at most one store write per record per refresh interval."""
+        if self.expiry is not None:
+            await self.expiry.touch(record_id)
 
     def check_search_space(self, candidates: int) -> None:
         """Refuse spaces too large to even enumerate within a time limit (422)."""

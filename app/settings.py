@@ -177,7 +177,14 @@ class Settings(BaseSettings):
     auth_reads: bool = Field(
         default=False,
         description="with tokens_file: reads (predict, optimize, devices) need a "
-        "token too; /healthz, /readyz and /metrics never do",
+        "token too, and a tenant sees its own calibrated profiles and runs only (admins all); "
+        "/healthz, /readyz and /metrics never need one",
+    )
+    profile_idle_expiry_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="calibrated profiles and draft records unused for this many seconds are "
+        "deleted with their runs and names (0: never)",
     )
     max_profiles_per_tenant: int = Field(
         default=1000, ge=1, description="most calibrated profiles one tenant may keep stored"

@@ -21,14 +21,19 @@ class UnknownDevice(KeyError):
     """No profile with the requested id; carries the valid ids and the request field that
     named it (``device``, ``base_device``, ``device_id`` for a URL path)."""
 
-    def __init__(self, device_id: str, known: list[str], field: str = "device") -> None:
+    def __init__(
+        self, device_id: str, known: list[str], field: str = "device", listing: str | None = None
+    ) -> None:
         super().__init__(device_id)
         self.device_id = device_id
         self.known = known
         self.field = field
+        #: where the ids not in ``known`` are listed (a service's calibrated ones), if any
+        self.listing = listing
 
     def __str__(self) -> str:
-        return f"unknown device {self.device_id!r}; known devices: {', '.join(self.known)}"
+        text = f"unknown device {self.device_id!r}; known devices: {', '.join(self.known)}"
+        return text if self.listing is None else f"{text}; {self.listing}"
 
 
 class ModelNotServed(ValueError):

@@ -34,7 +34,9 @@ from device_profiles.schema import (
 MODELS: tuple[str, ...] = ("gemm-ws", "many-bsp")
 
 FigureState = Literal["absent", "estimate"]
-ModelState = Literal["served", "uncalibrated-estimates", "needs-calibration", "missing-figures"]
+ModelState = Literal[
+    "served", "calibrated", "uncalibrated-estimates", "needs-calibration", "missing-figures"
+]
 
 #: why each calibratable figure has no public value: what it is and where the papers got it
 _CALIBRATABLE_REASONS: dict[str, str] = {
@@ -75,6 +77,8 @@ class ModelStatus:
     missing: tuple[FigureNeed, ...]
     #: estimates no calibration fits: served, but flagged until a cited figure replaces them
     estimates: tuple[FigureNeed, ...]
+    #: the profile was fitted to measured runs of this model (POST /calibrate)
+    calibrated: bool = False
 
     @property
     def served(self) -> bool:
@@ -87,6 +91,10 @@ class ModelStatus:
             return "missing-figures"
         if not self.served:
             return "needs-calibration"
+        if self.calibrated:
+            # fitted to runs; the figures the runs did not determine are still listed as
+            # estimates held by their priors, which "uncalibrated" would misname
+            return "calibrated"
         if self.needs_calibration or self.estimates:
             return "uncalibrated-estimates"
         return "served"
@@ -168,7 +176,8 @@ def model_status(profile: DeviceProfile, model: str) -> ModelStatus:
             estimates.append(need)
         else:
             missing.append(need)
-    return ModelStatus(model, tuple(needs), tuple(missing), tuple(estimates))
+    calibrated = profile.calibration is not None and profile.calibration.model == model
+    return ModelStatus(model, tuple(needs), tuple(missing), tuple(estimates), calibrated)
 
 
 def calibration_status(profile: DeviceProfile) -> dict[str, ModelStatus]:

@@ -836,7 +836,21 @@ def main(
 ) -> int:
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
-    args = build_parser().parse_args(argv)
+    try:
+        code = _dispatch(build_parser().parse_args(argv), out, err)
+        out.flush()  # here, not at exit: a reader gone by now is answered below
+    except BrokenPipeError:
+        # the reader of the output left (``kperf ... | head -1``): it has what it wanted, so
+        # no error and no "Exception ignored" at exit (stdout then points at /dev/null)
+        if out is sys.stdout:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return 0
+    return code
+
+
+def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.kind == "sync":
         try:
             code: int = args.handler(args)
@@ -860,6 +874,8 @@ def main(
     except (RunsFileError, TunerInputError, ServerNotInstalled) as exc:
         err.write(f"error: {exc}\n")
         return 2
+    except BrokenPipeError:
+        raise  # the output's reader left: main answers it
     except (OSError, httpx.HTTPError) as exc:
         err.write(f"error: {exc}\n")
         return 1

@@ -81,6 +81,10 @@ fi
 command -v debootstrap >/dev/null || { echo "debootstrap not found (apt-get install debootstrap)" >&2; exit 2; }
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/kperf-base.XXXXXX")"
+# commands run inside the new root (debootstrap's own chroot steps included) see the root's
+# /tmp: a TMPDIR of this machine names a folder the chroot does not have (apt, dpkg and
+# update-ca-certificates then fail to make their temporary files)
+in_root() { env -u TMPDIR -u TMP -u TEMP chroot "$root" "$@"; }
 root="$work/rootfs"
 cleanup() {
     # debootstrap mounts /proc, /sys (and may bind /dev) inside the target; a failed run can
@@ -94,7 +98,8 @@ cleanup() {
 trap cleanup EXIT
 
 log "debootstrap --variant=minbase $suite from $mirror"
-debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+env -u TMPDIR -u TMP -u TEMP debootstrap --variant=minbase \
+    --include=python3,python3-venv,ca-certificates \
     "$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
     tail -n 20 "$work/debootstrap.log" >&2
     exit 1
@@ -107,8 +112,8 @@ if ((upgrade)); then
         log "applying $(awk '{ printf "%s ", $3 }' <<<"$extra")"
         printf '%s\n' "$extra" >"$root/etc/apt/sources.list.d/updates.list"
         {
-            chroot "$root" apt-get -q update &&
-                DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get -q -y upgrade
+            in_root apt-get -q update &&
+                DEBIAN_FRONTEND=noninteractive in_root apt-get -q -y upgrade
         } >"$work/upgrade.log" 2>&1 || { tail -n 20 "$work/upgrade.log" >&2; exit 1; }
     fi
 fi
@@ -116,12 +121,12 @@ fi
 if [[ -d "$ca_dir" ]] && find "$ca_dir" -name '*.crt' -print -quit | grep -q .; then
     log "adding the CA certificates of $ca_dir"
     cp -r "$ca_dir"/. "$root/usr/local/share/ca-certificates/"
-    chroot "$root" update-ca-certificates >"$work/ca.log" 2>&1 || { cat "$work/ca.log" >&2; exit 1; }
+    in_root update-ca-certificates >"$work/ca.log" 2>&1 || { cat "$work/ca.log" >&2; exit 1; }
 fi
 
 # what an image does not need: package lists and archives, docs, man pages, translations,
 # and this machine's resolver and host name (the engine provides its own at run time)
-chroot "$root" apt-get clean
+in_root apt-get clean
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/log/*.log \
     "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
     "$root"/usr/share/locale/*

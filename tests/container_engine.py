@@ -254,7 +254,10 @@ def build_base_image(engine: Engine, tag: str, tarball: str | None = None) -> st
     argv = ["bash", "scripts/offline-base-image.sh", "--tag", tag]
     if tarball:
         argv += ["--tarball", tarball]
-    engine.run(*argv, timeout_s=900)
+    # a TMPDIR of this machine, which the new root's chroot does not have (as on a machine
+    # whose TMPDIR is set): the script's chroot steps must not use it
+    with tempfile.TemporaryDirectory(prefix="kperf-tmpdir-") as tmpdir:
+        engine.run(*argv, timeout_s=900, env={"TMPDIR": tmpdir})
     return tag
 
 

@@ -65,10 +65,15 @@ def calibrated_id(
     fit: Sequence[str],
     digest: str,
     model_version: str,
+    owner: str,
 ) -> str:
     """``<root>-cal-<12 hex>``: a digest of the base's content, the model, the fitted figures,
-    the runs and the service version (a release may fit differently)."""
-    key = "\n".join([base.content_sha256(), model, ",".join(sorted(fit)), digest, model_version])
+    the runs, the service version (a release may fit differently) and the owning tenant (the
+    same runs posted by two tenants make two profiles: no tenant can make, and so claim,
+    another's id)."""
+    key = "\n".join(
+        [base.content_sha256(), model, ",".join(sorted(fit)), digest, model_version, owner]
+    )
     return f"{root}-cal-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 

@@ -28,6 +28,7 @@ from device_profiles.pipeline import sm_limits
 from device_profiles.priors import gemm_ws_dtype_ratios, gemm_ws_priors, many_bsp_priors
 from device_profiles.schema import CalibrationErrorSummary
 from perfmodel.calibration import (
+    GEMM_WS_FIGURES,
     CalibrationResult,
     ErrorSummary,
     GemmWsMeasurement,
@@ -97,13 +98,19 @@ def fit(
     names: Sequence[str] | None,
     folds: int,
     pipeline_model: str | None = None,
+    warm_from: DeviceProfile | None = None,
 ) -> CalibrationFit:
     """Check the runs against ``base`` (:func:`check_runs` for GeMM-WS; the Many-BSP fit
     analyses each run itself), then fit ``names`` (None: every figure of the model); GeMM-WS
-    under ``pipeline_model`` (None: paper) on SMs of ``base``'s hardware limits."""
+    under ``pipeline_model`` (None: paper) on SMs of ``base``'s hardware limits, starting
+    from ``warm_from``'s figures when given (a recalibration: the profile fitted before)."""
     if model == "gemm-ws":
         check_runs(model, base, documents)
         machine, gemm_runs = gemm_ws_core(base, documents)
+        warm = None
+        if warm_from is not None:
+            before = gemm_ws_machine(warm_from)
+            warm = {n: float(getattr(before, n)) for n in names or GEMM_WS_FIGURES}
         return to_fit(
             fit_gemm_ws(
                 machine,
@@ -115,6 +122,7 @@ def fit(
                 pipeline=resolve(
                     pipeline_model or "paper", PipelineSettings(limits=sm_limits(base))
                 ),
+                warm_start=warm,
             )
         )
     device, kernel_runs = many_bsp_core(base, documents)

@@ -86,12 +86,17 @@ def gemm_ws_machine(profile: DeviceProfile, dtype: str = "fp16") -> GemmWsMachin
     return scaled_throughputs(reference, ratios)
 
 
+class DtypeNotServed(ModelInputError):
+    """A dtype the device has no GEMM rate for: schema-valid, refused by the profile's content
+    (a problem type of its own, like a model the device does not serve)."""
+
+
 def dtype_ratios(profile: DeviceProfile, dtype: str) -> tuple[float, float]:
     """(load, compute) throughput ratios of ``dtype`` to the profile's fp16 figures; a dtype
-    the device lacks is a ModelInputError naming ``dtype``."""
+    the device lacks is a :class:`DtypeNotServed` naming ``dtype``."""
     ratios = gemm_ws_dtype_ratios(profile)
     if dtype not in ratios:
-        raise ModelInputError(
+        raise DtypeNotServed(
             "dtype",
             f"device {profile.id!r} has no {dtype} GEMM rate (its element types: "
             + ", ".join(sorted(ratios))

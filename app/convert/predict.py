@@ -3,7 +3,7 @@ response schema. Used by the route (early 4xx checks) and by the worker job alik
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -38,13 +38,27 @@ from perfmodel.manybsp.kernel import KernelTerms, kernel_terms
 MAX_PTX_BYTES = 2_000_000
 
 
-class PTXTooLarge(ValueError):
-    """The submitted PTX exceeds the size limit (413)."""
+#: the statement limit is one ``;`` per this many bytes of the byte limit (100,000 for 2 MB).
+#: The analysis costs memory and time per instruction, not per byte: within 2 MB, 4-byte
+#: ``ret;`` statements made 494,000 instructions and a 375 MB, 11 s CPU request, where nvcc's
+#: output averages about 30 bytes a statement (bench/bench_ptx_memory.py)
+BYTES_PER_STATEMENT = 20
 
-    def __init__(self, size_bytes: int, limit_bytes: int) -> None:
+
+class PTXTooLarge(ValueError):
+    """The submitted PTX exceeds the size limit, in bytes or in statements (413)."""
+
+    def __init__(self, size_bytes: int, limit_bytes: int, statements: int | None = None) -> None:
+        if statements is None:
+            reason = f"ptx is {size_bytes} bytes; the limit is {limit_bytes} bytes"
+        else:
+            reason = (
+                f"ptx has {statements} statements (';'); the limit is "
+                f"{limit_bytes // BYTES_PER_STATEMENT}, one per {BYTES_PER_STATEMENT} bytes of "
+                f"the {limit_bytes}-byte limit"
+            )
         super().__init__(
-            f"ptx is {size_bytes} bytes; the limit is {limit_bytes} bytes: submit one kernel's "
-            "module, or strip debug sections (.loc/.file) first"
+            f"{reason}: submit one kernel's module, or strip debug sections (.loc/.file) first"
         )
         self.size_bytes = size_bytes
         self.limit_bytes = limit_bytes
@@ -66,11 +80,16 @@ def resolve_device(
 
 
 def check_ptx_size(ptx: str, limit_bytes: int | None = None) -> None:
-    """Refuse PTX over ``limit_bytes`` UTF-8 bytes (default :data:`MAX_PTX_BYTES`)."""
+    """Refuse PTX over ``limit_bytes`` UTF-8 bytes (default :data:`MAX_PTX_BYTES`), or with
+    more statements than one per :data:`BYTES_PER_STATEMENT` bytes of that limit (each ``;``
+    counted, comments' too: an upper bound on the instructions, found without parsing)."""
     limit = MAX_PTX_BYTES if limit_bytes is None else limit_bytes
     size = len(ptx.encode("utf-8"))
     if size > limit:
         raise PTXTooLarge(size, limit)
+    statements = ptx.count(";")
+    if statements > limit // BYTES_PER_STATEMENT:
+        raise PTXTooLarge(size, limit, statements)
 
 
 def launch_to_core(
@@ -119,8 +138,13 @@ def to_response(
     clock_mhz: float | None,
     interval_cycles: tuple[float, float] | None = None,
     origin: Provenance | None = None,
+    *,
+    lists: bool = True,
 ) -> PredictKernelResponse:
+    """The full answer; ``lists=False`` leaves the instruction and superstep lists empty (their
+    totals still counted) for :func:`encode_view` to build only the page a request asks for."""
     e = result.estimate
+    page = _page(result, 0, None) if lists else _page(result, 0, 0)
     return PredictKernelResponse(
         predicted_cycles_interval=list(interval_cycles) if interval_cycles else None,
         profile_provenance=provenance_out(origin) if origin is not None else None,
@@ -155,10 +179,8 @@ def to_response(
         l_c=e.l_c,
         l_m=e.l_m,
         l_b=e.l_b,
-        level1_supersteps=[_step(result, s) for s in result.level1],
-        level2_supersteps=[_step(result, s) for s in result.level2],
-        instructions=_instructions(result),
-        warnings=list(result.warnings),
+        **page,
+        warnings=_bounded(result.warnings),
         warp_roles=[_role(r) for r in result.roles],
         lists=ListsInfo(
             detail="full",
@@ -169,6 +191,18 @@ def to_response(
             note=None,
         ),
     )
+
+
+#: warnings an answer lists; the model may give one per line (a class the device does not
+#: cost, a loop without a trip count): 80,000 of them made a 6.5 MB "summary"
+MAX_WARNINGS = 100
+
+
+def _bounded(warnings: tuple[str, ...]) -> list[str]:
+    if len(warnings) <= MAX_WARNINGS:
+        return list(warnings)
+    left = len(warnings) - (MAX_WARNINGS - 1)
+    return [*warnings[: MAX_WARNINGS - 1], f"{left} more warnings left out"]
 
 
 def _role(r: RoleResult) -> WarpRoleOut:
@@ -192,34 +226,95 @@ def _role(r: RoleResult) -> WarpRoleOut:
 _RESPONSE_JSON = TypeAdapter(PredictKernelResponse)
 
 
+#: list items built and encoded at a time by :func:`encode_view`
+_CHUNK = 1024
+_PAGE_JSON: dict[str, TypeAdapter[Any]] = {
+    "instructions": TypeAdapter(list[InstructionOut]),
+    "level1_supersteps": TypeAdapter(list[SuperstepModel]),
+    "level2_supersteps": TypeAdapter(list[SuperstepModel]),
+}
+#: the models of the lists' items from one index to another
+_Items = Callable[[int, int], dict[str, list[Any]]]
+
+
+def _page(result: PredictResult, start: int, stop: int | None) -> dict[str, list[Any]]:
+    """The three lists' models from ``start`` to ``stop`` (a list slice's bounds)."""
+    return {
+        "instructions": _instructions(result, start, stop),
+        "level1_supersteps": [_step(result, s) for s in result.level1[start:stop]],
+        "level2_supersteps": [_step(result, s) for s in result.level2[start:stop]],
+    }
+
+
+def _lists_json(items: _Items, first: int, last: int, budget: int | None) -> list[bytes] | None:
+    """``"name":[...]`` of each list from ``first`` to ``last``, encoded a chunk at a time (the
+    models of one chunk exist at once, not of the whole list); None once they pass ``budget``
+    bytes."""
+    parts: dict[str, list[bytes]] = {name: [] for name in _PAGE_JSON}
+    size = 0
+    for chunk in range(first, last, _CHUNK):
+        for name, models in items(chunk, min(chunk + _CHUNK, last)).items():
+            if models:
+                encoded = _PAGE_JSON[name].dump_json(models)[1:-1]  # without its brackets
+                parts[name].append(encoded)
+                size += len(encoded) + 1
+        if budget is not None and size > budget:
+            return None
+    return [b'"%s":[%s]' % (name.encode(), b",".join(p)) for name, p in parts.items()]
+
+
 def encode_view(
-    full: PredictKernelResponse, request: PredictKernelRequest, summary_above_bytes: int
+    full: PredictKernelResponse,
+    request: PredictKernelRequest,
+    summary_above_bytes: int,
+    result: PredictResult | None = None,
 ) -> bytes:
     """The JSON body of the answer the request asked for (``detail``, ``list_offset``,
     ``list_limit``) from the full answer; ``auto`` leaves the lists out above
-    ``summary_above_bytes``."""
+    ``summary_above_bytes``.
+
+    With ``result`` (``full`` then made with ``lists=False``) the lists' models are built from
+    it. Either way the lists are encoded a chunk at a time, and an ``auto`` answer stops
+    encoding at the limit: a 2 MB module's 150,000 instruction and superstep models took
+    ~320 MB at once, and their JSON ~120 MB more, only to be left out
+    (bench/bench_ptx_memory.py)."""
     start = request.list_offset
     stop = None if request.list_limit is None else start + request.list_limit
     totals = full.lists
+    note = "lists left out: detail=summary was asked"
     if request.detail != "summary":
-        page = full.model_copy(
-            update={
-                "instructions": full.instructions[start:stop],
-                "level1_supersteps": full.level1_supersteps[start:stop],
-                "level2_supersteps": full.level2_supersteps[start:stop],
-                "lists": totals.model_copy(update={"detail": "full", "offset": start}),
-            }
+        items: _Items = (
+            (lambda a, b: _page(result, a, b))
+            if result is not None
+            else (
+                lambda a, b: {
+                    "instructions": full.instructions[a:b],
+                    "level1_supersteps": full.level1_supersteps[a:b],
+                    "level2_supersteps": full.level2_supersteps[a:b],
+                }
+            )
         )
-        body = _RESPONSE_JSON.dump_json(page)
-        if request.detail == "full" or len(body) <= summary_above_bytes:
-            return body
+        longest = max(
+            totals.instructions_total,
+            totals.level1_supersteps_total,
+            totals.level2_supersteps_total,
+        )
+        first, last, _ = slice(start, stop).indices(longest)
+        budget = summary_above_bytes if request.detail == "auto" else None
+        lists = _lists_json(items, first, last, budget)
+        if lists is not None:
+            page = full.model_copy(
+                update={"lists": totals.model_copy(update={"detail": "full", "offset": start})}
+            )
+            head = _RESPONSE_JSON.dump_json(page, exclude=set(_PAGE_JSON))
+            body = b"".join((head[:-1], b",", b",".join(lists), b"}"))
+            if request.detail == "full" or len(body) <= summary_above_bytes:
+                return body
         note = (
-            f"lists left out: with them this answer is {len(body)} bytes, above this server's "
-            f"limit of {summary_above_bytes} bytes for full answers; ask for detail=full, or "
-            "page with list_offset and list_limit"
+            f"lists left out: with them this answer is more than {summary_above_bytes} bytes, "
+            "this server's limit for full answers; ask for detail=full, or page with "
+            "list_offset and list_limit"
         )
-    else:
-        note = "lists left out: detail=summary was asked"
     summary = full.model_copy(
         update={
             "instructions": [],
@@ -231,9 +326,14 @@ def encode_view(
     return _RESPONSE_JSON.dump_json(summary)
 
 
-def _instructions(result: PredictResult) -> list[InstructionOut]:
+def _instructions(
+    result: PredictResult, start: int = 0, stop: int | None = None
+) -> list[InstructionOut]:
+    """The instruction list's models from ``start`` to ``stop`` (a list slice's bounds)."""
     out = []
-    for i, (c, r) in enumerate(zip(result.costs, result.rows, strict=True)):
+    first, last, _ = slice(start, stop).indices(len(result.costs))
+    for i in range(first, last):
+        c, r = result.costs[i], result.rows[i]
         f = r.fu_cycles
         uncosted = result.class_keys[i] == UNCOSTED
         out.append(

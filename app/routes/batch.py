@@ -8,10 +8,11 @@ import json
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import TypeAdapter
 
+from app.auth import Principal
 from app.convert.candidates import configurations_of, prepare
 from app.errors import HANDLERS
 from app.jobs import optimize_model_via_pool, request_profile
-from app.routes.access import read_access
+from app.routes.access import ReaderDep, read_access
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.batch import (
     BatchItem,
@@ -50,10 +51,11 @@ async def _solve_one(
     index: int,
     problem: OptimizeTilingRequest,
     slots: asyncio.Semaphore,
+    principal: Principal,
 ) -> BatchItem:
     try:
         # fail fast on bad devices/search spaces, no worker needed
-        profile = await request_profile(service, problem)
+        profile = await request_profile(service, problem, principal)
         prepared = prepare(problem, profile)
         service.check_search_space(configurations_of(prepared.problem))
         async with slots:
@@ -67,7 +69,7 @@ async def _solve_one(
 
 @router.post("/batch", response_model=OptimizeTilingBatchResponse)
 async def optimize_batch(
-    body: OptimizeTilingBatchRequest, request: Request, service: ServiceDep
+    body: OptimizeTilingBatchRequest, request: Request, service: ServiceDep, principal: ReaderDep
 ) -> Response:
     """Solve up to max_batch_items problems concurrently; answers in request order."""
     limit = service.settings.max_batch_items
@@ -75,11 +77,15 @@ async def optimize_batch(
         raise RequestFieldError(
             "problems", f"at most {limit} problems per batch, got {len(body.problems)}; split it"
         )
+    # the schema's maximum of an item's time_limit_s (app/openapi.py) refuses the whole batch,
+    # as a schema-invalid item does, rather than giving that item an error
+    for index, item in enumerate(body.problems):
+        service.resolve_time_limit(item.time_limit_s, f"problems.{index}.time_limit_s")
     # one queue slot admits the whole batch; its items then share at most `workers` workers
     service.pool.admit()
     slots = asyncio.Semaphore(service.settings.workers)
     items = await asyncio.gather(
-        *(_solve_one(service, request, i, p, slots) for i, p in enumerate(body.problems))
+        *(_solve_one(service, request, i, p, slots, principal) for i, p in enumerate(body.problems))
     )
     answer = OptimizeTilingBatchResponse(items=list(items))
     # encoded off the event loop: 32 answers with timelines can be megabytes of JSON

@@ -63,12 +63,16 @@ WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("", response_model=DeviceList, responses=JSON_ONLY_RESPONSES)
-async def list_devices(service: ServiceDep, http_request: Request) -> DeviceList:
-    """List the shipped and calibrated profiles, the models each serves, each model's status,
-    and a calibrated profile's aliases and provenance; while the shared store is unavailable,
+async def list_devices(
+    service: ServiceDep, principal: ReaderDep, http_request: Request
+) -> DeviceList:
+    """List the shipped profiles and the calibrated ones the caller may read (every tenant's
+    unless the server requires tokens for reads: then the caller's own), the models each
+    serves, each model's status, a calibrated profile's provenance and the caller's names
+    for it (`aliases`); while the shared store is unavailable,
     the shipped profiles and `stored_profiles` saying why no calibrated one is listed."""
     require_json(http_request.headers.get("accept"))
-    listing = await asyncio.to_thread(service.profile_store.listing)
+    listing = await asyncio.to_thread(service.profile_store.listing, principal)
     unavailable = listing.stored_unavailable
     return DeviceList(
         devices=[summarize_profile(p, list(names)) for p, names in listing.profiles],
@@ -86,7 +90,7 @@ async def device_detail(
     source, per model the figures that need calibration with the call that fills them, and
     its history (owner, runs recorded, the fit's errors)."""
     require_json(http_request.headers.get("accept"))
-    profile = await service.resolve_profile(device_id)
+    profile = await service.resolve_profile(device_id, principal)
     history = await asyncio.to_thread(device_record, service, principal, profile)
     return detail_profile(profile, history)
 
@@ -154,7 +158,7 @@ async def delete_device(
 ) -> ProfileDeleted:
     """Remove a calibrated profile of the caller's tenant, its record and its names (shipped
     profiles are read-only: 403)."""
-    profile = await service.resolve_profile(device_id)
+    profile = await service.resolve_profile(device_id, principal)
     names = await delete_profile(service, principal, profile.id)
     return ProfileDeleted(device=profile.id, names=names)
 

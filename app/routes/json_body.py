@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import json
+import sys
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from email.message import Message
@@ -107,6 +108,15 @@ def decode_json_body(body: bytes) -> Any:
         ) from None
     except RecursionError:
         raise BodyDecodeError(400, "body", "JSON nested too deeply") from None
+    except ValueError:
+        # the one ValueError besides JSONDecodeError: an integer literal past Python's
+        # conversion limit, malformed input like any other (422), not an unreadable body
+        raise BodyDecodeError(
+            422,
+            "body",
+            f"an integer literal has more than {sys.get_int_max_str_digits()} digits; "
+            "no field takes a number that large",
+        ) from None
 
 
 def check_json_media_type(content_type: str | None) -> None:

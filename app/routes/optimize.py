@@ -19,7 +19,7 @@ from app.negotiation import (
     svg_response,
     vary_on_accept,
 )
-from app.routes.access import read_access
+from app.routes.access import ReaderDep, read_access
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.optimize import MAX_TOP_K, OptimizeTilingRequest, OptimizeTilingResponse
 from app.service import ServiceDep
@@ -48,6 +48,7 @@ async def optimize(
     request: OptimizeTilingRequest,
     service: ServiceDep,
     http_request: Request,
+    principal: ReaderDep,
     candidate_rank: CandidateRank = 1,
 ) -> Response:
     """Proven-optimal GeMM-WS tiling and a ranked shortlist for a GEMM on a device.
@@ -57,7 +58,7 @@ async def optimize(
     drawn under the answer's pipeline model (async-copy: copies issued, in flight, arrived).
     """
     # bad device or search space: answer 4xx without taking a worker
-    profile = await request_profile(service, request)
+    profile = await request_profile(service, request, principal)
     prepared = prepare(request, profile)  # the pipeline model is chosen here, once
     service.check_search_space(configurations_of(prepared.problem))
     if picture_requested(http_request.headers.get("accept")):

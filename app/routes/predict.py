@@ -13,7 +13,7 @@ from app.negotiation import (
     svg_response,
     vary_on_accept,
 )
-from app.routes.access import read_access
+from app.routes.access import ReaderDep, read_access
 from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.predict import PredictKernelRequest, PredictKernelResponse
 from app.service import ServiceDep
@@ -29,7 +29,7 @@ router = APIRouter(
     responses={200: SVG_RESPONSE, 406: NOT_ACCEPTABLE_RESPONSE},
 )
 async def predict(
-    request: PredictKernelRequest, service: ServiceDep, http_request: Request
+    request: PredictKernelRequest, service: ServiceDep, http_request: Request, principal: ReaderDep
 ) -> Response:
     """Predict a PTX kernel's execution cycles with the Many-BSP model.
 
@@ -38,7 +38,7 @@ async def predict(
     """
     # size limit and device checked here (413/422 without taking a worker); the analysis
     # itself (to_core -> predict_kernel -> to_response) runs in a worker: app/jobs.py
-    profile = await request_profile(service, request)
+    profile = await request_profile(service, request, principal)
     to_core(request, service.settings.max_ptx_bytes, profile)
     if picture_requested(http_request.headers.get("accept")):
         svg, hit = await predict_svg_via_pool(service, request, profile)

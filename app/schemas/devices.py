@@ -19,7 +19,9 @@ from device_profiles.schema import (
 )
 
 #: the state of one model on one profile (device_profiles.status.ModelStatus.state)
-ModelStateName = Literal["served", "uncalibrated-estimates", "needs-calibration", "missing-figures"]
+ModelStateName = Literal[
+    "served", "calibrated", "uncalibrated-estimates", "needs-calibration", "missing-figures"
+]
 
 #: keys GET /devices/{id} adds to the profile; an inline ``device_params`` drops them, so the
 #: detail can be posted back as is
@@ -38,8 +40,10 @@ class DeviceSummary(BaseModel):
     sm_count: int = Field(description="streaming multiprocessors")
     models: list[str] = Field(description="performance models this profile has figures for")
     model_status: dict[str, ModelStateName] = Field(
-        description="per model: served, uncalibrated-estimates (served, some figures are "
-        "estimates), needs-calibration (POST /calibrate fills what is missing) or "
+        description="per model: served, calibrated (served, fitted to measured runs of this "
+        "model; figures the runs did not determine are listed as estimates held by their "
+        "priors), uncalibrated-estimates (served, some figures are estimates), "
+        "needs-calibration (POST /calibrate fills what is missing) or "
         "missing-figures (a figure no calibration fits must be cited first); "
         "GET /devices/{id} lists the figures"
     )

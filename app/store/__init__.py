@@ -8,13 +8,14 @@ from app.store.base import MemoryStore, Store, StoreHealth, StoreUnavailable
 from app.store.checked import CheckedStore, CorruptValue, seal, unseal
 from app.store.registry import BACKENDS, make_backend, make_store
 from app.store.resilient import ResilientStore
-from app.store.transaction import CapExceeded, Counter, Delete, Outcome, Put
+from app.store.transaction import CapExceeded, Counter, Delete, Expect, Outcome, Put, Unmet
 
 __all__ = [
     "BACKENDS",
     "CapExceeded",
     "Counter",
     "Delete",
+    "Expect",
     "Outcome",
     "Put",
     "CheckedStore",
@@ -24,6 +25,7 @@ __all__ = [
     "Store",
     "StoreHealth",
     "StoreUnavailable",
+    "Unmet",
     "make_backend",
     "make_store",
     "seal",

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.store.transaction import COUNTERS, Counter, Delete, Outcome, Put, plan
+from app.store.transaction import COUNTERS, Counter, Delete, Expect, Outcome, Put, plan
 
 
 class StoreUnavailable(RuntimeError):
@@ -116,10 +116,12 @@ class Store(abc.ABC):
         puts: Sequence[Put] = (),
         deletes: Sequence[Delete] = (),
         counters: Sequence[Counter] = (),
+        expects: Sequence[Expect] = (),
     ) -> Outcome:
         """Apply ``puts`` then ``deletes`` and update ``counters``, all or nothing, in one
         atomic step of the backend (see ``app/store/transaction.py``); CapExceeded, and
-        nothing written, when a counter would pass its cap."""
+        nothing written, when a counter would pass its cap; Unmet, and nothing written, when
+        one of ``expects`` (or a counter's ``expect``) does not hold."""
         raise NotImplementedError(f"the {self.name} store has no transactions")
 
     def counter(self, key: str) -> int:
@@ -210,6 +212,7 @@ class MemoryStore(Store):
         puts: Sequence[Put] = (),
         deletes: Sequence[Delete] = (),
         counters: Sequence[Counter] = (),
+        expects: Sequence[Expect] = (),
     ) -> Outcome:
         now = time.monotonic()
         with self._lock:
@@ -218,8 +221,9 @@ class MemoryStore(Store):
             for slot in slots:
                 value = self._live(slot, now)
                 existing[slot] = None if value is None else len(value)
+            found = {(e.namespace, e.key): self._live((e.namespace, e.key), now) for e in expects}
             current = {c.key: self._count(c.key, now) for c in counters}
-            totals, writing = plan(counters, current, puts, existing, deletes)
+            totals, writing = plan(counters, current, puts, existing, deletes, expects, found)
             for put in writing:
                 self._data[(put.namespace, put.key)] = (bytes(put.value), None)
             for d in deletes:

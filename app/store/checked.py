@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from app.store.base import Store, StoreHealth, StoreUnavailable
-from app.store.transaction import Counter, Delete, Outcome, Put
+from app.store.transaction import Counter, Delete, Expect, Outcome, Put
 
 log = logging.getLogger("kperf.store")
 
@@ -166,12 +166,18 @@ class CheckedStore(Store):
         puts: Sequence[Put] = (),
         deletes: Sequence[Delete] = (),
         counters: Sequence[Counter] = (),
+        expects: Sequence[Expect] = (),
     ) -> Outcome:
         # counters are the backend's own integers, never sealed; values are, like any put's
         sealed = [
             Put(p.namespace, p.key, seal(p.namespace, p.key, p.value), p.if_absent) for p in puts
         ]
-        return self.inner.transact(sealed, deletes, counters)
+        # sealing is deterministic: an expected value's envelope is the stored one
+        expected = [
+            e if e.value is None else Expect(e.namespace, e.key, seal(e.namespace, e.key, e.value))
+            for e in expects
+        ]
+        return self.inner.transact(sealed, deletes, counters, expected)
 
     def counter(self, key: str) -> int:
         return self.inner.counter(key)

@@ -24,7 +24,16 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from app.store.base import Store, StoreUnavailable, check_ttl_s, redact
-from app.store.transaction import COUNTERS, CapExceeded, Counter, Delete, Outcome, Put
+from app.store.transaction import (
+    COUNTERS,
+    CapExceeded,
+    Counter,
+    Delete,
+    Expect,
+    Outcome,
+    Put,
+    Unmet,
+)
 
 R = TypeVar("R")
 
@@ -51,19 +60,21 @@ return 0
 """
 
 #: ``transaction.plan`` in Lua: Redis runs a script alone, so the counters it reads are the
-#: ones it writes. KEYS: counters, then puts, then deletes. ARGV: the three counts, then per
-#: counter (measure, cap or "", namespaces joined by newlines), per put (namespace, if_absent
-#: "1"/"0", value), per delete (namespace). Answers {0, counter index, total, adding, cap}
-#: when a cap refuses (nothing written), else {1, {totals}, {indices of the puts written}}.
+#: ones it writes. KEYS: counters, then puts, then deletes, then expects. ARGV: the four
+#: counts, then per counter (measure, cap or "", namespaces joined by newlines, expected total
+#: or ""), per put (namespace, if_absent "1"/"0", value), per delete (namespace), per expect
+#: (value given "1"/"0", value). Answers {0, counter index, total, adding, cap} when a cap
+#: refuses, {2, expect index} or {3, counter index, total} when an expectation fails (nothing
+#: written either way), else {1, {totals}, {indices of the puts written}}.
 _TRANSACT = """
-local nc, np, nd = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local a = 4
+local nc, np, nd, ne = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local a = 5
 local counters = {}
 for i = 1, nc do
   local ns = {}
   for n in string.gmatch(ARGV[a + 2], '[^\\n]+') do ns[n] = true end
-  counters[i] = {measure = ARGV[a], cap = ARGV[a + 1], ns = ns, add = 0}
-  a = a + 3
+  counters[i] = {measure = ARGV[a], cap = ARGV[a + 1], ns = ns, add = 0, expect = ARGV[a + 3]}
+  a = a + 4
 end
 local sizes = {}
 local function size_of(k)
@@ -104,9 +115,15 @@ for i = 1, nd do
     bump(ns, old, -1)
   end
 end
+for i = 1, ne do
+  local found = redis.call('GET', KEYS[nc + np + nd + i])
+  if (not found) or (ARGV[a] == '1' and found ~= ARGV[a + 1]) then return {2, i} end
+  a = a + 2
+end
 local totals = {}
 for i, c in ipairs(counters) do
   local total = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if c.expect ~= '' and total ~= tonumber(c.expect) then return {3, i, total} end
   if c.cap ~= '' and c.add > 0 and total + c.add > tonumber(c.cap) then
     return {0, i, total, c.add, tonumber(c.cap)}
   end
@@ -279,20 +296,31 @@ class RedisStore(Store):
         puts: Sequence[Put] = (),
         deletes: Sequence[Delete] = (),
         counters: Sequence[Counter] = (),
+        expects: Sequence[Expect] = (),
     ) -> Outcome:
         keys = [self._prefix(COUNTERS) + c.key for c in counters]
         keys += [self._prefix(p.namespace) + p.key for p in puts]
         keys += [self._prefix(d.namespace) + d.key for d in deletes]
-        args: list[bytes | str | int] = [len(counters), len(puts), len(deletes)]
+        keys += [self._prefix(e.namespace) + e.key for e in expects]
+        args: list[bytes | str | int] = [len(counters), len(puts), len(deletes), len(expects)]
         for c in counters:
             args += [c.measure, "" if c.cap is None else c.cap, "\n".join(c.namespaces)]
+            args.append("" if c.expect is None else c.expect)
         for p in puts:
             args += [p.namespace, "1" if p.if_absent else "0", p.value]
         args += [d.namespace for d in deletes]
+        for e in expects:
+            args += ["0", ""] if e.value is None else ["1", e.value]
         answer: Any = self._run("transact", lambda: self._transact(keys, args))
         if int(answer[0]) == 0:
             _, index, total, adding, cap = (int(x) for x in answer)
             raise CapExceeded(counters[index - 1].key, total, adding, cap)
+        if int(answer[0]) == 2:
+            missed = expects[int(answer[1]) - 1]
+            raise Unmet(f"{missed.namespace}/{missed.key} changed")
+        if int(answer[0]) == 3:
+            counter = counters[int(answer[1]) - 1]
+            raise Unmet(f"counter {counter.key} is {int(answer[2])}, not {counter.expect}")
         totals = {c.key: int(t) for c, t in zip(counters, answer[1], strict=True)}
         written = frozenset((puts[i - 1].namespace, puts[i - 1].key) for i in answer[2])
         return Outcome(totals, written)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from app.store.base import Store, StoreHealth, StoreUnavailable
-from app.store.transaction import Counter, Delete, Outcome, Put
+from app.store.transaction import Counter, Delete, Expect, Outcome, Put
 
 log = logging.getLogger("kperf.store")
 
@@ -182,8 +182,11 @@ class ResilientStore(Store):
         puts: Sequence[Put] = (),
         deletes: Sequence[Delete] = (),
         counters: Sequence[Counter] = (),
+        expects: Sequence[Expect] = (),
     ) -> Outcome:
-        return self._call("transact", lambda: self.backend.transact(puts, deletes, counters))
+        return self._call(
+            "transact", lambda: self.backend.transact(puts, deletes, counters, expects)
+        )
 
     def counter(self, key: str) -> int:
         return self._call("get", lambda: self.backend.counter(key))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from app.store.base import Store, StoreUnavailable, check_ttl_s
-from app.store.transaction import COUNTERS, Counter, Delete, Outcome, Put, plan
+from app.store.transaction import COUNTERS, Counter, Delete, Expect, Outcome, Put, plan
 
 R = TypeVar("R")
 
@@ -263,6 +263,7 @@ class SqliteStore(Store):
         puts: Sequence[Put] = (),
         deletes: Sequence[Delete] = (),
         counters: Sequence[Counter] = (),
+        expects: Sequence[Expect] = (),
     ) -> Outcome:
         def step(conn: sqlite3.Connection) -> Outcome:
             # the write lock first: no other writer (of any process) reads the counters
@@ -280,8 +281,16 @@ class SqliteStore(Store):
                         (namespace, key, now),
                     ).fetchone()
                     existing[(namespace, key)] = None if row is None else int(row[0])
+                found: dict[tuple[str, str], bytes | None] = {}
+                for e in expects:
+                    row = conn.execute(
+                        "SELECT value FROM store_entries "
+                        f"WHERE namespace = ? AND key = ? AND {_LIVE}",
+                        (e.namespace, e.key, now),
+                    ).fetchone()
+                    found[(e.namespace, e.key)] = None if row is None else bytes(row[0])
                 current = {c.key: _count(conn, c.key, now) for c in counters}
-                totals, writing = plan(counters, current, puts, existing, deletes)
+                totals, writing = plan(counters, current, puts, existing, deletes, expects, found)
                 conn.executemany(
                     "INSERT OR REPLACE INTO store_entries (namespace, key, value, expires_unix_s) "
                     "VALUES (?, ?, ?, NULL)",

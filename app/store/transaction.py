@@ -9,6 +9,11 @@ A :class:`Counter` measures the live values of some namespaces, by number of key
 the step adds what its puts newly write (a put ``if_absent`` onto an existing key writes
 nothing and counts nothing) and subtracts what its deletes remove. Counters are plain integers
 the backend keeps beside the values (never sealed: ``Store.counter`` reads them).
+
+A step may also hold only while the state it was planned on still holds: an :class:`Expect`
+(a key is live, or holds exactly some value) and a counter's ``expect`` (its total before the
+step). Runs appended to a profile expect the profile, so none lands after its delete; a
+delete expects the run count it listed, so none lands between its listing and its step.
 """
 
 from __future__ import annotations
@@ -44,6 +49,34 @@ class Counter:
     namespaces: tuple[str, ...]
     #: the step is refused when it would raise the counter above this (None: no cap)
     cap: int | None = None
+    #: the step applies only when the counter is this before it (None: whatever it is)
+    expect: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """The step applies only while ``key`` holds a live value (``value``: exactly that one)."""
+
+    namespace: str
+    key: str
+    value: bytes | None = None
+
+
+class Unmet(Exception):
+    """An expectation of the step did not hold (what it was planned on changed meanwhile);
+    nothing of it was written."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def check_expects(expects: Sequence[Expect], found: Mapping[tuple[str, str], bytes | None]) -> None:
+    """Unmet unless every expectation holds on ``found`` (the live value of each key)."""
+    for e in expects:
+        value = found.get((e.namespace, e.key))
+        if value is None or (e.value is not None and value != e.value):
+            raise Unmet(f"{e.namespace}/{e.key} changed")
 
 
 class CapExceeded(Exception):
@@ -79,11 +112,15 @@ def plan(
     puts: Sequence[Put],
     existing: Mapping[tuple[str, str], int | None],
     deletes: Sequence[Delete],
+    expects: Sequence[Expect] = (),
+    found: Mapping[tuple[str, str], bytes | None] | None = None,
 ) -> tuple[dict[str, int], list[Put]]:
     """The counters after the step and the puts that write, given the counters' values and the
     sizes of the existing values (None: absent) of every key the step touches; CapExceeded
-    when a counter would pass its cap while growing. Shared by the backends that run Python
+    when a counter would pass its cap while growing, Unmet when an expectation fails on
+    ``found`` (the live value of each expected key). Shared by the backends that run Python
     inside their atomic step (memory, SQLite); the Redis script is its Lua twin."""
+    check_expects(expects, found or {})
     sizes = dict(existing)
     adds = {c.key: 0 for c in counters}
     writing: list[Put] = []
@@ -107,6 +144,8 @@ def plan(
     totals: dict[str, int] = {}
     for c in counters:
         total, add = current.get(c.key, 0), adds[c.key]
+        if c.expect is not None and total != c.expect:
+            raise Unmet(f"counter {c.key} is {total}, not {c.expect}")
         if c.cap is not None and add > 0 and total + add > c.cap:
             raise CapExceeded(c.key, total, add, c.cap)
         totals[c.key] = max(0, total + add)

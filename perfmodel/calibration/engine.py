@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -153,6 +153,13 @@ def internal_of(specs: Sequence[FigureSpec], theta: FloatArray) -> FloatArray:
     """x of ``theta`` = ln(values): exp(theta), or exp(-theta) for a reciprocal figure."""
     out: FloatArray = np.exp(_signs(specs) * theta)
     return out
+
+
+def theta_of(specs: Sequence[FigureSpec], values: Mapping[str, float]) -> FloatArray:
+    """theta = ln(value) of each spec's figure in ``values`` (the inverse of
+    :func:`internal_of` composed with ``to_value``): a warm start from figures fitted before."""
+    theta: FloatArray = np.log(np.array([values[s.name] for s in specs], dtype=np.float64))
+    return theta
 
 
 def prior_arrays(specs: Sequence[FigureSpec]) -> tuple[FloatArray, FloatArray]:

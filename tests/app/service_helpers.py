@@ -97,6 +97,8 @@ def start_server(
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KPERF_")}
     env.update({"KPERF_WORKERS": "1", "KPERF_LOG_LEVEL": "WARNING"})
+    # this checkout's packages, whichever one the venv's editable install points at
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     address = ["--host", "127.0.0.1", "--port", str(port)]
     if address_in_env:
         env.update({"KPERF_HOST": "127.0.0.1", "KPERF_PORT": str(port)})

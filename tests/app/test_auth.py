@@ -19,6 +19,9 @@ from app.auth import (
     check_owner,
     hash_token,
 )
+from app.main import create_app
+from app.settings import Settings
+from device_profiles import default_profiles
 
 
 def _table(tmp_path: Path, text: str, **kwargs: bool) -> TokenTable:
@@ -74,3 +77,23 @@ def test_only_the_owner_or_an_admin_changes_a_device() -> None:
         check_owner(Principal("b", "write"), "a", "dev")
     with pytest.raises(Forbidden, match="nobody.s"):
         check_owner(Principal("b", "write"), None, "v100")
+
+
+@pytest.mark.parametrize("tenant", ["anonymous", "local", "h100", "rtx-a6000"])
+def test_reserved_tenant_names_are_refused_naming_the_line(tmp_path: Path, tenant: str) -> None:
+    """``anonymous`` is every untokened reader, ``local`` every caller without a tokens file,
+    and a shipped id is a device: a tenant of any of those names is refused at load."""
+    path = tmp_path / "tokens"
+    path.write_text(f"{'0' * 64} team-a write\n{'1' * 64} {tenant} write\n")
+    with pytest.raises(ValueError, match=rf"tokens:2: tenant '{tenant}' is reserved"):
+        TokenTable.load(path, reserved=default_profiles())
+    # the same file with the line renamed loads
+    path.write_text(f"{'0' * 64} team-a write\n{'1' * 64} {tenant}-team write\n")
+    assert len(TokenTable.load(path, reserved=default_profiles()).entries) == 2
+
+
+def test_a_server_refuses_a_tokens_file_with_a_reserved_tenant(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"{'0' * 64} anonymous read\n")
+    with pytest.raises(ValueError, match="reserved"):
+        create_app(Settings(tokens_file=path))

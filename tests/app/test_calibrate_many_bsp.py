@@ -171,13 +171,13 @@ def test_calibrated_profiles_fit_the_hidden_figures(
         stored = profile["many_bsp"][name]
         assert stored["value"] == figure["value"] and stored["estimate"] is False
         assert stored["source"].startswith("fitted by POST /calibrate from 21 many-bsp")
-    # the calibrated profile's listing: nothing left to calibrate for Many-BSP; served unless
-    # the file carries estimates no run fits (then flagged as before, and still served)
+    # the calibrated profile's listing: nothing left to calibrate for Many-BSP, its state
+    # "calibrated"; estimates no run fits are still flagged (and served)
     listing = profile["needs_calibration"]["many-bsp"]
     assert listing["figures"] == [] and listing["missing"] == [] and listing["calibrate"] is None
     estimates = expected_estimates(device) - {f"many_bsp.{n}" for n in MANY_BSP_FIGURES}
     assert {f["figure"] for f in listing["estimates"]} == estimates
-    assert listing["status"] == ("uncalibrated-estimates" if estimates else "served")
+    assert listing["status"] == "calibrated"
     summary = [d for d in client.get("/devices").json()["devices"] if d["id"] == answer["device"]]
     assert summary[0]["model_status"]["many-bsp"] == listing["status"]
     assert "many-bsp" in summary[0]["models"]
@@ -251,20 +251,22 @@ def test_too_few_runs_keep_no_made_up_number_as_a_fit(client: TestClient) -> Non
         assert stored["estimate"] is True and stored["value"] == f["value"]
         assert "held by its prior" in stored["note"]
     listing = profile["needs_calibration"]["many-bsp"]
-    assert listing["status"] == "uncalibrated-estimates"
+    assert listing["status"] == "calibrated"
     assert sorted(x["figure"] for x in listing["figures"]) == sorted(
         f"many_bsp.{f['name']}" for f in undetermined
     )
     assert {x["state"] for x in listing["figures"]} == {"estimate"}
     assert listing["calibrate"]["body"]["base_device"] == answer["device"]
-    # that listed call, with enough runs, replaces the estimates with fits: served
+    # that listed call, with enough runs, replaces the estimates with fits: nothing is left to
+    # calibrate (the state stays "calibrated": fitted to runs)
     call = listing["calibrate"]
     refit = client.post(call["path"], json={**call["body"], "measurements": measured_runs(truth)})
     assert refit.status_code == 200, refit.text
     assert refit.json()["base_device"] == answer["device"]
     assert all(f["identifiable"] and not f["estimate"] for f in refit.json()["fitted"])
     again = client.get(f"/devices/{refit.json()['device']}").json()
-    assert again["needs_calibration"]["many-bsp"]["status"] == "served"
+    assert again["needs_calibration"]["many-bsp"]["status"] == "calibrated"
+    assert again["needs_calibration"]["many-bsp"]["figures"] == []
     assert again["calibration"]["root_device"] == "v100"
     assert again["many_bsp"]["mu"]["value"] == pytest.approx(TRUE_MANY_BSP["mu"], rel=0.02)
     # fewer runs than figures: a fit all the same (issue 16)

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from app.auth import LOCAL
 from app.main import create_app
 from app.profile_store import ProfileStore
 from app.settings import Settings
@@ -233,21 +234,21 @@ def _profile_store() -> tuple[ProfileStore, SwitchedStore, str]:
     profiles = ProfileStore(ResilientStore(backend, backoff_initial_s=1e-6, backoff_max_s=1e-6),
                             shipped)  # fmt: skip
     assert profiles.save(copy, "gemm-ws", [], "local")
-    profiles.set_alias("my-v100", copy.id)
+    profiles.set_alias("local", "my-v100", copy.id)
     return profiles, backend, copy.id
 
 
-@pytest.mark.parametrize("failing", [{"profiles"}, {"aliases"}])
+@pytest.mark.parametrize("failing", [{"profiles"}, {"aliases:local"}])
 def test_a_listing_with_part_of_the_store_failing_lists_no_stored_profile(
     failing: set[str],
 ) -> None:
     profiles, backend, stored_id = _profile_store()
-    whole = profiles.listing()
+    whole = profiles.listing(LOCAL)
     assert whole.stored_unavailable is None
     assert {p.id for p, _ in whole.profiles} == SHIPPED_IDS | {stored_id}
     backend.failing = failing
     time.sleep(0.01)  # past the breaker's pause: the backend itself is called
-    degraded = profiles.listing()
+    degraded = profiles.listing(LOCAL)
     # all or nothing: never a calibrated profile without its names
     assert {p.id for p, _ in degraded.profiles} == SHIPPED_IDS
     assert degraded.stored_unavailable is not None
@@ -256,10 +257,10 @@ def test_a_listing_with_part_of_the_store_failing_lists_no_stored_profile(
 
 def test_a_stored_lookup_with_the_store_failing_names_the_field() -> None:
     profiles, backend, stored_id = _profile_store()
-    backend.failing = {"profiles", "aliases"}
-    assert profiles.resolve("v100").id == "v100"  # shipped: the store is not asked
+    backend.failing = {"profiles", "aliases:local"}
+    assert profiles.resolve("v100", LOCAL).id == "v100"  # shipped: the store is not asked
     with pytest.raises(StoreUnavailable) as caught:
-        profiles.resolve("my-v100", field="base_device")
+        profiles.resolve("my-v100", LOCAL, field="base_device")
     assert getattr(caught.value, "field", None) == "base_device"
     assert "my-v100" in str(caught.value)
 

@@ -8,7 +8,9 @@ are iterated here, each with a hypothesis ``@given`` over its strategy.)
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import checks
 
+from app.auth import hash_token
+from app.settings import Settings
 from tests.app.service_helpers import clean_environ, start_server, stop_server
 
 __all__ = ["clean_environ"]
@@ -31,6 +35,8 @@ FUZZ_SERVER_ENV = {
 }
 #: time_limit_s of generated problems is clamped to this, so each solve ends within ~0.7 s
 FUZZ_TIME_LIMIT_S = 0.5
+#: the servers' maximum time_limit_s (the default setting), which the schema states
+MAX_LIMIT_S = float(Settings.model_fields["max_time_limit_s"].default)
 
 
 def _steer(problem: object, use_known_device: bool) -> None:
@@ -42,7 +48,8 @@ def _steer(problem: object, use_known_device: bool) -> None:
     if not isinstance(problem, dict):
         return
     limit = problem.get("time_limit_s")
-    if isinstance(limit, int | float) and not isinstance(limit, bool):
+    # a limit above the server's maximum stays: it must be refused, with no solve
+    if isinstance(limit, int | float) and not isinstance(limit, bool) and limit <= MAX_LIMIT_S:
         problem["time_limit_s"] = min(limit, FUZZ_TIME_LIMIT_S)
     if use_known_device and isinstance(problem.get("device"), str):
         problem["device"] = "rtx-a6000"
@@ -73,6 +80,24 @@ def fuzz_server() -> Iterator[str]:
         stop_server(proc)
 
 
+#: the admin token of :func:`token_server`
+FUZZ_TOKEN = "fuzz-admin-token"
+
+
+@pytest.fixture(scope="module")
+def token_server() -> Iterator[str]:
+    """A server run for a team: a tokens file, and tokens required for reads too."""
+    with tempfile.TemporaryDirectory(prefix="kperf-fuzz-") as directory:
+        tokens = Path(directory) / "tokens"
+        tokens.write_text(f"{hash_token(FUZZ_TOKEN)} fuzz admin\n", encoding="utf-8")
+        env = {**FUZZ_SERVER_ENV, "KPERF_TOKENS_FILE": str(tokens), "KPERF_AUTH_READS": "true"}
+        proc, url = start_server(env)
+        try:
+            yield url
+        finally:
+            stop_server(proc)
+
+
 #: every check schemathesis has (``--checks all``) but two, done here instead: "no 5xx"
 #: (allowing the deliberate 503/504) and "positive data acceptance" (below)
 EXCLUDED_CHECKS = [checks.not_a_server_error, checks.positive_data_acceptance]
@@ -85,6 +110,8 @@ DOMAIN_422_TYPES = {
     "invalid-ptx",
     "unknown-device",
     "model-not-served-by-device",
+    # a dtype the device has no GEMM rate for (its gemm_ws_dtypes)
+    "dtype-not-served-by-device",
     "infeasible-search-space",
     "invalid-search-space",
     "memory-limit-exceeded",
@@ -124,10 +151,17 @@ EXAMPLES_PER_OPERATION = {
 POSITIVE_CHECK_OPEN: set[str] = set()
 
 
-def _fuzz(operation: schemathesis.APIOperation, base_url: str) -> None:
+def _fuzz(
+    operation: schemathesis.APIOperation,
+    base_url: str,
+    headers: dict[str, str] | None = None,
+    max_examples: int | None = None,
+) -> None:
+    examples = EXAMPLES_PER_OPERATION.get(operation.label, MAX_EXAMPLES)
+
     @given(data=st.data())
     @settings(
-        max_examples=EXAMPLES_PER_OPERATION.get(operation.label, MAX_EXAMPLES),
+        max_examples=examples if max_examples is None else min(examples, max_examples),
         deadline=None,
         derandomize=True,
         database=None,
@@ -144,7 +178,7 @@ def _fuzz(operation: schemathesis.APIOperation, base_url: str) -> None:
                 _steer(item, known)
         elif operation.path == "/optimize-tiling":
             _steer(body, known)
-        response = case.call(base_url=base_url, timeout=30)
+        response = case.call(base_url=base_url, timeout=30, headers=headers)
         assert response.status_code not in (500, 501, 502), (
             f"{operation.label}: {response.status_code} {response.text[:500]}"
         )
@@ -154,13 +188,39 @@ def _fuzz(operation: schemathesis.APIOperation, base_url: str) -> None:
     check()
 
 
-@pytest.mark.slow
-def test_every_operation_answers_per_its_schema(fuzz_server: str) -> None:
-    schema = schemathesis.openapi.from_url(f"{fuzz_server}/openapi.json")
+def _operations(base_url: str) -> list[schemathesis.APIOperation]:
+    schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     labels = {op.label for op in operations}
     assert {"POST /optimize-tiling", "POST /optimize-tiling/batch", "GET /readyz"} <= labels
-    for operation in operations:
-        if operation.path == "/metrics":
-            continue  # text/plain exposition format, checked in test_service_observability
+    # text/plain exposition format, checked in test_service_observability
+    return [op for op in operations if op.path != "/metrics"]
+
+
+@pytest.mark.slow
+def test_every_operation_answers_per_its_schema(fuzz_server: str) -> None:
+    for operation in _operations(fuzz_server):
         _fuzz(operation, fuzz_server)
+
+
+#: examples per operation on the server run for a team: its answers differ from the open
+#: server's only by the token checks, which the first examples reach (without a token every
+#: answer but the health checks' is the same 401)
+TOKEN_EXAMPLES = {True: 5, False: 3}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_token", [True, False], ids=["token", "no-token"])
+def test_with_tokens_every_operation_answers_per_its_schema(
+    token_server: str, with_token: bool
+) -> None:
+    """The same on a server with a tokens file and KPERF_AUTH_READS: with the admin token
+    every operation answers as on the open server (schemathesis' ignored_auth check also
+    sends each one without and with a wrong token: a 401 each time); without one, every
+    operation but the health checks is a documented 401."""
+    operations = _operations(token_server)
+    secured = [op for op in operations if op.definition.raw.get("security")]
+    assert len(secured) == len(operations) - 2  # all but /healthz and /readyz
+    headers = {"Authorization": f"Bearer {FUZZ_TOKEN}"} if with_token else None
+    for operation in operations:
+        _fuzz(operation, token_server, headers, TOKEN_EXAMPLES[with_token])

@@ -8,6 +8,7 @@ store's own rows/keys (nothing left by a refused write), and arithmetic on the c
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,13 +21,16 @@ import redis
 from app.auth import hash_token
 from tests.app.calibration_helpers import gemm_ws_runs
 from tests.app.redis_helpers import redis_server
-from tests.app.service_helpers import start_server, stop_server
+from tests.app.service_helpers import REPO, start_server, stop_server
 
 __all__ = ["redis_server"]
 
 TOKENS = {"alice": "write", "bob": "write", "rita": "read", "root": "admin"}
 CAP_RUNS = 100
 CAP_PROFILES = 2
+#: fits here may wait behind each other on a loaded machine: their speed is not under test
+#: (tests/app/test_recalibrate_history.py holds the default limit)
+LIMIT = {"time_limit_s": 60}
 PROBLEM = {"m": 4096, "n": 4096, "k": 4096, "device": "a-gpu"}
 
 
@@ -98,7 +102,7 @@ def test_tenants_own_their_devices(server: tuple[str, Any]) -> None:
     base, keys = server
     with httpx.Client(base_url=base, timeout=120) as http:
         runs = _distinct_runs(1, 36)
-        calibrate = {"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": runs}
+        calibrate = {"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT, "measurements": runs}
         # no token, or a read-only one: nothing is written
         _problem(http.post("/calibrate", json=calibrate), 401, "authorization")
         _problem(
@@ -108,7 +112,11 @@ def test_tenants_own_their_devices(server: tuple[str, Any]) -> None:
         made = http.post("/calibrate", json={**calibrate, "name": "a-gpu"}, headers=_token("alice"))
         assert made.status_code == 200, made.text
         device = made.json()["device"]
-        answer = http.post("/optimize-tiling", json=PROBLEM).json()  # reads need no token
+        # reads need no token: by id (names are their tenant's: alice's answers the same)
+        answer = http.post("/optimize-tiling", json={**PROBLEM, "device": device}).json()
+        by_name = http.post("/optimize-tiling", json=PROBLEM, headers=_token("alice")).json()
+        assert by_name["best"] == answer["best"]
+        _problem(http.post("/optimize-tiling", json=PROBLEM), 422, "device")
         record = http.get(f"/devices/{device}/measurements").json()
         assert keys() > before
         history = http.get(f"/devices/{device}").json()["history"]
@@ -129,16 +137,29 @@ def test_tenants_own_their_devices(server: tuple[str, Any]) -> None:
         _problem(
             http.post(f"/devices/{device}/measurements", json=post, headers=bob), 403, "device"
         )
-        _problem(http.post("/devices/a-gpu/recalibrate", headers=bob), 403, "device")
+        _problem(http.post(f"/devices/{device}/recalibrate", headers=bob), 403, "device")
         _problem(http.delete(f"/devices/{device}", headers=bob), 403, "device")
-        _problem(http.delete("/devices/a-gpu/measurements/batches/fit", headers=bob), 403, "device")
-        taken = http.post(
+        _problem(
+            http.delete(f"/devices/{device}/measurements/batches/fit", headers=bob), 403, "device"
+        )
+        # alice's name is not bob's: he reaches nothing by it, and may take it for his own
+        _problem(http.post("/devices/a-gpu/recalibrate", headers=bob), 404, "device")
+        bobs_name = http.post(
             "/calibrate",
             json={**calibrate, "name": "a-gpu", "measurements": _distinct_runs(7, 36)},
             headers=bob,
         )
-        _problem(taken, 409, "name")
-        assert http.post("/optimize-tiling", json=PROBLEM).json()["best"] == answer["best"]
+        assert bobs_name.status_code == 200 and bobs_name.json()["device"] != device
+        assert http.get("/devices/a-gpu", headers=bob).json()["id"] == bobs_name.json()["device"]
+        assert http.get("/devices/a-gpu", headers=_token("alice")).json()["id"] == device
+        _problem(
+            http.delete(f"/devices/{bobs_name.json()['device']}", headers=_token("alice")),
+            403,
+            "device",
+        )
+        assert http.delete("/devices/a-gpu", headers=bob).json()["names"] == ["a-gpu"]
+        alices = http.post("/optimize-tiling", json=PROBLEM, headers=_token("alice")).json()
+        assert alices["best"] == answer["best"]
         assert http.get(f"/devices/{device}/measurements").json() == record
 
         # a shipped profile's record is nobody's: bob's runs go to his own draft of it, and
@@ -234,7 +255,12 @@ def test_oversized_text_and_refused_calibrations_leave_nothing(server: tuple[str
             before = keys()
             answer = http.post(
                 "/calibrate",
-                json={"model": "gemm-ws", "base_device": "rtx-a6000", "measurements": runs},
+                json={
+                    "model": "gemm-ws",
+                    "base_device": "rtx-a6000",
+                    **LIMIT,
+                    "measurements": runs,
+                },
             )
             made.append(answer)
         assert [a.status_code for a in made] == [200] * CAP_PROFILES + [409], made[-1].text
@@ -245,7 +271,169 @@ def test_oversized_text_and_refused_calibrations_leave_nothing(server: tuple[str
         assert gone.status_code == 200, gone.text
         again = http.post(
             "/calibrate",
-            json={"model": "gemm-ws", "base_device": "rtx-a6000",
+            json={"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT,
                   "measurements": _distinct_runs(100 + CAP_PROFILES, 36)},
         )  # fmt: skip
         assert again.status_code == 200, again.text
+
+
+def _runs_file(name: str) -> list[dict[str, Any]]:
+    lines = (REPO / "docs" / "examples" / name).read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _ok(response: httpx.Response) -> dict[str, Any]:
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_the_probes_takeover_by_copied_runs_is_impossible(server: tuple[str, Any]) -> None:
+    """The outside probe's finding, step by step: B copies A's runs (reads are open) and
+    calibrates them before A recalibrates. A's name keeps pointing at A's own profiles."""
+    base, _ = server
+    alice, bob = _token("alice"), _token("bob")
+    runs = _distinct_runs(21, 13)
+    with httpx.Client(base_url=base, timeout=120) as http:
+        first = _ok(
+            http.post(
+                "/calibrate",
+                json={"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT, "name": "a-gpu",
+                      "measurements": runs[:9]},
+                headers=alice,
+            )
+        )  # fmt: skip
+        _ok(
+            http.post(
+                "/devices/a-gpu/measurements",
+                json={"model": "gemm-ws", "measurements": runs[9:]},
+                headers=alice,
+            )
+        )
+        copied = _ok(http.get(f"/devices/{first['device']}/measurements", headers=bob))["gemm_ws"]
+        assert sorted(map(json.dumps, copied)) == sorted(map(json.dumps, runs))
+        bobs = _ok(
+            http.post(
+                "/calibrate",
+                json={
+                    "model": "gemm-ws",
+                    "base_device": "rtx-a6000",
+                    **LIMIT,
+                    "measurements": copied,
+                },
+                headers=bob,
+            )
+        )
+        assert bobs["created"]
+        refit = _ok(http.post("/devices/a-gpu/recalibrate", json={}, headers=alice))
+        # the same runs, base and figures: only the owner tells the two profiles apart
+        assert refit["measurements_digest"] == bobs["measurements_digest"]
+        assert refit["created"] and refit["device"] != bobs["device"]
+        named = _ok(http.get("/devices/a-gpu", headers=alice))
+        assert (named["id"], named["history"]["owner"]) == (refit["device"], "alice")
+        assert _ok(http.get(f"/devices/{bobs['device']}"))["history"]["owner"] == "bob"
+        more = {"model": "gemm-ws", "measurements": _distinct_runs(22, 2)}
+        _ok(http.post("/devices/a-gpu/measurements", json=more, headers=alice))
+        _problem(
+            http.post(f"/devices/{refit['device']}/measurements", json=more, headers=bob),
+            403,
+            "device",
+        )
+
+
+def test_another_tenants_refit_and_delete_leave_a_name_alone(server: tuple[str, Any]) -> None:
+    """The probe's second variant, with the README's example runs: B calibrates the same runs,
+    adds more, recalibrates and deletes. A's name, profile and answers never change."""
+    base, _ = server
+    alice, bob = _token("alice"), _token("bob")
+    runs, more = _runs_file("runs.jsonl"), _runs_file("more-runs.jsonl")
+    calibrate = {"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT, "measurements": runs}
+    problem = {**PROBLEM, "device": "a-mine"}
+    with httpx.Client(base_url=base, timeout=120) as http:
+        mine = _ok(http.post("/calibrate", json={**calibrate, "name": "a-mine"}, headers=alice))
+        answer = _ok(http.post("/optimize-tiling", json=problem, headers=alice))
+        theirs = _ok(http.post("/calibrate", json={**calibrate, "name": "a-mine"}, headers=bob))
+        assert theirs["created"] and theirs["device"] != mine["device"]
+        _ok(
+            http.post(
+                "/devices/a-mine/measurements",
+                json={"model": "gemm-ws", "measurements": more},
+                headers=bob,
+            )
+        )
+        refit = _ok(http.post("/devices/a-mine/recalibrate", json={}, headers=bob))
+        assert refit["device"] not in (mine["device"], theirs["device"])
+
+        def unchanged() -> None:
+            assert _ok(http.get("/devices/a-mine", headers=alice))["id"] == mine["device"]
+            again = _ok(http.post("/optimize-tiling", json=problem, headers=alice))
+            # everything but the solve's own timing
+            assert {**again, "solver": None} == {**answer, "solver": None}
+
+        unchanged()
+        _problem(http.delete(f"/devices/{mine['device']}", headers=bob), 403, "device")
+        gone = _ok(http.delete("/devices/a-mine", headers=bob))
+        assert (gone["device"], gone["names"]) == (refit["device"], ["a-mine"])
+        _problem(http.get("/devices/a-mine", headers=bob), 404, "device")
+        unchanged()
+        assert _ok(http.get(f"/devices/{theirs['device']}"))["history"]["owner"] == "bob"
+
+
+def test_an_unknown_device_answer_is_bounded_and_lists_nobodys_ids(
+    server: tuple[str, Any],
+) -> None:
+    base, _ = server
+    with httpx.Client(base_url=base, timeout=120) as http:
+        made = _ok(
+            http.post(
+                "/calibrate",
+                json={"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT, "name": "secret-gpu",
+                      "measurements": _distinct_runs(31, 9)},
+                headers=_token("alice"),
+            )
+        )  # fmt: skip
+        long_id = "x" * 10_000
+        asked = [
+            (http.get(f"/devices/{long_id}", headers=_token("bob")), 404),
+            (http.post("/optimize-tiling", json={**PROBLEM, "device": "y" * 100}), 422),
+            (http.get("/devices/secret-gpu", headers=_token("bob")), 404),
+        ]
+        for response, status in asked:
+            body = _problem(response, status, "device")
+            assert len(response.content) < 2_000, len(response.content)
+            assert made["device"] not in response.text  # nobody's ids but the shipped ones
+            assert "GET /devices" in body["detail"]
+        assert "x" * 64 + "... (10000 characters)" in asked[0][0].text
+        assert "secret-gpu" not in asked[0][0].text + asked[1][0].text
+
+
+def test_runs_racing_a_delete_are_stored_before_it_or_refused(server: tuple[str, Any]) -> None:
+    """Posts racing the profile's DELETE: each one either landed before it (and went with
+    the profile) or was refused; nothing of the device is left in the store."""
+    base, keys = server
+    alice = _token("alice")
+    with httpx.Client(base_url=base, timeout=120, headers=alice) as http:
+        made = _ok(
+            http.post(
+                "/calibrate",
+                json={"model": "gemm-ws", "base_device": "rtx-a6000", **LIMIT,
+                      "measurements": _distinct_runs(41, 9)},
+            )
+        )  # fmt: skip
+    device = made["device"]
+
+    async def race() -> tuple[list[httpx.Response], httpx.Response]:
+        async with httpx.AsyncClient(base_url=base, timeout=120, headers=alice) as client:
+            posts = [
+                client.post(f"/devices/{device}/measurements",
+                            json={"model": "gemm-ws", "measurements": _distinct_runs(50 + i, 3)})
+                for i in range(12)
+            ]  # fmt: skip
+            *answers, deleted = await asyncio.gather(*posts, client.delete(f"/devices/{device}"))
+            return answers, deleted
+
+    answers, deleted = asyncio.run(race())
+    assert deleted.status_code == 200, deleted.text
+    for answer in answers:
+        assert answer.status_code in (200, 404), answer.text
+    assert not [k for k in keys() if device in k]

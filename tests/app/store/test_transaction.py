@@ -4,11 +4,12 @@ that hold under concurrent writers (the race of issue 20: 8 writers of 50 agains
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
 
-from app.store import CapExceeded, Counter, Delete, Put, Store
+from app.store import CapExceeded, CheckedStore, Counter, Delete, Expect, Put, Store, Unmet
 from tests.app.redis_helpers import redis_server
 from tests.app.store.test_contract import store
 
@@ -96,3 +97,31 @@ def test_get_many_answers_in_order_with_misses(store: Store) -> None:
     assert store.get_many("runs:dev", keys) == [
         k.encode() if i % 2 == 0 else None for i, k in enumerate(keys)
     ]
+
+
+@pytest.mark.parametrize("checked", [False, True], ids=["raw", "checked"])
+def test_expectations_hold_or_nothing_is_written(store: Store, checked: bool) -> None:
+    """A step planned on a state (a key present, a value, a counter's total) applies only
+    while that state holds; the CheckedStore's sealed values compare as their payloads."""
+    store = CheckedStore(store) if checked else store
+    store.transact([Put("profiles", "p", b"v1")])
+    with pytest.raises(Unmet):
+        store.transact(
+            [Put("runs:dev", "r", b"1")], counters=[RUNS], expects=[Expect("profiles", "q")]
+        )
+    assert store.keys("runs:dev") == [] and store.counter("runs:dev") == 0
+    store.transact([Put("runs:dev", "r", b"1")], counters=[RUNS], expects=[Expect("profiles", "p")])
+    with pytest.raises(Unmet):
+        store.transact(deletes=[Delete("profiles", "p")], expects=[Expect("profiles", "p", b"v2")])
+    with pytest.raises(Unmet):
+        store.transact(
+            deletes=[Delete("runs:dev", "r"), Delete("profiles", "p")],
+            counters=[dataclasses.replace(RUNS, expect=2)],
+        )
+    assert store.get("profiles", "p") == b"v1" and store.keys("runs:dev") == ["r"]
+    store.transact(
+        deletes=[Delete("runs:dev", "r"), Delete("profiles", "p")],
+        counters=[dataclasses.replace(RUNS, expect=1)],
+        expects=[Expect("profiles", "p", b"v1")],
+    )
+    assert store.get("profiles", "p") is None and store.counter("runs:dev") == 0

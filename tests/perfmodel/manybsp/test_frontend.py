@@ -143,6 +143,7 @@ def test_registers_required_without_ptxas(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(ModelInputError) as info:
         predict_kernel(_req(kernel_ptx(), registers_per_thread=None))
     assert info.value.field == "resources.registers_per_thread"
+    assert "ptxas is not on PATH" in str(info.value)
 
 
 @pytest.mark.nvcc

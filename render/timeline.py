@@ -600,7 +600,7 @@ def _draw_async_wave(ax: Axes, sim: AsyncSimulation, machine: GemmWsMachine) -> 
     whole = drawn == sim.stages
     end_ns = sim.wave_time_ns if whole else sim.events[drawn - 1].math_start_ns + t
     rows = drawn + (1 if whole else 0)  # the epilogue's row under the stages
-    thin = {"edgecolor": "white", "linewidth": 0.4}
+    thin: dict[str, Any] = {"edgecolor": "white", "linewidth": 0.4}
     for e in sim.events[:drawn]:
         i, y = e.stage, rows - e.stage + 1
         issue_end = e.issue_start_ns + d

@@ -39,6 +39,7 @@ from solver.errors import (
     InfeasibleSearchSpace,
     InvalidSearchSpace,
     SolverTimeout,
+    UnknownDeviceName,
 )
 
 PROBLEM_JSON = "application/problem+json"
@@ -292,6 +293,8 @@ _FIELD_ERRORS: dict[type[Exception], tuple[int, str]] = {
     RequestFieldError: (422, "Invalid request"),
     UnfittableMeasurements: (422, "Unfittable measurements"),  # a type of its own
     DtypeNotServed: (422, "Dtype not served by device"),  # likewise
+    # a rule on the server's data (which GPUs it knows by name), as an unknown device is
+    UnknownDeviceName: (422, "Unknown device name"),
     RequestStateConflict: (409, "Conflict with the resource's state"),
     RequestedItemMissing: (404, "Not found"),
     UnknownRun: (404, "Not found"),

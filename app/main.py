@@ -23,7 +23,7 @@ from app.inline import WARM_UP_REQUEST, InlineRunner
 from app.jobs import warm_up_job
 from app.metrics import Metrics
 from app.pool import WorkerPool
-from app.routes import batch, calibrate, devices, health, optimize, page, predict
+from app.routes import batch, calibrate, devices, health, optimize, page, predict, tuning_table
 from app.service import Service
 from app.settings import Settings
 from app.store import Store, StoreUnavailable, make_store
@@ -192,6 +192,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(batch.router)
     app.include_router(predict.router)
     app.include_router(calibrate.router)
+    app.include_router(tuning_table.router)
     app.include_router(page.router)
     return app
 

@@ -56,6 +56,7 @@ _SOLVING_PATHS = (
     "/calibrate",
     "/devices/{device_id}/measurements",
     "/devices/{device_id}/recalibrate",
+    "/tuning-table",
 )
 
 

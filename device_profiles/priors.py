@@ -14,7 +14,7 @@ from perfmodel.prior import Prior
 
 #: element types whose GeMM-WS figures a profile without ``gemm_ws_dtypes`` serves at the
 #: fp16 figures (the paper's reading: §4.2's durations are per element whatever the type)
-ALL_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")
+ALL_DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
 def _section_priors(section: BaseModel | None) -> dict[str, Prior]:

@@ -12,7 +12,8 @@ figures a calibration run can fit is :mod:`device_profiles.status`.
 Schema versions: 1 is the original format; 2 adds the optional ``estimate`` flag on cited
 numbers (an uncalibrated starting value derived in docs/model-notes.md rather than a figure a
 source states). A version-1 file may not flag estimates, so a reader that knows only version 1
-never half-reads a file that relies on them.
+never half-reads a file that relies on them. 3 adds priors and per-dtype ratios; 4 adds the
+``memory`` section (DRAM and L2 latency, bandwidth and size, kernel launch time).
 
 A calibrated profile (POST /calibrate, kept in the service's store, never a file here) also
 carries a ``calibration`` provenance block; the service writes those in version 2, flagging
@@ -37,7 +38,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
-SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
+SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3, 4)
 
 _ESTIMATE_DESCRIPTION = (
     "true for an uncalibrated starting value derived in docs/model-notes.md (the source names "
@@ -134,6 +135,19 @@ class GemmWsSection(_Strict):
     compute_throughput_macs_per_us: PositiveFigure
 
 
+class MemorySection(_Strict):
+    """The memory hierarchy behind a GEMM's tile loads (docs/model-notes.md, "Memory
+    hierarchy priors"): pointer-chase latencies, streaming bandwidths, the L2 capacity and the
+    launch time of an empty kernel. Bandwidths in GB/s (10^9 bytes per second)."""
+
+    dram_latency_ns: PositiveFigure
+    l2_latency_ns: PositiveFigure
+    dram_bandwidth_gb_per_s: PositiveFigure
+    l2_bandwidth_gb_per_s: PositiveFigure
+    l2_size_bytes: PositiveFigure
+    kernel_launch_us: PositiveFigure
+
+
 ManyBspUnit = Literal["SPs", "DPU", "SFU", "LDST"]
 
 #: the error type of lists whose lengths must agree: a rule no JSON schema keyword can state
@@ -141,8 +155,8 @@ ManyBspUnit = Literal["SPs", "DPU", "SFU", "LDST"]
 INCONSISTENT_LENGTHS = "inconsistent_lengths"
 
 #: the profile formats this loader reads, oldest first
-ProfileSchemaVersion = Literal[1, 2, 3]
-PROFILE_SCHEMA_VERSIONS: tuple[ProfileSchemaVersion, ...] = (1, 2, 3)
+ProfileSchemaVersion = Literal[1, 2, 3, 4]
+PROFILE_SCHEMA_VERSIONS: tuple[ProfileSchemaVersion, ...] = (1, 2, 3, 4)
 
 
 #: the pipeline models' registry (perfmodel.pipelines.names), handed in by whoever serves
@@ -433,6 +447,11 @@ class DeviceProfile(_Strict):
         "throughputs relative to the gemm_ws figures, which are for fp16 (schema_version 3); "
         "absent: every dtype at the fp16 figures (the paper's reading, GeMM-WS 3)",
     )
+    memory: MemorySection | None = Field(
+        None,
+        description="DRAM and L2 latencies, bandwidths and size, kernel launch time "
+        "(schema_version 4)",
+    )
     many_bsp: ManyBspSection | None = None
     synchronization: SynchronizationSection | None = None
     calibration: CalibrationProvenance | None = Field(
@@ -449,12 +468,14 @@ class DeviceProfile(_Strict):
             )
         if self.schema_version < 3 and (self.prior_figures() or self.gemm_ws_dtypes):
             raise ValueError("priors and gemm_ws_dtypes need schema_version 3")
+        if self.schema_version < 4 and self.memory is not None:
+            raise ValueError("the memory section needs schema_version 4")
         return self
 
     def prior_figures(self) -> list[str]:
         """Dotted names of the figures that carry a prior (schema_version 3)."""
         out = []
-        for section_name in ("gemm_ws", "many_bsp"):
+        for section_name in ("gemm_ws", "memory", "many_bsp"):
             section = getattr(self, section_name)
             if section is None:
                 continue

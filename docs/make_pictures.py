@@ -10,7 +10,9 @@
 * ``pipeline-paper.svg`` and ``pipeline-async-copy.svg``: the same stage (64x64x32, depth 3,
   6 stages; load 4,000 elements/us with a 2 us latency, MATH 10^5 MACs/us, inline figures)
   under each pipeline model: one load at a time, its latency paid per tile, against loads
-  issued back to back with up to 3 in flight (README, "Pipeline models").
+  issued back to back with up to 3 in flight (README, "Pipeline models");
+* ``tuning-table.svg``: the h100 fp8 table for N=1536, K=7168 over vLLM's 18 keys (README,
+  "Tuning tables for vLLM and SGLang").
 
 Run from the repository root: ``.venv/bin/python docs/make_pictures.py [--out DIR]``. The
 pictures are deterministic for a given matplotlib version.
@@ -27,12 +29,20 @@ sys.path.insert(0, str(ROOT))
 
 from app.convert.optimize import gemm_ws_machine  # noqa: E402
 from app.convert.predict import resolve_device, terms_of, to_core, to_response  # noqa: E402
+from app.convert.tuning_table import build_table  # noqa: E402
 from app.schemas.predict import PredictKernelRequest  # noqa: E402
+from app.schemas.tuning_table import TuningTableRequest  # noqa: E402
 from device_profiles import get_profile  # noqa: E402
 from perfmodel.gemm_ws import GemmShape, SmLimits, Tiling, simulate  # noqa: E402
 from perfmodel.manybsp import predict_kernel  # noqa: E402
 from perfmodel.pipelines.async_copy.recurrences import simulate_async  # noqa: E402
-from render import async_timeline_svg, breakdown_svg, calibration_svg, timeline_svg  # noqa: E402
+from render import (  # noqa: E402
+    async_timeline_svg,
+    breakdown_svg,
+    calibration_svg,
+    timeline_svg,
+    tuning_table_svg,
+)
 from tests.gemm_ws_cases import FAST_DMA, PIPELINE_STAGE  # noqa: E402
 from tests.paper_cases import paper_case, paper_http_body  # noqa: E402
 
@@ -43,6 +53,7 @@ NAMES = (
     "calibration.svg",
     "pipeline-paper.svg",
     "pipeline-async-copy.svg",
+    "tuning-table.svg",
 )
 #: the README's pipeline-models stage (inline figures, illustrative): issue d = 1.024 us,
 #: latency 2 us, MATH T = 1.311 us per 64x64x32 stage; one CTA per SM, so both models draw
@@ -80,7 +91,21 @@ def pictures() -> dict[str, bytes]:
     async_copy = simulate_async(
         PIPELINE_SHAPE, PIPELINE_TILING, PIPELINE_MACHINE, SmLimits(1, 102400), 2
     )
+    table = build_table(
+        TuningTableRequest.model_validate({"n": 1536, "k": 7168, "device": "h100"}),
+        get_profile("h100"),
+        60.0,
+    )
+    curve = table.curve
     return {
+        "tuning-table.svg": tuning_table_svg(
+            curve.ms,
+            curve.entry_us,
+            curve.optimum_us,
+            [e.m for e in table.response.entries],
+            curve.worst_loss,
+            title="N=1536, K=7168, fp8 on h100: vLLM's 18 keys",
+        ),
         "timeline.svg": timeline_svg(table_1, a6000, device="rtx-a6000", dtype="fp16", rank=1),
         "pipeline-paper.svg": timeline_svg(paper, PIPELINE_MACHINE, device="inline", dtype="fp16"),
         "pipeline-async-copy.svg": async_timeline_svg(

@@ -1,6 +1,7 @@
 """kperf command line: ``serve``, ``optimize``, ``batch``, ``sweep``, ``predict``, ``devices``,
 ``calibrate`` (from a runs file, or from a Kernel Tuner cache:
-:mod:`kperf_client.cli_kernel_tuner`), ``recalibrate``, ``measurements add|list``.
+:mod:`kperf_client.cli_kernel_tuner`), ``recalibrate``, ``measurements add|list``, ``table``
+(:mod:`kperf_client.table_cli`).
 
 Every command except ``serve`` goes through :class:`kperf_client.client.KperfClient`: against
 ``--url`` when given, else against an in-process instance of the service (same validation,
@@ -26,33 +27,17 @@ from typing import Any, TextIO
 
 import httpx
 
-from kperf_client import cli_kernel_tuner
+from kperf_client import cli_kernel_tuner, torch_timing
 from kperf_client.cli_kernel_tuner import TunerInputError
 from kperf_client.client import KperfClient, KperfError, ServerNotInstalled, server_imports
 from kperf_client.models import CalibrateResponse
-
-
-def _cell(value: Any) -> str:
-    """A table cell: a float to 10 significant digits, no binary noise (``30.56``, not
-    ``30.560000000000002``; ``80``, not ``80.0``); ``--json`` keeps the exact values."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.10g}"
-    return str(value)
+from kperf_client.table_cli import add_table_parser
+from kperf_client.text_table import table as _table
 
 
 def _pct(value: float | None) -> str:
     """A percentage error; null in the answer (not finite: JSON has no infinity) as "inf"."""
     return "inf %" if value is None else f"{value:.2f} %"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [[_cell(v) for v in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def _print_json(document: Any, out: TextIO) -> None:
@@ -592,8 +577,12 @@ def _fit_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.from_torch:
+        return await _calibrate_from_torch(args, out, err)
     if (args.file is None) == (args.from_kernel_tuner is None):
-        raise RunsFileError("give either a runs file or --from-kernel-tuner CACHE.json")
+        raise RunsFileError(
+            "give either a runs file, --from-kernel-tuner CACHE.json or --from-torch"
+        )
     if args.from_kernel_tuner is not None and args.model not in (None, "many-bsp"):
         raise RunsFileError("--from-kernel-tuner makes many-bsp runs: --model many-bsp")
     labels: list[str] = []
@@ -611,6 +600,30 @@ async def _calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             answer = await client.calibrate({**body, **_fit_options(args)})
         except KperfError as exc:
             raise _on_runs(exc, labels) from None
+        _note_if_not_kept(client, err)
+    _print_calibration(answer, args.json, out)
+    return 0
+
+
+def torch_matmul_timer() -> torch_timing.Timer:
+    """The GPU timer of --from-torch (a seam: tests pass recorded timings)."""
+    return torch_timing.torch_timer()
+
+
+async def _calibrate_from_torch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        timer = torch_matmul_timer()
+    except (ImportError, RuntimeError) as exc:
+        err.write(f"kperf calibrate --from-torch: {exc}\n")
+        return 2
+    runs = torch_timing.runs_from_timings(torch_timing.STANDARD_SHAPES, args.dtype, timer)
+    if args.write is not None:
+        torch_timing.write_runs(runs, args.write)
+        out.write(f"{len(runs)} runs written to {args.write}\n")
+        return 0
+    body = {"model": "gemm-ws", "base_device": args.device, "measurements": runs}
+    async with _client(args) as client:
+        answer = await client.calibrate({**body, **_fit_options(args)})
         _note_if_not_kept(client, err)
     _print_calibration(answer, args.json, out)
     return 0
@@ -687,7 +700,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--n", type=int, required=True, help="columns of B and C")
     optimize.add_argument("--k", type=int, required=True, help="reduction dimension")
     optimize.add_argument("--device", required=True, help="device profile id (kperf devices)")
-    optimize.add_argument("--dtype", default=None, choices=["fp32", "fp16", "bf16", "fp8"])
+    optimize.add_argument("--dtype", default=None, choices=["fp32", "tf32", "fp16", "bf16", "fp8"])
     optimize.add_argument("--top-k", type=int, default=None)
     optimize.add_argument("--time-limit-s", type=float, default=None)
     optimize.add_argument("--timeline", action="store_true", help="include per-stage times")
@@ -797,6 +810,18 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument(
         "file", type=Path, nargs="?", default=None, help="JSON lines, one run per line"
     )
+    calibrate.add_argument(
+        "--from-torch",
+        action="store_true",
+        help="time torch.matmul over a standard shape set on this machine's GPU (needs torch "
+        "and CUDA) and fit to those configuration-less runs",
+    )
+    calibrate.add_argument(
+        "--dtype", default="tf32", choices=["fp32", "tf32", "fp16", "bf16"], help="--from-torch"
+    )
+    calibrate.add_argument(
+        "--write", type=Path, default=None, help="--from-torch: save the runs there, post nothing"
+    )
     calibrate.add_argument("--model", default=None, choices=models, help="default: the lines'")
     calibrate.add_argument("--device", required=True, help="base profile id (kperf devices)")
     fit_options(calibrate)
@@ -823,6 +848,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("device_id")
     client_options(listing)
     listing.set_defaults(handler=_measurements_list, kind="out")
+
+    add_table_parser(sub, client_options, _client)
 
     devices = sub.add_parser("devices", help="list device profiles, or show one")
     devices.add_argument("device_id", nargs="?", default=None)

@@ -31,6 +31,7 @@ from kperf_client.models import (
     MeasurementsAdded,
     OptimizeTilingBatchResponse,
     OptimizeTilingResponse,
+    TuningTableResponse,
 )
 
 if TYPE_CHECKING:  # the in-process mode's settings; never imported at run time from here
@@ -271,6 +272,18 @@ class KperfClient:
     async def predict_svg(self, request: Mapping[str, Any]) -> bytes:
         """POST /predict-kernel as a picture: the superstep breakdown."""
         response = await self._call("POST", "/predict-kernel", dict(request), accept=SVG_MEDIA_TYPE)
+        return response.content
+
+    async def tuning_table(self, request: Body) -> TuningTableResponse:
+        """POST /tuning-table: a per-M table of kernel configurations for one (N, K)."""
+        response = await self._call("POST", "/tuning-table", _request_json(request))
+        return TuningTableResponse.model_validate(response.json())
+
+    async def tuning_table_svg(self, request: Body) -> bytes:
+        """POST /tuning-table as a picture: time over M, each M's optimum, the loss band."""
+        response = await self._call(
+            "POST", "/tuning-table", _request_json(request), accept=SVG_MEDIA_TYPE
+        )
         return response.content
 
     async def calibrate(self, request: Body) -> CalibrateResponse:

@@ -268,3 +268,90 @@ class MeasurementRecord(Answer):
     device: str
     gemm_ws: list[GemmWsRunRecord]
     many_bsp: list[ManyBspRunRecord]
+
+
+# ---------------------------------------------------------------------------- /tuning-table
+
+
+class EngineConfig(Answer):
+    """One entry of the engine's file: the six integers its Triton kernel takes."""
+
+    BLOCK_SIZE_M: int
+    BLOCK_SIZE_N: int
+    BLOCK_SIZE_K: int
+    GROUP_SIZE_M: int
+    num_warps: int
+    num_stages: int
+
+
+class TableTiling(Answer):
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    buffer_depth: int
+
+
+class TableShortlistEntry(Answer):
+    tiling: TableTiling
+    config: EngineConfig
+    predicted_time_us: float
+
+
+class TableEntry(Answer):
+    m: int
+    config: EngineConfig
+    tiling: TableTiling
+    predicted_time_us: float
+    interval_low_us: float | None = None
+    interval_high_us: float | None = None
+    probability_best: float | None = None
+    optimum: TableTiling
+    optimum_time_us: float
+    loss: float = Field(description="predicted_time / optimum_time - 1")
+    certified: bool
+    shortlist: list[TableShortlistEntry] = Field(description="fastest by prediction, best first")
+
+
+class LossOverRange(Answer):
+    m_min: int
+    m_max: int
+    worst_loss: float = Field(description="bound over every M of the range, nearest-key lookup")
+    worst_m_first: int
+    worst_m_last: int
+    worst_key: int
+
+
+class TableSelection(Answer):
+    max_distinct_configs: int | None = None
+    distinct_configs: int
+    worst_key_loss: float
+    lower_bound_loss: float
+    exact: bool
+
+
+class TableSearch(Answer):
+    configurations: int = Field(description="configurations asked for")
+    feasible_tilings: int
+
+
+class TableSolver(Answer):
+    elapsed_ms: float
+    cpu_ms: float
+    keys_certified: int
+
+
+class TuningTableResponse(Answer):
+    status: str = Field(description="'optimal' (every key proven by Z3) or 'timeout'")
+    device: str
+    dtype: str
+    pipeline_model: str
+    n: int
+    k: int
+    format: str = Field(description="'vllm', 'sglang' or 'json'")
+    file_name: str
+    file: dict[str, Any] = Field(description="the file's JSON: str(M) -> entry (an object)")
+    entries: list[TableEntry]
+    loss_over_range: LossOverRange
+    selection: TableSelection
+    search: TableSearch
+    solver: TableSolver

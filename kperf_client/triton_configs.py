@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 #: kperf's element types, as /optimize-tiling's ``dtype`` spells them
-DTYPES = ("fp32", "fp16", "bf16", "fp8")
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 #: substrings of a dtype's name (torch ``torch.bfloat16``, numpy ``float16``, triton ``fp16``,
 #: ``fp8e4nv``), most specific first: "bfloat16" contains "float16"
 _DTYPE_SPELLINGS: tuple[tuple[str, str], ...] = (
@@ -30,6 +30,7 @@ _DTYPE_SPELLINGS: tuple[tuple[str, str], ...] = (
     ("float16", "fp16"),
     ("fp16", "fp16"),
     ("half", "fp16"),
+    ("tf32", "tf32"),
     ("float32", "fp32"),
     ("fp32", "fp32"),
 )

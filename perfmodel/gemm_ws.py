@@ -26,7 +26,7 @@ NS_PER_US = 1000
 
 #: bytes per matrix element by dtype name; sizes the shared-memory buffer only (§4.2's
 #: durations are per element whatever the type, docs/model-notes.md GeMM-WS 3)
-ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 class WaveTimeModel(StrEnum):

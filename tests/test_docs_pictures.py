@@ -16,7 +16,10 @@ NAMES = {
     "calibration.svg",
     "pipeline-paper.svg",
     "pipeline-async-copy.svg",
+    "tuning-table.svg",
 }
+#: pictures a bench draws from data outside the repository (../shared), by their script
+BENCH_PICTURES = {"real-gpus.svg": "bench/bench_real.py"}
 
 
 def test_the_script_writes_each_picture_the_readme_shows(tmp_path: Path) -> None:
@@ -27,9 +30,17 @@ def test_the_script_writes_each_picture_the_readme_shows(tmp_path: Path) -> None
     )
     assert {p.name for p in tmp_path.iterdir()} == NAMES
     committed = {p.name for p in (REPO / "docs" / "pictures").iterdir()}
-    assert committed == NAMES
+    assert committed == NAMES | set(BENCH_PICTURES)
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     for name in NAMES:
         assert f"docs/pictures/{name}" in readme
         svg = Svg.parse((tmp_path / name).read_bytes())
         assert svg.ids("total") or svg.ids("summary")
+
+
+def test_bench_pictures_are_shown_and_their_script_exists() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for name, script in BENCH_PICTURES.items():
+        assert f"docs/pictures/{name}" in readme
+        assert (REPO / script).is_file()
+        assert f"--svg docs/pictures/{name}" in readme  # the command that draws it

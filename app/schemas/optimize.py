@@ -23,7 +23,7 @@ DEFAULT_TIME_LIMIT_S = 10.0
 #: exact scorer (~50 ms); below it the answer could only be a 504, so it is a 422 up front
 MIN_TIME_LIMIT_S = 0.1
 
-Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
+Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 
 #: most threads a CTA may have (CUDA C++ Programming Guide, "Technical Specifications per
 #: Compute Capability": maximum number of threads per block, 1024 on every compute capability

@@ -182,8 +182,8 @@ def test_calibrated_profiles_fit_the_hidden_figures(
     assert summary[0]["model_status"]["many-bsp"] == listing["status"]
     assert "many-bsp" in summary[0]["models"]
     assert summary[0]["calibration"]["base_device"] == device
-    # provenance in the base's schema_version (3: priors)
-    assert profile["schema_version"] == 3 and profile["calibration"]["model"] == "many-bsp"
+    # provenance in the base's schema_version (4: the memory section)
+    assert profile["schema_version"] == 4 and profile["calibration"]["model"] == "many-bsp"
 
 
 @pytest.mark.parametrize("device", TODAY)

@@ -119,6 +119,8 @@ DOMAIN_422_TYPES = {
     "inconsistent-lengths",
     # runs no figures within the priors' range predict in finite time (a fit's overflow)
     "unfittable-measurements",
+    # a tuning table's file is named after the GPU's CUDA name, which the server must know
+    "unknown-device-name",
 }
 
 
@@ -146,6 +148,8 @@ EXAMPLES_PER_OPERATION = {
     "POST /predict-kernel": 6,
     # each example fits a model (a solve per run, several folds)
     "POST /calibrate": 5,
+    # each example solves one problem per key (up to 64)
+    "POST /tuning-table": 8,
 }
 #: operations whose positive-data check is still open (the other checks still run on them)
 POSITIVE_CHECK_OPEN: set[str] = set()

@@ -399,7 +399,7 @@ def test_every_shipped_profile_answers_out_of_the_box(client: TestClient) -> Non
         detail = client.get(f"/devices/{device['id']}").json()
         dtypes = set(detail["gemm_ws_dtypes"])
         assert "fp16" in dtypes
-        for dtype in ("fp32", "fp16", "bf16", "fp8"):
+        for dtype in ("fp32", "tf32", "fp16", "bf16", "fp8"):
             r = _post(client, m=4096, n=4096, k=4096, device=device["id"], dtype=dtype)
             if dtype not in dtypes:
                 assert r.status_code == 422, r.text
@@ -414,16 +414,23 @@ def test_every_shipped_profile_answers_out_of_the_box(client: TestClient) -> Non
             assert answer["status"] == "optimal" and answer["best"]["predicted_time_us"] > 0
     by_id = {d["id"]: client.get(f"/devices/{d['id']}").json() for d in devices}
     assert "fp8" in by_id["h100"]["gemm_ws_dtypes"] and "fp8" not in by_id["a100"]["gemm_ws_dtypes"]
+    # tensor-core tf32 from Ampere on; Volta and older have none
+    assert {d for d, b in by_id.items() if "tf32" in b["gemm_ws_dtypes"]} == {
+        "a100",
+        "h100",
+        "rtx-a6000",
+    }
 
 
 def test_a_cheaper_dtype_is_never_predicted_slower_on_the_same_tiling(client: TestClient) -> None:
     """The dtype ratios: on the H100 (fp8 at twice the fp16 rate, half the bytes per element)
-    one tiling's fp8 time is at most its fp16 time, and fp32 (SIMT) is slower."""
+    one tiling's fp8 time is at most its fp16 time; tf32 (4-byte elements, tensor cores at half
+    the fp16 rate) is slower, and fp32 (SIMT FFMA) slower still."""
     space = {"tile_m": [128], "tile_n": [128], "tile_k": [32], "buffer_depth": [2]}
     times = {
         dtype: _post(
             client, m=4096, n=4096, k=4096, device="h100", dtype=dtype, search_space=space
         ).json()["best"]["predicted_time_us"]
-        for dtype in ("fp8", "fp16", "fp32")
+        for dtype in ("fp8", "fp16", "tf32", "fp32")
     }
-    assert times["fp8"] <= times["fp16"] < times["fp32"]
+    assert times["fp8"] <= times["fp16"] < times["tf32"] < times["fp32"]

@@ -103,7 +103,8 @@ def _write(tmp_path: Path, name: str, body: object) -> Path:
 
 
 def _without_version_3(raw: dict) -> dict:
-    """The file as schema_version 1 would hold it: no priors, no dtype ratios, no flags."""
+    """The file as schema_version 1 would hold it: no priors, no dtype ratios, no flags, no
+    memory section."""
 
     def strip(node: object) -> object:
         if isinstance(node, dict):
@@ -112,7 +113,7 @@ def _without_version_3(raw: dict) -> dict:
             return [strip(v) for v in node]
         return node
 
-    out = strip({k: v for k, v in raw.items() if k != "gemm_ws_dtypes"})
+    out = strip({k: v for k, v in raw.items() if k not in ("gemm_ws_dtypes", "memory")})
     assert isinstance(out, dict)
     out["schema_version"] = 1
     return out
@@ -135,6 +136,28 @@ def test_version_1_file_may_not_flag_estimates_and_priors_need_version_3(tmp_pat
     assert load_profile_file(_write(tmp_path, "rtx-a6000", raw)).prior_figures() == [
         "gemm_ws.t_init_us"
     ]
+
+
+def test_memory_section_needs_version_4(tmp_path: Path) -> None:
+    raw = json.loads((PROFILE_DIR / "h100.json").read_text())
+    assert load_profile_file(_write(tmp_path, "h100", raw)).memory is not None
+    raw["schema_version"] = 3
+    with pytest.raises(ProfileError, match="schema_version 4"):
+        load_profile_file(_write(tmp_path, "h100", raw))
+
+
+@pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.stem)
+def test_every_profile_has_cited_memory_priors(path: Path) -> None:
+    """Latency, bandwidth, L2 size and launch time, each cited with a prior; an L2 hit is
+    faster than DRAM where both were measured, and L2 outruns DRAM."""
+    memory = load_profile_file(path).memory
+    assert memory is not None
+    for name in type(memory).model_fields:
+        figure = getattr(memory, name)
+        assert figure.prior is not None and figure.prior.median == figure.value, name
+    assert memory.l2_bandwidth_gb_per_s.value > memory.dram_bandwidth_gb_per_s.value
+    if not memory.l2_latency_ns.estimate and not memory.dram_latency_ns.estimate:
+        assert memory.l2_latency_ns.value < memory.dram_latency_ns.value
 
 
 def test_unknown_schema_version_is_refused(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ ROUTES: list[tuple[str, str, type[Answer]]] = [
     ("post", "/devices/{device_id}/recalibrate", views.CalibrateResponse),
     ("post", "/devices/{device_id}/measurements", views.MeasurementsAdded),
     ("get", "/devices/{device_id}/measurements", views.MeasurementRecord),
+    ("post", "/tuning-table", views.TuningTableResponse),
 ]
 
 #: JSON types each Python type of a view accepts (pydantic reads a JSON integer as a float)

@@ -1,0 +1,186 @@
+"""Calibration from plain library timings under the L2-aware model (gemm_ws_memory_model).
+
+A run may leave out its configuration. It then means "the fastest kernel's time for this
+shape" (torch.matmul, cuBLAS, XLA) and is fitted as the model's optimum over the default space;
+a run that names its configuration is fitted as that configuration's time. Both kinds mix in
+one fit.
+
+Fitted: eight log-scale figures (MATH throughput, L2 and DRAM bandwidth, load latency scale,
+T_INIT, T_EPILOGUE, split-K reduction overhead, MATH startup), maximum a posteriori: robust
+(soft-L1) least squares on ln(predicted / measured) plus log-normal prior residuals, scipy's
+trf with finite differences. Speed: each run's traffic geometry is computed once; a
+configuration-less run is then scored on its shortlist, the configurations within a factor of
+its base optimum (the optimum under figures near the base lies among them), re-drawn once
+around the fitted figures.
+docs/model-notes.md, "Memory hierarchy, L2 reuse, split-K and tf32" 4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from perfmodel.errors import CalibrationInputError
+from perfmodel.gemm_ws import ELEMENT_BYTES, SmLimits
+from perfmodel.gemm_ws_memory_model import (
+    MemoryModelFigures,
+    Recurrences,
+    ShapeModel,
+    Space,
+    feasible,
+)
+from perfmodel.gemm_ws_traffic import FloatArray, MemoryFigures
+
+#: the fitted figures, in parameter order, with the prior sigma of ln(figure / base)
+FITTED: tuple[tuple[str, float], ...] = (
+    ("compute_throughput_macs_per_us", 0.5),
+    ("l2_bandwidth_gb_per_s", 0.3),
+    ("dram_bandwidth_gb_per_s", 0.2),
+    ("load_latency_scale", 0.7),
+    ("t_init_us", 1.5),
+    ("t_epilogue_us", 0.7),
+    ("reduction_overhead_us", 1.0),
+    ("compute_startup_latency_us", 1.5),
+)
+#: a configuration-less run's shortlist: configurations within this factor of its optimum
+SHORTLIST_FACTOR = 3.0
+#: relative residual scale of the soft-L1 loss (about the noise of library timings)
+NOISE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryRun:
+    """One timed GEMM (``batch`` independent m x n x k products). ``config`` (tile_m, tile_n,
+    tile_k, buffer_depth, group_m, split_k) is None for a library's own pick."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    measured_time_us: float
+    batch: int = 1
+    config: tuple[int, int, int, int, int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """What a fit needs of a device: the base figures (for the runs' dtype), SMs, limits."""
+
+    base: MemoryModelFigures
+    sm_count: int
+    limits: SmLimits
+    shared_memory_per_block_bytes: int | None
+    pipeline: Recurrences
+    space: Space = dataclasses.field(default_factory=Space.product)
+
+
+def scaled(base: MemoryModelFigures, log_scale: Sequence[float] | FloatArray) -> MemoryModelFigures:
+    """``base`` with each fitted figure multiplied by exp(its log scale)."""
+    f = dict(
+        zip((name for name, _ in FITTED), (math.exp(float(v)) for v in log_scale), strict=True)
+    )
+    mem = base.memory
+    return MemoryModelFigures(
+        t_init_us=base.t_init_us * f["t_init_us"],
+        t_epilogue_us=base.t_epilogue_us * f["t_epilogue_us"],
+        compute_startup_latency_us=base.compute_startup_latency_us
+        * f["compute_startup_latency_us"],
+        compute_throughput_macs_per_us=base.compute_throughput_macs_per_us
+        * f["compute_throughput_macs_per_us"],
+        memory=MemoryFigures(
+            sm_count=mem.sm_count,
+            dram_bandwidth_gb_per_s=mem.dram_bandwidth_gb_per_s * f["dram_bandwidth_gb_per_s"],
+            l2_bandwidth_gb_per_s=mem.l2_bandwidth_gb_per_s * f["l2_bandwidth_gb_per_s"],
+            l2_size_bytes=mem.l2_size_bytes,
+            dram_latency_us=mem.dram_latency_us * f["load_latency_scale"],
+            l2_latency_us=mem.l2_latency_us * f["load_latency_scale"],
+        ),
+        reduction_overhead_us=base.reduction_overhead_us * f["reduction_overhead_us"],
+        shared_memory_bytes_per_us=base.shared_memory_bytes_per_us,
+    )
+
+
+class RunModel:
+    """One run's candidate configurations and their traffic geometry."""
+
+    def __init__(self, run: LibraryRun, device: Device, index: int) -> None:
+        if run.dtype not in ELEMENT_BYTES:
+            raise CalibrationInputError(f"measurements[{index}].dtype", f"unknown {run.dtype!r}")
+        element_bytes = ELEMENT_BYTES[run.dtype]
+        space = device.space
+        if run.config is not None:
+            space = Space(*(np.array([v], dtype=np.int64) for v in run.config))
+        model = ShapeModel(
+            run.m,
+            run.n,
+            run.k,
+            element_bytes,
+            space,
+            device.sm_count,
+            device.limits,
+            device.pipeline,
+            run.batch,
+        )
+        ok = feasible(
+            space, run.k, element_bytes, device.shared_memory_per_block_bytes, model.resident
+        )
+        if not ok.any():
+            field = "config" if run.config is not None else "m"
+            raise CalibrationInputError(
+                f"measurements[{index}].{field}",
+                "no configuration of the space runs this shape (shared memory, split_k beyond "
+                "k / tile_k)",
+            )
+        self.model = model.subset(np.flatnonzero(ok))
+        self.full = self.model
+        self.measured = run.measured_time_us
+
+    def shortlist(self, figures: MemoryModelFigures) -> None:
+        """Keep the configurations within SHORTLIST_FACTOR of the optimum under ``figures``."""
+        times, _ = self.full.times_us(figures)
+        self.model = self.full.subset(np.flatnonzero(times <= SHORTLIST_FACTOR * times.min()))
+
+    def predict_us(self, figures: MemoryModelFigures) -> float:
+        times, _ = self.model.times_us(figures)
+        return float(times.min())
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    figures: MemoryModelFigures
+    log_scale: tuple[float, ...]
+    training_median_error: float
+
+
+def fit(runs: Sequence[LibraryRun], device: Device) -> FitResult:
+    """MAP fit of the seven figures to ``runs`` (module docstring)."""
+    if not runs:
+        raise CalibrationInputError("measurements", "at least one run is needed")
+    models = [RunModel(r, device, i) for i, r in enumerate(runs)]
+    measured = np.array([r.measured_time_us for r in runs])
+    sigmas = np.array([s for _, s in FITTED])
+
+    def residuals(x: FloatArray) -> FloatArray:
+        figures = scaled(device.base, x)
+        predicted = np.array([m.predict_us(figures) for m in models])
+        return np.concatenate([np.log(predicted / measured) / NOISE, x / sigmas])
+
+    x = np.zeros(len(FITTED))
+    for _ in range(2):  # shortlists at the base, then around the first fit
+        figures = scaled(device.base, x)
+        for m in models:
+            m.shortlist(figures)
+        x = least_squares(residuals, x, loss="soft_l1", method="trf", diff_step=1e-3).x
+    figures = scaled(device.base, x)
+    errors = [abs(m.predict_us(figures) / m.measured - 1) for m in models]
+    return FitResult(figures, tuple(float(v) for v in x), float(np.median(errors)))
+
+
+def predict_optimum_us(run: LibraryRun, device: Device, figures: MemoryModelFigures) -> float:
+    """The model's time for ``run``: its configuration's, or the optimum over the space."""
+    return RunModel(run, device, 0).predict_us(figures)

@@ -291,6 +291,15 @@ class ManyBspSection(_Strict):
     registers_per_sm: PositiveFigure | None = Field(None, description="n_reg")
     shared_memory_per_sm_bytes: PositiveFigure | None = Field(None, description="shmem_size")
     segment_bytes: PositiveFigure | None = Field(None, description="global memory segment")
+    sector_bytes: PositiveFigure | None = Field(
+        None,
+        description="L1/L2 sector (Volta and later: 32); with it the front end counts a "
+        "warp's sectors, bank conflicts and cache hits from every lane's address",
+    )
+    l2_hit_latency_cycles: PositiveFigure | None = Field(
+        None, description="latency of a global load served by L2, cycles"
+    )
+    l2_cache_bytes: PositiveFigure | None = Field(None, description="L2 cache size, bytes")
     mu: PositiveFigure | None = Field(None, description="mu of eq. (24)-(25)")
     latency_exposed_after_eq8_stall: SwitchFigure | None = Field(
         None,

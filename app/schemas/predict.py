@@ -1,4 +1,4 @@
-"""Request and response models of POST /predict-kernel (Many-BSP, issue 3)."""
+"""Request and response models of POST /predict-kernel (Many-BSP)."""
 
 from __future__ import annotations
 

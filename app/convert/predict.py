@@ -213,8 +213,11 @@ MAX_WARNINGS = 100
 def _bounded(warnings: tuple[str, ...]) -> list[str]:
     if len(warnings) <= MAX_WARNINGS:
         return list(warnings)
+    # the per-opcode summaries ("uncosted: OPCODE (n x, lines ...)") say what the prediction
+    # leaves out and are few; the per-line notes repeat them line by line: summaries first
+    ordered = sorted(warnings, key=lambda w: w.startswith("line "))
     left = len(warnings) - (MAX_WARNINGS - 1)
-    return [*warnings[: MAX_WARNINGS - 1], f"{left} more warnings left out"]
+    return [*ordered[: MAX_WARNINGS - 1], f"{left} more warnings left out"]
 
 
 def _role(r: RoleResult) -> WarpRoleOut:

@@ -110,7 +110,7 @@ def fit(
     from ``warm_from``'s figures when given (a recalibration: the profile fitted before)."""
     if model == "gemm-ws" and configless_core.has_configless(documents):
         # a library's own picks: the L2-aware model's optimum, the whole set in one fit
-        return configless_core.fit_configless(base, documents)
+        return configless_core.fit_configless(base, documents, names)
     if model == "gemm-ws":
         check_runs(model, base, documents)
         machine, gemm_runs = gemm_ws_core(base, documents)

@@ -10,7 +10,8 @@ whole set, configured runs included, is fitted by that fit (one fit, one set of 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -65,26 +66,48 @@ def device_of(base: DeviceProfile, runs: Sequence[LibraryRun]) -> Device:
                 f"a set with configuration-less runs is fitted for one element type; "
                 f"this run is {run.dtype}, the first {dtype}",
             )
+    if base.memory is None or base.gemm_ws is None:
+        raise CalibrationInputError(
+            "base_device",
+            f"configuration-less runs are fitted on the L2-aware model, which needs the base's "
+            f"gemm_ws and memory sections; {base.id!r} lacks "
+            + " and ".join(n for n in ("gemm_ws", "memory") if getattr(base, n) is None)
+            + ": choose a shipped profile (GET /devices) or give every run its configuration",
+        )
     try:
         return memory_model_device(base, dtype)
     except ValueError as exc:
         raise CalibrationInputError("measurements[0].dtype", str(exc)) from None
 
 
+@contextmanager
+def _runs_named() -> Iterator[None]:
+    """The fit's ``measurements[i].config`` (a configured run no SM can hold) as the run."""
+    try:
+        yield
+    except CalibrationInputError as exc:
+        raise CalibrationInputError(exc.field.removesuffix(".config"), exc.reason) from None
+
+
 def check_configless(base: DeviceProfile, documents: Sequence[Mapping[str, Any]]) -> None:
     """Refuse a run no configuration of the default space runs (naming it)."""
     runs = library_runs(documents)
     device = device_of(base, runs)
-    for i, run in enumerate(runs):
-        RunModel(run, device, i)
+    with _runs_named():
+        for i, run in enumerate(runs):
+            RunModel(run, device, i)
 
 
-def fit_configless(base: DeviceProfile, documents: Sequence[Mapping[str, Any]]) -> CalibrationFit:
+def fit_configless(
+    base: DeviceProfile, documents: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None
+) -> CalibrationFit:
     """Fit the L2-aware model's figures to the runs (canonical order); the answer's figures are
-    the fit's, each its base value times the fitted scale."""
+    the fit's, each its base value times the fitted scale. It always fits all of FITTED:
+    ``names`` other than those are said to be ignored in a warning."""
     runs = library_runs(documents)
     device = device_of(base, runs)
-    result = fit(runs, device)
+    with _runs_named():
+        result = fit(runs, device)
     measured = np.array([r.measured_time_us for r in runs])
     predicted = np.array(
         [RunModel(r, device, i).predict_us(result.figures) for i, r in enumerate(runs)]
@@ -123,7 +146,15 @@ def fit_configless(base: DeviceProfile, documents: Sequence[Mapping[str, Any]]) 
         ],
         warnings=[
             "configuration-less runs: no cross-validation and no posterior intervals; "
-            "reduction_overhead_us has no profile field and is reported only"
+            "reduction_overhead_us has no profile field and is reported only",
+            *(
+                []
+                if names is None or set(names) <= {n for n, _ in FITTED}
+                else [
+                    "fit: a set with configuration-less runs fits the L2-aware model's figures "
+                    f"({', '.join(n for n, _ in FITTED)}); the figures asked for are ignored"
+                ]
+            ),
         ],
         method=METHOD,
         configless_runs=[i for i, r in enumerate(runs) if r.config is None],

@@ -130,3 +130,62 @@ def test_a_shape_no_configuration_runs_is_refused_naming_the_run() -> None:
     with pytest.raises(CalibrationInputError) as caught:
         check_configless(tiny, _runs(_shapes(1, 7)))
     assert caught.value.field.startswith("measurements[0]")
+
+
+def test_recorded_configless_runs_refit_and_bad_ones_are_refused(client: TestClient) -> None:
+    first = client.post(
+        "/calibrate",
+        json={
+            "model": "gemm-ws",
+            "base_device": "h100",
+            "measurements": _runs(_shapes(5, 8)),
+            "name": "torch-timed",
+        },
+    )
+    assert first.status_code == 200, first.text
+    partial = {**_runs(_shapes(1, 9))[0], "buffer_depth": 2}
+    refused = client.post(
+        "/devices/torch-timed/measurements", json={"model": "gemm-ws", "measurements": [partial]}
+    )
+    assert refused.status_code == 422
+    assert "measurements.0" in refused.text and "tile_m" in refused.text
+    more = _runs(_shapes(3, 9), configured=True)
+    added = client.post(
+        "/devices/torch-timed/measurements", json={"model": "gemm-ws", "measurements": more}
+    )
+    assert added.status_code == 200, added.text
+    refit = client.post("/devices/torch-timed/recalibrate", json={})
+    assert refit.status_code == 200, refit.text
+    answer = refit.json()
+    assert answer["measurement_count"] == 8
+    assert len(answer["configless_runs"]) == 5 + sum("tile_m" not in r for r in more)
+    assert np.median(_held_out_errors(answer, _shapes(12, 10))) < 0.05
+
+
+def test_configless_runs_on_a_base_without_memory_figures_are_refused(client: TestClient) -> None:
+    h100 = get_profile("h100").model_dump(mode="json")
+    response = client.post(
+        "/calibrate",
+        json={
+            "model": "gemm-ws",
+            "base_device_params": {
+                "sm_count": int(h100["hardware"]["sm_count"]["value"]),
+                **{k: v["value"] for k, v in h100["gemm_ws"].items() if v is not None},
+            },
+            "measurements": _runs(_shapes(2, 11)),
+        },
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == "base_device"
+    assert "memory" in response.text
+
+
+def test_a_configured_run_no_sm_holds_in_a_mixed_set_is_refused_naming_it(
+    client: TestClient,
+) -> None:
+    runs = _runs(_shapes(2, 12))
+    runs[1].update(tile_m=256, tile_n=256, tile_k=256, buffer_depth=8)  # 8 MB of fp16 stages
+    response = _calibrate(client, runs)
+    assert response.status_code == 422, response.text
+    fields = {e["field"] for e in response.json()["errors"]}
+    assert fields <= {"measurements.0", "measurements.1"} and fields

@@ -120,18 +120,13 @@ class DeviceDetail(Answer):
 # ---------------------------------------------------------------------------- /optimize-tiling
 
 
-class GemmProblem(Answer):
-    """One GEMM: the problem and its element type (elements)."""
+class GemmWsRun(Answer):
+    """One GEMM launch: the problem, its element type and the tiling it ran with (elements)."""
 
     m: int
     n: int
     k: int
     dtype: str
-
-
-class GemmWsRun(GemmProblem):
-    """One GEMM launch: the problem, its element type and the tiling it ran with (elements)."""
-
     tile_m: int
     tile_n: int
     tile_k: int
@@ -264,9 +259,13 @@ class MeasurementsAdded(Answer):
     total: int = Field(description="runs in the device's record")
 
 
-class GemmWsRunRecord(GemmProblem):
+class GemmWsRunRecord(Answer):
     """A recorded GeMM-WS run; no configuration for a library's own pick."""
 
+    m: int
+    n: int
+    k: int
+    dtype: str
     tile_m: int | None = None
     tile_n: int | None = None
     tile_k: int | None = None

@@ -78,6 +78,16 @@ def _absent(value: object) -> bool:
 
 #: the fields of a GeMM-WS run's configuration: a run gives all of them or none
 CONFIGURATION_FIELDS = ("tile_m", "tile_n", "tile_k", "buffer_depth")
+#: that rule in JSON schema: every configuration field an integer, or each absent or null
+_WHOLE_OR_NO_CONFIGURATION: dict[str, Any] = {
+    "anyOf": [
+        {
+            "required": list(CONFIGURATION_FIELDS),
+            "properties": {name: {"type": "integer"} for name in CONFIGURATION_FIELDS},
+        },
+        {"properties": {name: {"type": "null"} for name in CONFIGURATION_FIELDS}},
+    ]
+}
 
 
 class GemmWsMeasurementIn(GemmWsRun):
@@ -86,6 +96,9 @@ class GemmWsMeasurementIn(GemmWsRun):
     it is then a library's own pick (torch.matmul, cuBLAS), "the fastest kernel's time for
     this shape", fitted as the model's optimum over the default space."""
 
+    model_config = ConfigDict(
+        **{**GemmWsRun.model_config, "json_schema_extra": _WHOLE_OR_NO_CONFIGURATION}
+    )
     tile_m: int | None = Field(  # type: ignore[assignment] # optional here only
         default=None, ge=1, le=MAX_TILE, exclude_if=_absent, description="TM, elements"
     )

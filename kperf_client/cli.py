@@ -553,6 +553,11 @@ def _print_calibration(answer: CalibrateResponse, as_json: bool, out: TextIO) ->
         out.write(
             f"cross-validation error: mean {_pct(cv.mean_abs_pct)}, max {_pct(cv.max_abs_pct)}\n"
         )
+    if answer.configless_runs:
+        out.write(
+            f"{len(answer.configless_runs)} runs without a configuration, fitted as the "
+            "model's optimum over the default space\n"
+        )
     if answer.noise_pct is not None:
         out.write(f"noise of the runs (estimated): {answer.noise_pct:.2g} %\n")
     for combination in answer.determined_combinations:

@@ -134,7 +134,9 @@ async def calibrate(
         )
     except CalibrationInputError as exc:
         # the core names runs by their canonical position: name them as the caller sent them
-        raise CalibrationInputError(convert.request_field(exc.field, order), exc.reason) from None
+        # (the same error, so its problem type, e.g. configless-runs-refused, stays)
+        exc.field = convert.request_field(exc.field, order)
+        raise exc from None
     fitted = convert.in_request(fitted, order, starts, ready, model)
     profile = convert.calibrated_profile(
         device_id=device_id,
@@ -235,7 +237,8 @@ async def add_measurements(
     try:
         await check_runs_via_pool(service, request.model, ready, documents)
     except CalibrationInputError as exc:
-        raise CalibrationInputError(convert.request_field(exc.field), exc.reason) from None
+        exc.field = convert.request_field(exc.field)
+        raise exc from None
     appended = await asyncio.to_thread(profiles.append, record_id, tenant, request.model, documents)
     await service.touch(record_id)
     return MeasurementsAdded(

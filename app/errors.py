@@ -33,7 +33,12 @@ from app.store import CapExceeded, StoreUnavailable
 from app.store.resilient import without_address
 from device_profiles import ModelNotServed, UnknownDevice, is_calibratable
 from device_profiles.schema import INCONSISTENT_LENGTHS
-from perfmodel.errors import ModelInputError, PTXSyntaxError, UnfittableMeasurements
+from perfmodel.errors import (
+    ConfiglessRunsRefused,
+    ModelInputError,
+    PTXSyntaxError,
+    UnfittableMeasurements,
+)
 from solver.errors import (
     CertificateMismatch,
     InfeasibleSearchSpace,
@@ -293,6 +298,7 @@ _FIELD_ERRORS: dict[type[Exception], tuple[int, str]] = {
     RequestFieldError: (422, "Invalid request"),
     UnfittableMeasurements: (422, "Unfittable measurements"),  # a type of its own
     DtypeNotServed: (422, "Dtype not served by device"),  # likewise
+    ConfiglessRunsRefused: (422, "Configless runs refused"),  # likewise
     # a rule on the server's data (which GPUs it knows by name), as an unknown device is
     UnknownDeviceName: (422, "Unknown device name"),
     RequestStateConflict: (409, "Conflict with the resource's state"),

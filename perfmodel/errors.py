@@ -8,6 +8,7 @@ Hierarchy::
         ├── UnknownKernel          the requested entry is not in the module
         ├── AmbiguousKernel        no entry named and the module has several
         └── CalibrationInputError  measurements or fit options a calibration cannot use
+            └── ConfiglessRunsRefused  configuration-less runs the base cannot fit
             └── MeasurementLineError   a line of a JSONL measurements file (1-based line)
     └── InfeasibleSearchSpace      every configuration breaks a hardware constraint (the
                                    solver's, and a model's own: a CTA that fits no SM)
@@ -71,6 +72,12 @@ class AmbiguousKernel(ModelInputError):
 class CalibrationInputError(ModelInputError):
     """Measurements or fit options a calibration cannot use; ``field`` names the input, e.g.
     ``measurements``, ``measurements[3].measured_time_us``, ``fit`` or ``folds``."""
+
+
+class ConfiglessRunsRefused(CalibrationInputError):
+    """Configuration-less runs this base cannot fit: its profile lacks the memory figures the
+    L2-aware fit needs, it has no rate for the runs' element type, or the set mixes element
+    types (a rule on the base's content and the runs together, which no schema states)."""
 
 
 class MeasurementLineError(CalibrationInputError):

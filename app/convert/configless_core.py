@@ -26,7 +26,7 @@ from device_profiles import DeviceProfile
 from device_profiles.memory import memory_model_device
 from device_profiles.schema import CalibrationErrorSummary
 from perfmodel.calibration.configless import FITTED, Device, LibraryRun, RunModel, fit, scaled
-from perfmodel.errors import CalibrationInputError
+from perfmodel.errors import CalibrationInputError, ConfiglessRunsRefused
 
 METHOD = (
     "configuration-less: maximum a posteriori over ln(figures) of the L2-aware model, runs "
@@ -61,13 +61,13 @@ def device_of(base: DeviceProfile, runs: Sequence[LibraryRun]) -> Device:
     dtype = runs[0].dtype
     for i, run in enumerate(runs):
         if run.dtype != dtype:
-            raise CalibrationInputError(
+            raise ConfiglessRunsRefused(
                 f"measurements[{i}].dtype",
                 f"a set with configuration-less runs is fitted for one element type; "
                 f"this run is {run.dtype}, the first {dtype}",
             )
     if base.memory is None or base.gemm_ws is None:
-        raise CalibrationInputError(
+        raise ConfiglessRunsRefused(
             "base_device",
             f"configuration-less runs are fitted on the L2-aware model, which needs the base's "
             f"gemm_ws and memory sections; {base.id!r} lacks "
@@ -77,7 +77,7 @@ def device_of(base: DeviceProfile, runs: Sequence[LibraryRun]) -> Device:
     try:
         return memory_model_device(base, dtype)
     except ValueError as exc:
-        raise CalibrationInputError("measurements[0].dtype", str(exc)) from None
+        raise ConfiglessRunsRefused("measurements[0].dtype", str(exc)) from None
 
 
 @contextmanager

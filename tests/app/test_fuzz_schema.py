@@ -121,6 +121,9 @@ DOMAIN_422_TYPES = {
     "unfittable-measurements",
     # a tuning table's file is named after the GPU's CUDA name, which the server must know
     "unknown-device-name",
+    # configuration-less runs the base cannot fit (no memory figures, no rate for the dtype,
+    # mixed element types in one set)
+    "configless-runs-refused",
 }
 
 

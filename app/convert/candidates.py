@@ -15,6 +15,7 @@ from app.convert.optimize import (
     PreparedRequest,
     Solved,
     check_timeline,
+    memory_term,
     pipeline_name,
     pipeline_settings,
     request_machine,
@@ -49,7 +50,9 @@ def prepare(
     spec = request.search_space
     enforce = request.candidates is not None or spec is None or spec.enforce_shared_memory
     settings = pipeline_settings(request, profile, enforce_shared_memory=enforce)
-    model = pipelines.resolve(pipeline_name(request, profile), settings)
+    model = memory_term(
+        pipelines.resolve(pipeline_name(request, profile), settings), request, profile
+    )
     device, problem = _problem_of(request, profile)
     return PreparedRequest(device, dataclasses.replace(problem, pipeline=model))
 

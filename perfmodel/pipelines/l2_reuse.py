@@ -127,9 +127,7 @@ class L2ReuseModel:
                 machine,
                 t_init_us=machine.t_init_us + float(reduction[g]),
                 load_startup_latency_us=float(traffic.load_latency_us[g]),
-                load_throughput_elements_per_us=float(
-                    traffic.load_throughput_elements_per_us[g]
-                ),
+                load_throughput_elements_per_us=float(traffic.load_throughput_elements_per_us[g]),
             )
             eff_shape = GemmShape(-(-shape.m // tm) * tm * sk, shape.n, -(-shape.k // sk))
             eff = Effective(
@@ -261,7 +259,13 @@ class L2ReuseModel:
 
     def answer_fields(self, prediction: Any, element_bytes: int) -> dict[str, object]:
         out = self.base.answer_fields(prediction.base, element_bytes)
-        out.update(dram_bytes=prediction.dram_bytes, l2_hit_rate=prediction.l2_hit_rate)
+        t = prediction.tiling
+        out.update(
+            group_m=t.group_m,
+            split_k=t.split_k,
+            dram_bytes=prediction.dram_bytes,
+            l2_hit_rate=prediction.l2_hit_rate,
+        )
         return out
 
     def timeline_rows(self, prediction: Any) -> list[dict[str, float | int | None]]:
@@ -275,5 +279,3 @@ def _machine(figures: Figures) -> GemmWsMachine:
     """The machine of the first draw of ``figures``."""
     first: dict[str, Any] = {name: float(v[0]) for name, v in figures.columns().items()}
     return GemmWsMachine(sm_count=figures.sm_count, **first)
-
-

@@ -68,6 +68,9 @@ from solver.search_space import SearchSpace, SearchSummary
 
 _log = logging.getLogger(__name__)
 
+#: the constraint of a configuration whose split_k exceeds its k tiles, ceil(k / tile_k)
+SPLIT_K_CONSTRAINT = "split_k_per_k_tiles"
+
 #: tie_break_key is below this (four digits of base 2^17), so it is the last digit
 _KEY_SPAN = 1 << 68
 
@@ -420,10 +423,11 @@ def _certified_space(
     instance: Instance, problem: TilingProblem, top_k: int, deadline: Deadline
 ) -> TilingResult:
     space = problem.space
-    fitting = 0
+    fitting = kept = 0
+    raster = len(space.group_m) * len(space.split_k)
 
     def chunks() -> Iterator[Configurations]:
-        nonlocal fitting
+        nonlocal fitting, kept
         for chunk in enumerate_configurations(
             space.tile_m,
             space.tile_n,
@@ -432,8 +436,9 @@ def _certified_space(
             problem.element_bytes,
             _per_block(problem),
         ):
+            fitting += chunk.count * raster
             for part in with_raster(chunk, space, problem.shape.k):
-                fitting += part.count
+                kept += part.count
                 yield part
 
     ranking = rank_scored(instance, chunks(), top_k, deadline.at)
@@ -442,6 +447,8 @@ def _certified_space(
             SHARED_MEMORY_CONSTRAINT: space.size - fitting,
             SHARED_MEMORY_PER_SM_CONSTRAINT: ranking.not_resident,
         }
+        if fitting > kept:
+            rejected[SPLIT_K_CONSTRAINT] = fitting - kept
         summary = SearchSummary(space.size, ranking.scored, rejected)
         if not ranking.scored:
             raise _infeasible(space.size, rejected)

@@ -50,10 +50,9 @@ def prepare(
     spec = request.search_space
     enforce = request.candidates is not None or spec is None or spec.enforce_shared_memory
     settings = pipeline_settings(request, profile, enforce_shared_memory=enforce)
-    model = memory_term(
-        pipelines.resolve(pipeline_name(request, profile), settings), request, profile
-    )
+    model = pipelines.resolve(pipeline_name(request, profile), settings)
     device, problem = _problem_of(request, profile)
+    model = memory_term(model, request, profile)
     return PreparedRequest(device, dataclasses.replace(problem, pipeline=model))
 
 

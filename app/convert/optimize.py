@@ -176,13 +176,11 @@ def memory_term(
     if request.solver != "certified":
         raise ModelInputError("solver", f"memory_model {request.memory_model!r} is certified only")
     if profile is None or request.device_params is not None:
-        raise ModelInputError(
-            "memory_model", "'l2-reuse' needs a device profile with a memory section"
-        )
+        raise ModelNotServed("inline", "l2-reuse", ["memory"], field="memory_model")
     try:
         device = memory_model_device(profile, request.dtype)
     except ValueError as error:
-        raise ModelInputError("memory_model", str(error)) from error
+        raise ModelNotServed(profile.id, "l2-reuse", [str(error)], field="memory_model") from error
     wrapped: PipelineModel = L2ReuseModel(
         model, device.base.memory, device.base.reduction_overhead_us
     )

@@ -370,7 +370,10 @@ async def recalibrate(
     if calibration is not None:
         root = calibration.root_device
         if calibration.model == model:
-            fit = fit if fit is not None else list(calibration.fitted)
+            if fit is None and set(calibration.fitted) <= set(FIGURES[model]):
+                # (a configuration-less fit's own figures are not a fit list: its runs refit
+                # by the kind of fit they need)
+                fit = list(calibration.fitted)
             if calibration.base_device != convert.INLINE:
                 base = await service.resolve_profile(calibration.base_device, principal)
                 base_id = base.id

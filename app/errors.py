@@ -225,18 +225,6 @@ async def _infeasible_space_handler(request: Request, exc: Exception) -> JSONRes
     )
 
 
-async def _stored_profile_handler(request: Request, exc: Exception) -> JSONResponse:
-    """A device id that may be calibrated or a name, while the store is down: 503, retry."""
-    assert isinstance(exc, StoredProfileUnavailable)
-    return field_error(
-        503,
-        "Store unavailable",
-        exc.field,
-        without_address(exc.reason),
-        headers={"Retry-After": "1"},
-    )
-
-
 async def _unauthorized_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, Unauthorized)
     return field_error(
@@ -270,11 +258,15 @@ _CAPPED = {
 
 async def _store_unavailable_handler(request: Request, exc: Exception) -> JSONResponse:
     """The shared store (calibrated profiles, measured runs) cannot be reached: 503, retry
-    later. The backend's text names its address (redis-py: "connecting to redis:6379"):
-    clients get the reason without it."""
-    assert isinstance(exc, StoreUnavailable)
-    reason = without_address(str(exc))
-    return field_error(503, "Store unavailable", "body", reason, headers={"Retry-After": "1"})
+    later, naming the body, or the device field a stored profile was looked up by. The
+    backend's text names its address (redis-py: "connecting to redis:6379"): clients get the
+    reason without it."""
+    if isinstance(exc, StoredProfileUnavailable):
+        field, reason = exc.field, exc.reason
+    else:
+        field, reason = "body", str(exc)
+    headers = {"Retry-After": "1"}
+    return field_error(503, "Store unavailable", field, without_address(reason), headers=headers)
 
 
 async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -361,8 +353,6 @@ HANDLERS: dict[type[Exception], Handler] = {
     PTXSyntaxError: _ptx_syntax_handler,  # more specific than ModelInputError: line/column
     Unauthorized: _unauthorized_handler,
     CapExceeded: _cap_handler,
-    # more specific than StoreUnavailable: names the device field the store could not answer
-    StoredProfileUnavailable: _stored_profile_handler,
     StoreUnavailable: _store_unavailable_handler,
     # service limits (app/pool.py, app/service.py)
     PoolSaturated: _pool_saturated_handler,

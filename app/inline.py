@@ -1,4 +1,4 @@
-"""Small solves in a thread of the service's own process instead of the worker pool (issue 19).
+"""Small solves in a thread of the service's own process instead of the worker pool.
 
 A cache miss of a small problem (a Table 1 space, the default space) is a few milliseconds of
 solving, and the worker pool's round trip (pickling, the pipe, waking a niced process, the

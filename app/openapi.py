@@ -100,7 +100,7 @@ def _state_security(document: dict[str, Any], settings: Any) -> None:
 def _state_configured_limits(schemas: dict[str, Any], settings: Any) -> None:
     """The schema states this server's configured limits (KPERF_MAX_BATCH_ITEMS,
     KPERF_MAX_TIME_LIMIT_S), not the ceilings the settings may be raised to: an input the
-    document allows is then one the server accepts (issue 19: schemathesis found them apart)."""
+    document allows is then one the server accepts (schemathesis found them apart)."""
     if settings is None:
         return
     batch = schemas.get("OptimizeTilingBatchRequest", {}).get("properties", {}).get("problems")

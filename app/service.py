@@ -38,6 +38,7 @@ from app.settings import Settings
 from app.singleflight import SingleFlight
 from app.store import MemoryStore, Store
 from device_profiles import DeviceProfile, default_profiles
+from perfmodel.errors import ModelInputError
 from solver.errors import SolverTimeout
 
 if TYPE_CHECKING:
@@ -60,13 +61,8 @@ def _package_version() -> str:
 MODEL_VERSION = _package_version()
 
 
-class RequestFieldError(ValueError):
+class RequestFieldError(ModelInputError):
     """A request field the service's own limits refuse (422, naming the field)."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 class RequestStateConflict(RequestFieldError):

@@ -2,7 +2,7 @@
 
 uvicorn times out only an idle keep-alive connection between requests; once a request's first
 byte arrives, nothing bounds how long its headers or body may take, so a few hundred sockets
-trickling bytes hold every connection slot (issue 19: 15 half-sent headers and a 7-of-100,000
+trickling bytes hold every connection slot (measured: 15 half-sent headers and a 7-of-100,000
 byte body were all still open after 45 s). The ASGI app cannot help: it is called only once the
 headers are complete. So the guard sits in uvicorn's h11 protocol, as a subclass:
 

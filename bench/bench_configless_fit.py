@@ -1,10 +1,13 @@
 """Wall time of a configuration-less calibration of 16 runs (issue 24's speed target, <= 10 s).
 
-Usage: python -m bench.bench_configless_fit [--repeats 3]
+Usage: python -m bench.bench_configless_fit [--repeats 3] [--append]
 
-The 16 runs are the XLA sm_90 TF32 shapes bench_real trains on (seed 0), fitted on the h100
-profile (perfmodel.calibration.configless.fit: geometry of each run, shortlist, MAP fit).
-Median wall time over the repeats; the machine's load average is printed beside it.
+The 16 runs are unbatched XLA sm_90 TF32 shapes (seed 0; POST /calibrate has no batch), fitted
+on the h100 profile two ways in the same run: POST /calibrate over HTTP (an in-process service
+with one calibration worker: validation, the worker's fit, the stored profile) and the core's fit
+alone (perfmodel.calibration.configless.fit). Medians over the repeats; CPU time of the direct
+fit (this process) and of the HTTP fits (the worker processes, read when they exit); the
+machine's load average beside them.
 """
 
 from __future__ import annotations
@@ -14,31 +17,107 @@ import os
 import random
 import statistics
 import time
+from typing import Any
 
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
 from bench.bench_real import xla
-from bench.common import command_line
-from perfmodel.calibration.configless import fit
+from bench.common import append_results, command_line
+from perfmodel.calibration.configless import LibraryRun, fit
+
+
+def _body(runs: list[LibraryRun], repeat: int) -> dict[str, Any]:
+    measurements = [
+        {"m": r.m, "n": r.n, "k": r.k, "dtype": r.dtype, "measured_time_us": r.measured_time_us}
+        for r in runs
+    ]
+    # a name per repeat: each request fits and stores (the same runs make the same id)
+    return {
+        "model": "gemm-ws",
+        "base_device": "h100",
+        "measurements": measurements,
+        "name": f"bench-{repeat}",
+    }
+
+
+def _descendants_cpu_s() -> float:
+    """CPU seconds (user + system) of the live processes descended from this one (Linux
+    /proc): the service's workers run under a forkserver, so no wait() of ours reaps them."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    me, total = os.getpid(), 0.0
+    for pid in parents:
+        ancestor = parents[pid]
+        while ancestor not in (0, 1, me) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == me:
+            total += cpu[pid]
+    return total
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--append", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args()
     case = xla()
-    order = list(range(len(case.runs)))
+    unbatched = [r for r in case.runs if r.batch == 1]
+    order = list(range(len(unbatched)))
     random.Random(0).shuffle(order)
-    train = [case.runs[i] for i in order[:16]]
-    times = []
+    train = [unbatched[i] for i in order[:16]]
+
+    direct, direct_cpu = [], []
     for _ in range(args.repeats):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         fit(train, case.device)
-        times.append(time.perf_counter() - started)
-    print(f"command: {command_line()}")
-    print(
-        f"16 configuration-less runs fitted in {statistics.median(times):.1f} s (median of "
-        f"{args.repeats}: {', '.join(f'{t:.1f}' for t in times)}); "
-        f"load average {os.getloadavg()[0]:.1f}"
+        direct.append(time.perf_counter() - started)
+        direct_cpu.append(time.process_time() - cpu)
+
+    http, http_cpu = [], []
+    settings = Settings(workers=1, log_level="WARNING", cache_path=None)
+    with TestClient(create_app(settings)) as client:
+        for repeat in range(args.repeats):
+            started, cpu = time.perf_counter(), _descendants_cpu_s() + time.process_time()
+            response = client.post("/calibrate", json=_body(train, repeat))
+            http.append(time.perf_counter() - started)
+            http_cpu.append(_descendants_cpu_s() + time.process_time() - cpu)
+            response.raise_for_status()
+            assert len(response.json()["configless_runs"]) == 16
+
+    def listed(times: list[float]) -> str:
+        return ", ".join(f"{t:.1f}" for t in times)
+
+    report = (
+        f"command: {command_line()}\n"
+        f"POST /calibrate, 16 configuration-less runs: {statistics.median(http):.1f} s wall "
+        f"(median of {args.repeats}: {listed(http)}), {statistics.median(http_cpu):.1f} s CPU "
+        f"(service and its workers)\n"
+        f"core fit alone, same runs: {statistics.median(direct):.1f} s wall "
+        f"(median of {args.repeats}: {listed(direct)}), "
+        f"{statistics.median(direct_cpu):.1f} s CPU\n"
+        f"HTTP / core wall ratio: {statistics.median(http) / statistics.median(direct):.2f}; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
+    print(report)
+    if args.append:
+        append_results(
+            "Configuration-less calibration of 16 runs over HTTP",
+            "Issue 24 item 5's speed target (<= 10 s), POST /calibrate end to end beside the "
+            f"core's fit, same run:\n\n```\n{report}\n```\n",
+        )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ carries a ``calibration`` provenance block; the service writes those in version 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -159,14 +159,25 @@ ProfileSchemaVersion = Literal[1, 2, 3, 4]
 PROFILE_SCHEMA_VERSIONS: tuple[ProfileSchemaVersion, ...] = (1, 2, 3, 4)
 
 
+#: the pipeline models' registry (perfmodel.pipelines.names), handed in by whoever serves
+#: them (:func:`serve_pipeline_models`; the service does in app/__init__.py): the file format
+#: imports nothing of the models that read it. Until then any name passes the schema, and the
+#: registry refuses an unknown one where it resolves it.
+_pipeline_models: list[Callable[[], tuple[str, ...]]] = []
+
+
+def serve_pipeline_models(names: Callable[[], tuple[str, ...]]) -> None:
+    """Check pipeline model names against ``names()``, the names registered when it is called."""
+    _pipeline_models[:] = [names]
+
+
 def _registered_pipeline_model(name: str) -> str:
     """``name`` when a pipeline model is registered under it (perfmodel/pipelines)."""
-    from perfmodel import pipelines
-
-    if not pipelines.is_registered(name):
-        raise ValueError(
-            f"unknown pipeline model {name!r}; choose one of: {', '.join(pipelines.names())}"
-        )
+    for names in _pipeline_models:
+        if name not in names():
+            raise ValueError(
+                f"unknown pipeline model {name!r}; choose one of: {', '.join(names())}"
+            )
     return name
 
 
@@ -177,9 +188,10 @@ class _PipelineModelSchema:
     def __get_pydantic_json_schema__(
         cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        from perfmodel import pipelines
-
-        return {"type": "string", "enum": list(pipelines.names())}
+        schema: JsonSchemaValue = {"type": "string"}
+        for names in _pipeline_models:
+            schema["enum"] = list(names())
+        return schema
 
 
 #: a GeMM-WS pipeline model's name: one the registry serves ('paper', 'async-copy', ...)
@@ -279,6 +291,15 @@ class ManyBspSection(_Strict):
     registers_per_sm: PositiveFigure | None = Field(None, description="n_reg")
     shared_memory_per_sm_bytes: PositiveFigure | None = Field(None, description="shmem_size")
     segment_bytes: PositiveFigure | None = Field(None, description="global memory segment")
+    sector_bytes: PositiveFigure | None = Field(
+        None,
+        description="L1/L2 sector (Volta and later: 32); with it the front end counts a "
+        "warp's sectors, bank conflicts and cache hits from every lane's address",
+    )
+    l2_hit_latency_cycles: PositiveFigure | None = Field(
+        None, description="latency of a global load served by L2, cycles"
+    )
+    l2_cache_bytes: PositiveFigure | None = Field(None, description="L2 cache size, bytes")
     mu: PositiveFigure | None = Field(None, description="mu of eq. (24)-(25)")
     latency_exposed_after_eq8_stall: SwitchFigure | None = Field(
         None,

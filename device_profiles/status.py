@@ -146,6 +146,17 @@ def _required(profile: DeviceProfile, model: str) -> Iterator[_Required]:
     for key in REQUIRED_MANY_BSP_CLASSES:
         path = f"many_bsp.instruction_classes.{key}"
         yield _cited(path, f"instruction_classes.{key}", classes.get(key))
+    if mb is None:
+        return
+    # optional figures the model reads when present: served, so an estimate among them is
+    # listed like a required one's
+    for name in type(mb).model_fields:
+        item = getattr(mb, name)
+        if name not in REQUIRED_MANY_BSP_FIGURES and isinstance(item, Figure) and item.estimate:
+            yield _cited(f"many_bsp.{name}", name, item)
+    for key, c in classes.items():
+        if key not in REQUIRED_MANY_BSP_CLASSES and c.estimate:
+            yield _cited(f"many_bsp.instruction_classes.{key}", f"instruction_classes.{key}", c)
 
 
 def model_status(profile: DeviceProfile, model: str) -> ModelStatus:

@@ -32,29 +32,12 @@ from kperf_client.cli_kernel_tuner import TunerInputError
 from kperf_client.client import KperfClient, KperfError, ServerNotInstalled, server_imports
 from kperf_client.models import CalibrateResponse
 from kperf_client.table_cli import add_table_parser
-
-
-def _cell(value: Any) -> str:
-    """A table cell: a float to 10 significant digits, no binary noise (``30.56``, not
-    ``30.560000000000002``; ``80``, not ``80.0``); ``--json`` keeps the exact values."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.10g}"
-    return str(value)
+from kperf_client.text_table import table as _table
 
 
 def _pct(value: float | None) -> str:
     """A percentage error; null in the answer (not finite: JSON has no infinity) as "inf"."""
     return "inf %" if value is None else f"{value:.2f} %"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [[_cell(v) for v in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def _print_json(document: Any, out: TextIO) -> None:
@@ -569,6 +552,11 @@ def _print_calibration(answer: CalibrateResponse, as_json: bool, out: TextIO) ->
     if cv is not None:
         out.write(
             f"cross-validation error: mean {_pct(cv.mean_abs_pct)}, max {_pct(cv.max_abs_pct)}\n"
+        )
+    if answer.configless_runs:
+        out.write(
+            f"{len(answer.configless_runs)} runs without a configuration, fitted as the "
+            "model's optimum over the default space\n"
         )
     if answer.noise_pct is not None:
         out.write(f"noise of the runs (estimated): {answer.noise_pct:.2g} %\n")

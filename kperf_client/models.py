@@ -247,6 +247,9 @@ class CalibrateResponse(Answer):
     noise_pct: float | None = None
     determined_combinations: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    configless_runs: list[int] = Field(
+        default_factory=list, description="runs without a configuration (fitted as the optimum)"
+    )
 
 
 class MeasurementsAdded(Answer):
@@ -256,7 +259,17 @@ class MeasurementsAdded(Answer):
     total: int = Field(description="runs in the device's record")
 
 
-class GemmWsRunRecord(GemmWsRun):
+class GemmWsRunRecord(Answer):
+    """A recorded GeMM-WS run; no configuration for a library's own pick."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    tile_m: int | None = None
+    tile_n: int | None = None
+    tile_k: int | None = None
+    buffer_depth: int | None = None
     measured_time_us: float
 
 

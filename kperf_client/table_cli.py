@@ -16,6 +16,7 @@ from kperf_client.client import KperfClient
 from kperf_client.models import TuningTableResponse
 from kperf_client.table_sweep import read_table_shapes, run_table_sweep, write_table
 from kperf_client.table_verify import Bench, RecordedBench, verify_table
+from kperf_client.text_table import table as _table
 
 ClientFactory = Callable[[argparse.Namespace], KperfClient]
 
@@ -46,8 +47,6 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _print_table(answer: TuningTableResponse, path: Path, out: TextIO) -> None:
-    from kperf_client.cli import _table  # one table style for every command
-
     out.write(
         f"wrote {path}\nN={answer.n} K={answer.k} on {answer.device} ({answer.dtype}, "
         f"{answer.pipeline_model}): {answer.status}, "

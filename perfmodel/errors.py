@@ -3,12 +3,14 @@
 Hierarchy::
 
     ValueError
-    └── ModelInputError            bad model input; message says how to fix it
+    ├── ModelInputError            bad model input; message says how to fix it
         ├── PTXSyntaxError         submitted text is not PTX we can read (line, column)
         ├── UnknownKernel          the requested entry is not in the module
         ├── AmbiguousKernel        no entry named and the module has several
         └── CalibrationInputError  measurements or fit options a calibration cannot use
             └── MeasurementLineError   a line of a JSONL measurements file (1-based line)
+    └── InfeasibleSearchSpace      every configuration breaks a hardware constraint (the
+                                   solver's, and a model's own: a CTA that fits no SM)
 """
 
 from __future__ import annotations
@@ -81,3 +83,14 @@ class MeasurementLineError(CalibrationInputError):
         super().__init__(f"line {line}" + (f".{key}" if key else ""), reason)
         self.line = line
         self.key = key
+
+
+class InfeasibleSearchSpace(ValueError):
+    def __init__(
+        self, reason: str, rejected: dict[str, int], *, field: str = "search_space"
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.rejected = rejected
+        #: the request field holding the configurations: "search_space" or "candidates"
+        self.field = field

@@ -12,8 +12,7 @@ matplotlib is imported when the first picture is drawn, not with this package.
 
 from render.breakdown import breakdown_svg
 from render.calibration import calibration_svg
-from render.timeline import timeline_svg
-from render.timeline_async_copy import async_timeline_svg
+from render.timeline import async_timeline_svg, timeline_svg
 from render.tuning_table import tuning_table_svg
 
 __all__ = [

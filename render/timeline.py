@@ -13,11 +13,23 @@ Every drawn element has an SVG id (matplotlib ``gid``) a reader or a test can fi
 ``stage-<i>-dma-stall``, ``slot-free-<i>``, ``t-epilogue``, ``wave-end``, ``elided-stages``;
 in the kernel panel ``t-init``, ``wave-<w>``, ``wave-boundary-<w>``, ``elided-waves`` and
 ``total`` (the text ``total = ... = <predicted_time_us> µs``).
+
+The async-copy variant (docs/model-notes.md, "GeMM-WS async-copy"), :func:`async_timeline_svg`,
+shares the kernel panel (there T_INIT, the full waves of c CTAs sharing each SM as one box
+``waves-full`` and the last, partial wave ``wave-partial``), the bars, the wave's end and the
+frame. Its wave panel has one row per stage (eq. A1-A3): the copy *issue* (d, on the copy
+engine shared by the SM's c CTAs), the copy *in flight* (lambda), the *arrival*, the MATH
+warp's wait and its MATH (T); ids ``stage-<i>-issue``, ``stage-<i>-in-flight``,
+``stage-<i>-arrival``, ``stage-<i>-math-wait``, ``stage-<i>-math``, ``t-epilogue``,
+``wave-end`` and ``stages-not-drawn``. Stages whose in-flight spans overlap are loads in flight
+together (at most ``buffer_depth``); pipelines over :data:`MAX_ASYNC_STAGES_DRAWN` stages show
+their first stages only, and say so.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +46,8 @@ from render._figure import (
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+
+    from perfmodel.pipelines.async_copy.recurrences import AsyncSimulation
 
 #: stages drawn at the start and at the end of a long pipeline
 FIRST_STAGES = 8
@@ -60,6 +74,13 @@ COLORS = {
 }
 LANES = {"dma": 3.0, "math": 2.0, "slots": 1.0, "epilogue": 0.0}
 BAR_HEIGHT = 0.6
+#: async-copy pipelines up to this long are drawn whole; longer ones show this many first stages
+MAX_ASYNC_STAGES_DRAWN = 16
+#: the in-flight span is drawn thinner than the work bars: it is time, not work
+FLIGHT_HEIGHT = 0.22
+#: the async-copy MATH wait is a thin band under its stage's row
+WAIT_HEIGHT = 0.12
+ASYNC_COLORS = {"issue": COLORS["load_a"], "flight": COLORS["load_b"], "arrival": "#1B3A5C"}
 #: behind labels that may lie over bars or a cut
 LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.5}
 
@@ -177,13 +198,14 @@ def _bar(
     axis: TimeAxis,
     start_ns: int,
     end_ns: int,
-    lane: str,
+    lane: str | float,
     gid: str,
     *,
     work: bool = True,
     **style: Any,
 ) -> None:
-    """One bar, clipped to the drawn windows (a second part gets the id ``<gid>-2``).
+    """One bar centred on ``lane`` (a name of :data:`LANES`, or a row's y), clipped to the
+    drawn windows (a second part gets the id ``<gid>-2``).
 
     Work (a load, a MATH) is drawn even when it takes 0 ns; a wait of 0 ns is not a wait.
     """
@@ -192,7 +214,7 @@ def _bar(
     if not work and end_ns <= start_ns:
         return
     height = style.pop("height", BAR_HEIGHT)
-    y = LANES[lane] - height / 2
+    y = (LANES[lane] if isinstance(lane, str) else lane) - height / 2
     for n, (s0, s1) in enumerate(visible(axis, start_ns, end_ns)):
         x0, x1 = axis.x(s0), axis.x(s1)
         part = gid if n == 0 else f"{gid}-2"
@@ -350,17 +372,7 @@ def _draw_wave(ax: Axes, sim: Simulation, machine: GemmWsMachine, wave_end_ns: i
         va="center",
         fontsize=7.5,
     )
-    ax.axvline(axis.x(wave_end_ns), color="black", linewidth=0.8, linestyle="--", gid="wave-end")
-    ax.text(
-        axis.x(wave_end_ns),
-        LANES["dma"] + 0.55,
-        f"wave = Sm(S) + T_EPILOGUE = {fmt_us(wave_end_ns / 1000)}",
-        ha="right",
-        va="bottom",
-        fontsize=7.5,
-        bbox=LABEL_BOX,
-        gid="wave-time",
-    )
+    _wave_end(ax, axis.x(wave_end_ns), LANES["dma"] + 0.55, "Sm(S) + T_EPILOGUE", wave_end_ns)
     if selection.elided is not None:
         first, last = selection.elided
         _cut_band(
@@ -387,6 +399,52 @@ def _draw_wave(ax: Axes, sim: Simulation, machine: GemmWsMachine, wave_end_ns: i
     )
 
 
+def _wave_end(ax: Axes, x: float, y: float, sum_text: str, wave_ns: int) -> None:
+    """The dashed end of the wave and its labelled time ``wave = <sum_text> = ...``."""
+    ax.axvline(x, color="black", linewidth=0.8, linestyle="--", gid="wave-end")
+    ax.text(
+        x,
+        y,
+        f"wave = {sum_text} = {fmt_us(wave_ns / 1000)}",
+        ha="right",
+        va="bottom",
+        fontsize=7.5,
+        bbox=LABEL_BOX,
+        gid="wave-time",
+    )
+
+
+def _kernel_box(
+    ax: Axes, axis: TimeAxis, span_ns: tuple[int, int], end_ns: int, gid: str, color: str, text: str
+) -> None:
+    """One box of the kernel panel; its text when the box is wide enough to hold it."""
+    _bar(ax, axis, *span_ns, 0.0, gid, facecolor=color, edgecolor="white", linewidth=0.8)
+    x0, x1 = axis.x(span_ns[0]), axis.x(span_ns[1])
+    if (x1 - x0) >= 0.08 * axis.x(end_ns):
+        ax.text((x0 + x1) / 2, 0.0, text, ha="center", va="center", fontsize=7.5)
+
+
+def _kernel_frame(ax: Axes, axis: TimeAxis, end_ns: int, total_text: str) -> None:
+    """The kernel panel's axes and its labelled total ``total = ... = <overall time>``."""
+    ax.set_xlim(0, axis.x(end_ns) * 1.01)
+    ax.set_ylim(-0.5, 0.9)
+    ax.set_yticks([])
+    ax.spines["left"].set_visible(False)
+    ax.set_xlabel("time from the kernel's launch (µs)")
+    ax.text(
+        1.0,
+        0.98,
+        total_text,
+        transform=ax.transAxes,
+        ha="right",
+        va="top",
+        fontsize=8.5,
+        fontweight="bold",
+        bbox=LABEL_BOX,
+        gid="total",
+    )
+
+
 def _draw_kernel(ax: Axes, sim: Simulation, machine: GemmWsMachine) -> None:
     init_ns = us_to_ns(machine.t_init_us)
     wave_ns, waves = sim.wave_time_ns, sim.waves
@@ -398,53 +456,21 @@ def _draw_kernel(ax: Axes, sim: Simulation, machine: GemmWsMachine) -> None:
     else:
         drawn_waves = list(range(1, waves + 1))
         axis = TimeAxis()
-    height, y = 0.6, 0.0
-
-    def box(start: int, stop: int, gid: str, color: str, text: str) -> None:
-        from matplotlib.patches import Rectangle
-
-        x0, x1 = axis.x(start), axis.x(stop)
-        ax.add_artist(
-            Rectangle(
-                (x0, y - height / 2),
-                x1 - x0,
-                height,
-                gid=gid,
-                facecolor=color,
-                edgecolor="white",
-                linewidth=0.8,
-            )
-        )
-        if (x1 - x0) >= 0.08 * axis.x(end_ns):
-            ax.text((x0 + x1) / 2, y, text, ha="center", va="center", fontsize=7.5)
-
-    box(0, init_ns, "t-init", COLORS["init"], "T_INIT")
+    box = functools.partial(_kernel_box, ax, axis, end_ns=end_ns)
+    box((0, init_ns), gid="t-init", color=COLORS["init"], text="T_INIT")
     for w in drawn_waves:
         start = init_ns + (w - 1) * wave_ns
         box(
-            start,
-            start + wave_ns,
-            f"wave-{w}",
-            COLORS["wave"],
-            f"wave {w}\n{fmt_us(wave_ns / 1000)}",
+            (start, start + wave_ns),
+            gid=f"wave-{w}",
+            color=COLORS["wave"],
+            text=f"wave {w}\n{fmt_us(wave_ns / 1000)}",
         )
         if w > 1:
-            ax.vlines(
-                axis.x(start),
-                y - height / 2 - 0.1,
-                y + height / 2 + 0.1,
-                color="black",
-                linewidth=0.8,
-                gid=f"wave-boundary-{w}",
-            )
+            x = axis.x(start)
+            ax.vlines(x, -0.4, 0.4, color="black", linewidth=0.8, gid=f"wave-boundary-{w}")
     if axis.cut_start_ns is not None:
         _cut_band(ax, axis, "elided-waves", f"waves\n{FIRST_WAVES + 1}–{waves - 1}", rotation=0)
-    ax.set_xlim(0, axis.x(end_ns) * 1.01)
-    ax.set_ylim(-0.5, 0.9)
-    ax.set_yticks([])
-    ax.spines["left"].set_visible(False)
-    _time_ticks(ax, axis, end_ns)
-    ax.set_xlabel("time from the kernel's launch (µs)")
     ax.text(
         0.0,
         0.98,
@@ -454,19 +480,14 @@ def _draw_kernel(ax: Axes, sim: Simulation, machine: GemmWsMachine) -> None:
         va="top",
         fontsize=7.5,
     )
-    ax.text(
-        1.0,
-        0.98,
+    _kernel_frame(
+        ax,
+        axis,
+        end_ns,
         f"total = W × wave + T_INIT = {waves} × {fmt_us(wave_ns / 1000)} + "
         f"{fmt_us(init_ns / 1000)} = {fmt_us(sim.overall_time_ns / 1000)}",
-        transform=ax.transAxes,
-        ha="right",
-        va="top",
-        fontsize=8.5,
-        fontweight="bold",
-        bbox=LABEL_BOX,
-        gid="total",
     )
+    _time_ticks(ax, axis, end_ns)
 
 
 def _legend(fig: Any) -> None:
@@ -533,4 +554,205 @@ def timeline_svg(
             _draw_wave(bottom, sim, machine, wave_end_ns) + " (eq. 1–3)", loc="left", fontsize=8.5
         )
         _legend(fig)
+        return svg_bytes(fig)
+
+
+def _draw_async_kernel(ax: Axes, sim: AsyncSimulation, machine: GemmWsMachine) -> None:
+    """T_INIT, the full waves of c CTAs per SM as one box, then the partial wave (async-copy 1)."""
+    init_ns = us_to_ns(machine.t_init_us)
+    full_ns = sim.full_waves * sim.wave_time_ns
+    # the partial wave's time: what the overall time holds beyond T_INIT and the full waves
+    partial_ns = sim.overall_time_ns - init_ns - full_ns
+    axis = TimeAxis()
+    box = functools.partial(_kernel_box, ax, axis, end_ns=sim.overall_time_ns)
+    box((0, init_ns), gid="t-init", color=COLORS["init"], text="T_INIT")
+    wave = fmt_us(sim.wave_time_ns / 1000)
+    if sim.full_waves:
+        box(
+            (init_ns, init_ns + full_ns),
+            gid="waves-full",
+            color=COLORS["wave"],
+            text=f"{sim.full_waves} wave(s) × {wave}, {sim.ctas_per_sm} CTA(s) per SM",
+        )
+    if sim.partial_wave_ctas:
+        box(
+            (init_ns + full_ns, sim.overall_time_ns),
+            gid="wave-partial",
+            color=COLORS["slot"],
+            text=f"last wave: {sim.partial_wave_ctas} CTA(s)",
+        )
+    partial = f" + {fmt_us(partial_ns / 1000)}" if sim.partial_wave_ctas else ""
+    _kernel_frame(
+        ax,
+        axis,
+        sim.overall_time_ns,
+        f"total = {sim.full_waves} × {wave}{partial} + "
+        f"{fmt_us(init_ns / 1000)} = {fmt_us(sim.overall_time_ns / 1000)}",
+    )
+
+
+def _draw_async_wave(ax: Axes, sim: AsyncSimulation, machine: GemmWsMachine) -> str:
+    """The async-copy wave panel, one row per drawn stage (stage 1 on top); returns its title."""
+    from matplotlib.lines import Line2D
+
+    d, t, axis = sim.durations.issue_ns, sim.durations.math_ns, TimeAxis()
+    drawn = min(sim.stages, MAX_ASYNC_STAGES_DRAWN)
+    whole = drawn == sim.stages
+    end_ns = sim.wave_time_ns if whole else sim.events[drawn - 1].math_start_ns + t
+    rows = drawn + (1 if whole else 0)  # the epilogue's row under the stages
+    thin: dict[str, Any] = {"edgecolor": "white", "linewidth": 0.4}
+    for e in sim.events[:drawn]:
+        i, y = e.stage, rows - e.stage + 1
+        issue_end = e.issue_start_ns + d
+        _bar(
+            ax,
+            axis,
+            e.issue_start_ns,
+            issue_end,
+            y,
+            f"stage-{i}-issue",
+            facecolor=ASYNC_COLORS["issue"],
+            **thin,
+        )
+        # (A2): in flight from the end of the issue until the data arrive, lambda later
+        _bar(
+            ax,
+            axis,
+            issue_end,
+            e.arrival_ns,
+            y,
+            f"stage-{i}-in-flight",
+            height=FLIGHT_HEIGHT,
+            facecolor=ASYNC_COLORS["flight"],
+            edgecolor="none",
+        )
+        ax.add_artist(
+            Line2D(
+                [e.arrival_ns / 1000],
+                [y],
+                marker="|",
+                markersize=9,
+                markeredgewidth=1.6,
+                color=ASYNC_COLORS["arrival"],
+                linestyle="none",
+                gid=f"stage-{i}-arrival",
+            )
+        )
+        # §3.2 Wait(i), under the row: the MATH warp idles from MATH i-1's end to M(i)
+        _bar(
+            ax,
+            axis,
+            e.math_start_ns - e.math_wait_ns,
+            e.math_start_ns,
+            y - BAR_HEIGHT / 2 - WAIT_HEIGHT / 2,
+            f"stage-{i}-math-wait",
+            work=False,
+            height=WAIT_HEIGHT,
+            facecolor=COLORS["math_wait"],
+            alpha=0.35,
+            edgecolor="none",
+        )
+        _bar(
+            ax,
+            axis,
+            e.math_start_ns,
+            e.math_start_ns + t,
+            y,
+            f"stage-{i}-math",
+            facecolor=COLORS["math"],
+            **thin,
+        )
+    if whole:
+        epilogue_start_ns = sim.wave_time_ns - us_to_ns(machine.t_epilogue_us)
+        _bar(
+            ax,
+            axis,
+            epilogue_start_ns,
+            sim.wave_time_ns,
+            1.0,
+            "t-epilogue",
+            facecolor=COLORS["epilogue"],
+            **thin,
+        )
+        _wave_end(ax, end_ns / 1000, rows + 0.75, "M(S) + T + T_EPILOGUE", sim.wave_time_ns)
+    else:
+        ax.text(
+            1.0,
+            0.02,
+            f"stages {drawn + 1}–{sim.stages} not drawn; wave = {fmt_us(sim.wave_time_ns / 1000)}",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=7.5,
+            bbox=LABEL_BOX,
+            gid="stages-not-drawn",
+        )
+    ax.set_xlim(0, end_ns / 1000 * 1.01)
+    ax.set_ylim(0.4, rows + 1.3)
+    labels = [f"stage {e.stage}" for e in sim.events[:drawn]] + (["epilogue"] if whole else [])
+    ax.set_yticks([rows - i for i in range(len(labels))], labels, fontsize=7)
+    ax.set_xlabel("time from the wave's start (µs)")
+    shown = f"all {sim.stages} stages" if whole else f"stages 1–{drawn} of {sim.stages}"
+    return f"one wave, one CTA: {shown} (eq. A1–A3)"
+
+
+def _async_legend(fig: Any) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(facecolor=ASYNC_COLORS["issue"], label="copy issue d (copy engine)"),
+        Patch(facecolor=ASYNC_COLORS["flight"], label="in flight λ (latency)"),
+        Line2D(
+            [],
+            [],
+            marker="|",
+            color=ASYNC_COLORS["arrival"],
+            linestyle="none",
+            markersize=9,
+            markeredgewidth=1.6,
+            label="data arrive",
+        ),
+        Patch(facecolor=COLORS["math_wait"], alpha=0.35, label="MATH waits (under its row)"),
+        Patch(facecolor=COLORS["math"], label="MATH T"),
+        *kernel_legend_tail(COLORS, "full waves", "partial wave"),
+    ]
+    bottom_legend(fig, handles)
+
+
+def async_timeline_svg(
+    sim: AsyncSimulation,
+    machine: GemmWsMachine,
+    *,
+    device: str = "",
+    dtype: str = "",
+    rank: int | None = None,
+) -> bytes:
+    """The async-copy timeline of ``sim`` (one tiling simulated on ``machine`` by
+    :func:`perfmodel.pipelines.async_copy.recurrences.simulate_async`) as SVG bytes.
+
+    ``device``, ``dtype`` and ``rank`` only label the picture.
+    """
+    dur = sim.durations
+    height = 3.2 + 0.22 * (min(sim.stages, MAX_ASYNC_STAGES_DRAWN) + 1)
+    with figure(11.0, height, layout=None) as fig:
+        # fixed layout in inches from the top and the bottom, whatever the stage count
+        top = fig.add_axes((0.095, 1 - 1.55 / height, 0.88, 0.42 / height))
+        bottom = fig.add_axes((0.095, 0.95 / height, 0.88, 1 - 0.95 / height - 2.25 / height))
+        fig.suptitle(
+            timeline_heading("GeMM-WS async-copy timeline", sim, device, dtype, rank) + "\n"
+            f"{sim.ctas_per_sm} CTA(s) per SM sharing it: issue d {fmt_us(dur.issue_ns / 1000)}, "
+            f"latency λ {fmt_us(dur.latency_ns / 1000)}, MATH T {fmt_us(dur.math_ns / 1000)}; "
+            f"{sim.bound.value}-bound, {sim.stages_in_flight} stage(s) in flight; "
+            f"{sim.stages} stages × {sim.waves} waves",
+            fontsize=9.5,
+        )
+        _draw_async_kernel(top, sim, machine)
+        top.set_title(
+            "kernel: T_INIT, full waves of c CTAs per SM, then the partial wave",
+            loc="left",
+            fontsize=8.5,
+        )
+        bottom.set_title(_draw_async_wave(bottom, sim, machine), loc="left", fontsize=8.5)
+        _async_legend(fig)
         return svg_bytes(fig)

@@ -3,8 +3,10 @@
 Hierarchy::
 
     ValueError
-    ├── InvalidSearchSpace        a dimension's list/range is empty or malformed (field named)
-    ├── InfeasibleSearchSpace     every candidate breaks a hardware constraint
+    ├── ModelInputError
+    │   └── InvalidSearchSpace    a dimension's list/range is empty or malformed (field named)
+    ├── InfeasibleSearchSpace     every candidate breaks a hardware constraint (defined with
+    │                             the models' errors: a model raises it too)
     └── UnknownDeviceName         no CUDA device name known for a table's file name
     RuntimeError
     └── SolverTimeout             the time limit expired before any configuration was found
@@ -14,23 +16,19 @@ Hierarchy::
 
 from __future__ import annotations
 
+from perfmodel.errors import InfeasibleSearchSpace, ModelInputError
 
-class InvalidSearchSpace(ValueError):
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
+__all__ = [
+    "CertificateMismatch",
+    "InfeasibleSearchSpace",
+    "InvalidSearchSpace",
+    "SolverTimeout",
+    "UnknownDeviceName",
+]
 
 
-class InfeasibleSearchSpace(ValueError):
-    def __init__(
-        self, reason: str, rejected: dict[str, int], *, field: str = "search_space"
-    ) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.rejected = rejected
-        #: the request field holding the configurations: "search_space" or "candidates"
-        self.field = field
+class InvalidSearchSpace(ModelInputError):
+    """A search space dimension the solver cannot read; ``field`` is relative to it."""
 
 
 class UnknownDeviceName(ValueError):

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -293,16 +294,14 @@ def _product_modules() -> dict[str, Path]:
     return modules
 
 
-def _module_level_imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The product modules ``path`` imports when it is imported: module-level statements,
-    outside functions and ``if TYPE_CHECKING:`` (``from package import submodule`` imports
-    the submodule)."""
+def _imports(source: str, modules: Collection[str]) -> set[str]:
+    """The product modules ``source`` imports, when it is imported or when one of its functions
+    runs (lazy imports too), but under ``if TYPE_CHECKING:`` (``from package import submodule``
+    imports the submodule)."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-                continue
             if isinstance(child, ast.If) and ast.unparse(child.test) in (
                 "TYPE_CHECKING",
                 "typing.TYPE_CHECKING",
@@ -314,11 +313,11 @@ def _module_level_imports(path: Path, modules: dict[str, Path]) -> set[str]:
                 found.update(a.name for a in child.names)
             elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
                 submodules = {f"{child.module}.{a.name}" for a in child.names}
-                found.update(submodules & modules.keys() or {child.module})
+                found.update(submodules & set(modules) or {child.module})
             visit(child)
 
-    visit(ast.parse(path.read_text(encoding="utf-8")))
-    return found & modules.keys()
+    visit(ast.parse(source))
+    return found & set(modules)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -357,10 +356,22 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_product_modules_import_no_circle() -> None:
-    """No product module imports, when it is imported, one that imports it back."""
+    """No product module imports, when it is imported or in a function, one that imports it
+    back: a lazy import is still a dependency, only deferred."""
     modules = _product_modules()
-    graph = {m: _module_level_imports(p, modules) - {m} for m, p in modules.items()}
+    graph = {m: _imports(p.read_text(encoding="utf-8"), modules) - {m} for m, p in modules.items()}
     assert _cycles(graph) == []
+
+
+def test_the_import_graph_sees_lazy_imports_and_skips_annotations() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import a\n"
+        "from b import c\n"
+        "if TYPE_CHECKING:\n    import d\n"
+        "class K:\n    def m(self):\n        from e import f\n"
+    )
+    assert _imports(source, {"a", "b", "b.c", "d", "e"}) == {"a", "b.c", "e"}
 
 
 def test_cycle_finder_finds_a_circle() -> None:

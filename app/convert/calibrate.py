@@ -257,7 +257,8 @@ def in_request(
         update: dict[str, Any] = {"estimate": held_by_prior}
         if f.name in starts:
             update["base_value"] = None
-        if held_by_prior and (f.name in starts or getattr(section, f.name).estimate):
+        figure = getattr(section, f.name, None)  # None: a configuration-less fit's own figure
+        if held_by_prior and (f.name in starts or (figure is not None and figure.estimate)):
             origin = (
                 f"the fit's starting value, {getattr(section, f.name).source.split(': ', 1)[-1]}"
                 if f.name in starts
@@ -281,8 +282,45 @@ def in_request(
             ]
             + warnings,
             "fitted": fitted,
+            "configless_runs": sorted(order[i] for i in fit.configless_runs),
         }
     )
+
+
+#: where each figure of a configuration-less fit lives in a profile (section, field): the
+#: stored figure is scaled by the fitted figure's ratio to its base value
+#: (perfmodel/calibration/configless.py; device_profiles/memory.py builds its base from these)
+CONFIGLESS_PROFILE_FIGURES: dict[str, tuple[tuple[str, str], ...]] = {
+    "compute_throughput_macs_per_us": (("gemm_ws", "compute_throughput_macs_per_us"),),
+    "t_epilogue_us": (("gemm_ws", "t_epilogue_us"),),
+    "compute_startup_latency_us": (("gemm_ws", "compute_startup_latency_us"),),
+    "t_init_us": (("memory", "kernel_launch_us"),),
+    "l2_bandwidth_gb_per_s": (("memory", "l2_bandwidth_gb_per_s"),),
+    "dram_bandwidth_gb_per_s": (("memory", "dram_bandwidth_gb_per_s"),),
+    "load_latency_scale": (("memory", "dram_latency_ns"), ("memory", "l2_latency_ns")),
+    "reduction_overhead_us": (),
+}
+
+
+def _configless_updates(
+    base: DeviceProfile, fit: CalibrationFit, source: str
+) -> dict[str, dict[str, Any]]:
+    """The profile sections a configuration-less fit rewrites: each stored figure times its
+    fitted figure's ratio to the base value."""
+    sections: dict[str, dict[str, Any]] = {}
+    for f in fit.fitted:
+        assert f.base_value is not None  # a configuration-less fit starts from the profile
+        for section_name, field in CONFIGLESS_PROFILE_FIGURES[f.name]:
+            section = getattr(base, section_name)
+            kept = getattr(section, field).model_dump()
+            sections.setdefault(section_name, section.model_dump())[field] = {
+                **kept,
+                "value": kept["value"] * f.value / f.base_value,
+                "source": source,
+                "note": f"{f.name} fitted at {f.value:.6g} (base {f.base_value:.6g})",
+                "estimate": False,
+            }
+    return sections
 
 
 def calibrated_profile(
@@ -309,7 +347,16 @@ def calibrated_profile(
     day = created_at.date().isoformat()
     runs = f"{count} {model} measurements (sha256 {digest[:12]})"
     updates: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
+    if fit.configless_runs:
+        source = (
+            f"fitted by POST /calibrate from {runs} on {day} (maximum a posteriori, "
+            f"configuration-less runs as the model's optimum), base {base_id}"
+        )
+        sections = _configless_updates(base, fit, source)
     for f in fit.fitted:
+        if fit.configless_runs:
+            continue
         kept = getattr(section, f.name).model_dump()
         notes = [f"base value {f.base_value:.6g}" if f.base_value is not None else ""]
         if f.standard_error is not None:
@@ -360,6 +407,7 @@ def calibrated_profile(
             "description": f"{base.name} with {model} figures fitted to {count} measured runs "
             f"on {day}; base profile {base_id}",
             section_name: {**section.model_dump(), **updates},
+            **sections,
             "calibration": provenance.model_dump(),
         }
     )

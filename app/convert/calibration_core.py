@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from app.convert import configless_core
 from app.convert.optimize import dtype_ratios, gemm_ws_machine
 from app.convert.predict import launch_to_core
 from app.schemas.calibrate import (
@@ -74,6 +75,9 @@ def check_runs(model: str, base: DeviceProfile, documents: Sequence[Mapping[str,
     """Refuse a run that cannot have run on ``base`` as described, naming it: a GeMM-WS tiling
     whose buffer exceeds the device's shared memory per block, a Many-BSP launch the predictor
     cannot analyse on the device (bad PTX, a block over the device's limits, ...)."""
+    if model == "gemm-ws" and configless_core.has_configless(documents):
+        configless_core.check_configless(base, documents)
+        return
     if model == "gemm-ws":
         machine, gemm_runs = gemm_ws_core(base, documents)
         for i, gemm_run in enumerate(gemm_runs):
@@ -104,6 +108,9 @@ def fit(
     analyses each run itself), then fit ``names`` (None: every figure of the model); GeMM-WS
     under ``pipeline_model`` (None: paper) on SMs of ``base``'s hardware limits, starting
     from ``warm_from``'s figures when given (a recalibration: the profile fitted before)."""
+    if model == "gemm-ws" and configless_core.has_configless(documents):
+        # a library's own picks: the L2-aware model's optimum, the whole set in one fit
+        return configless_core.fit_configless(base, documents, names)
     if model == "gemm-ws":
         check_runs(model, base, documents)
         machine, gemm_runs = gemm_ws_core(base, documents)

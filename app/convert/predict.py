@@ -10,6 +10,7 @@ from pydantic import TypeAdapter
 
 from app.schemas.base import provenance_out
 from app.schemas.predict import (
+    BlockClassOut,
     FuCycles,
     InstructionOut,
     KernelLaunch,
@@ -108,6 +109,7 @@ def launch_to_core(
         loop_trip_counts=dict(launch.loop_trip_counts),
         memory_transactions=dict(launch.memory_transactions),
         clock_mhz=clock_mhz,
+        kernel_args=dict(launch.kernel_args),
     )
 
 
@@ -182,6 +184,16 @@ def to_response(
         **page,
         warnings=_bounded(result.warnings),
         warp_roles=[_role(r) for r in result.roles],
+        throughput_floor_cycles=e.throughput_floor_cycles,
+        block_classes=[
+            BlockClassOut(
+                blocks=c.blocks,
+                predicted_cycles=c.estimate.kernel_exec_cycle,
+                throughput_floor_cycles=c.estimate.throughput_floor_cycles,
+                instructions=len(c.costs),
+            )
+            for c in result.block_classes
+        ],
         lists=ListsInfo(
             detail="full",
             offset=0,
@@ -201,8 +213,11 @@ MAX_WARNINGS = 100
 def _bounded(warnings: tuple[str, ...]) -> list[str]:
     if len(warnings) <= MAX_WARNINGS:
         return list(warnings)
+    # the per-opcode summaries ("uncosted: OPCODE (n x, lines ...)") say what the prediction
+    # leaves out and are few; the per-line notes repeat them line by line: summaries first
+    ordered = sorted(warnings, key=lambda w: w.startswith("line "))
     left = len(warnings) - (MAX_WARNINGS - 1)
-    return [*warnings[: MAX_WARNINGS - 1], f"{left} more warnings left out"]
+    return [*ordered[: MAX_WARNINGS - 1], f"{left} more warnings left out"]
 
 
 def _role(r: RoleResult) -> WarpRoleOut:
@@ -348,6 +363,8 @@ def _instructions(
                 d=1 if c.consumer == i + 1 else 0,
                 n_ma=c.n_ma,
                 n_ma_inferred=result.n_ma_inferred[i],
+                sectors=result.sectors[i] if result.sectors else 0,
+                cache_level=result.cache_level[i] if result.cache_level else "",
                 issue_cycles=r.issue_cycles,
                 fu_cycles=FuCycles(SPs=f[0], DPU=f[1], SFU=f[2], LDST=f[3]),
                 comm_cycles=r.comm_cycles,

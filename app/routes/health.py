@@ -77,7 +77,7 @@ def _z3_usable() -> bool:
 
 
 #: /readyz's own threads: its checks never queue behind store calls in the default pool (a
-#: frozen Redis held them there for 1.7-2.4 s, issue 20), and at most this many run at once
+#: frozen Redis held them there for 1.7-2.4 s), and at most this many run at once
 _READY_EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kperf-readyz")
 #: how long /readyz waits for the store's round trip before answering with its last state
 READY_STORE_WAIT_S = 0.02

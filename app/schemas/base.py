@@ -27,7 +27,7 @@ class RequestModel(BaseModel):
 
 
 class ProfileProvenanceOut(BaseModel):
-    """Where the figures behind an answer come from (issue 16)."""
+    """Where the figures behind an answer come from."""
 
     kind: Literal["published", "estimated", "calibrated", "inline"] = Field(
         description="'published': every figure the model uses is cited; 'estimated': some "

@@ -33,6 +33,7 @@ from device_profiles.schema import (
     CalibrationErrorSummary,
     PipelineModelName,
 )
+from solver.search_space import MAX_BUFFER_DEPTH, MAX_TILE
 
 CalibrationModel = Literal["gemm-ws", "many-bsp"]
 #: figures each model can fit, by the name of their profile field (units in the names): the
@@ -75,8 +76,45 @@ def _absent(value: object) -> bool:
     return value is None
 
 
+#: the fields of a GeMM-WS run's configuration: a run gives all of them or none
+CONFIGURATION_FIELDS = ("tile_m", "tile_n", "tile_k", "buffer_depth")
+#: that rule in JSON schema: every configuration field an integer, or each absent or null
+_WHOLE_OR_NO_CONFIGURATION: dict[str, Any] = {
+    "anyOf": [
+        {
+            "required": list(CONFIGURATION_FIELDS),
+            "properties": {name: {"type": "integer"} for name in CONFIGURATION_FIELDS},
+        },
+        {"properties": {name: {"type": "null"} for name in CONFIGURATION_FIELDS}},
+    ]
+}
+
+
 class GemmWsMeasurementIn(GemmWsRun):
-    """One measured GEMM run: the problem and tiling it ran with, and its time."""
+    """One measured GEMM run: the problem, the tiling it ran with, and its time. A run may
+    leave out its whole configuration (``tile_m``, ``tile_n``, ``tile_k``, ``buffer_depth``):
+    it is then a library's own pick (torch.matmul, cuBLAS), "the fastest kernel's time for
+    this shape", fitted as the model's optimum over the default space."""
+
+    model_config = ConfigDict(
+        **{**GemmWsRun.model_config, "json_schema_extra": _WHOLE_OR_NO_CONFIGURATION}
+    )
+    tile_m: int | None = Field(  # type: ignore[assignment] # optional here only
+        default=None, ge=1, le=MAX_TILE, exclude_if=_absent, description="TM, elements"
+    )
+    tile_n: int | None = Field(  # type: ignore[assignment]
+        default=None, ge=1, le=MAX_TILE, exclude_if=_absent, description="TN, elements"
+    )
+    tile_k: int | None = Field(  # type: ignore[assignment]
+        default=None, ge=1, le=MAX_TILE, exclude_if=_absent, description="TK, elements"
+    )
+    buffer_depth: int | None = Field(  # type: ignore[assignment]
+        default=None,
+        ge=1,
+        le=MAX_BUFFER_DEPTH,
+        exclude_if=_absent,
+        description="stages held by the shared-memory circular buffer",
+    )
 
     measured_time_us: float = Field(
         gt=0, le=1e12, allow_inf_nan=False, description="measured kernel time, us"
@@ -103,6 +141,22 @@ class GemmWsMeasurementIn(GemmWsRun):
     def _gemm_ws_only(cls, data: Any) -> Any:
         _not_of_other_model(data, _MANY_BSP_ONLY, "many-bsp", "gemm-ws")
         return data
+
+    @model_validator(mode="after")
+    def _whole_configuration(self) -> GemmWsMeasurementIn:
+        given = [getattr(self, name) is not None for name in CONFIGURATION_FIELDS]
+        if any(given) and not all(given):
+            missing = [n for n, g in zip(CONFIGURATION_FIELDS, given, strict=True) if not g]
+            raise ValueError(
+                f"a run gives its whole configuration ({', '.join(CONFIGURATION_FIELDS)}) or "
+                f"none of it; missing: {', '.join(missing)}"
+            )
+        return self
+
+    @property
+    def configured(self) -> bool:
+        """False for a library's own pick (no configuration given)."""
+        return self.tile_m is not None
 
 
 class ManyBspMeasurementIn(KernelLaunch):
@@ -459,6 +513,11 @@ class CalibrationFit(BaseModel):
     )
     posterior_covariance_log: list[list[float]] = Field(
         default_factory=list, description="posterior covariance of ln(value), fitted order"
+    )
+    configless_runs: list[int] = Field(
+        default_factory=list,
+        description="indices of the runs that gave no configuration, fitted as the model's "
+        "optimum over the default space (GeMM-WS; empty when every run named its tiling)",
     )
 
 

@@ -139,7 +139,7 @@ class FigureVsPriorOut(BaseModel):
 
 
 class DeviceHistory(BaseModel):
-    """What a device's record holds and what its fit made of it (issue 16, item 7)."""
+    """What a device's record holds and what its fit made of it."""
 
     owner: str | None = Field(description="tenant that created it; null for a shipped profile")
     recorded_runs: int | None = Field(

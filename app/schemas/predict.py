@@ -1,11 +1,20 @@
-"""Request and response models of POST /predict-kernel (Many-BSP, issue 3)."""
+"""Request and response models of POST /predict-kernel (Many-BSP)."""
 
 from __future__ import annotations
 
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+)
 from pydantic_core import PydanticCustomError
 
 from app.schemas.base import ONE_DEVICE_SCHEMA, ProfileProvenanceOut, RequestModel
@@ -90,6 +99,13 @@ class KernelLaunch(RequestModel):
         description="iterations per loop, keyed by the header's label; a label declared in a "
         "nested { } block is named label@line (e.g. LAB_WAIT@712)",
     )
+    kernel_args: dict[str, StrictInt | StrictFloat] = Field(
+        default_factory=dict,
+        description="scalar kernel parameter values by parameter name (as in the PTX .entry): "
+        "loop bounds, guards and addresses that depend on them are evaluated; a parameter "
+        "the PTX reads as an integer needs a whole number",
+        max_length=256,
+    )
     # keys stay lax: a JSON object's keys are strings ("12"), and the worker re-validates the
     # dumped request in Python mode, where strict would refuse them; "x" is still a 422
     memory_transactions: dict[
@@ -169,6 +185,16 @@ class InstructionOut(BaseModel):
     d: int = Field(description="1 when that reader is the next instruction")
     n_ma: int = Field(description="memory transactions per warp")
     n_ma_inferred: bool = Field(description="true when n_ma came from the %tid.x stride")
+    sectors: int = Field(
+        0,
+        description="32-byte sectors one warp's global access moves (devices with sectors: "
+        "Volta and later); 0 for other instructions",
+    )
+    cache_level: str = Field(
+        "",
+        description="where the hit model serves a global load from: L1 (re-read by the "
+        "block's warps), L2 (re-read by other blocks, fits in L2) or empty (DRAM)",
+    )
     issue_cycles: float
     fu_cycles: FuCycles
     comm_cycles: float
@@ -200,6 +226,15 @@ class WarpRoleOut(BaseModel):
     l: int = Field(description="executed instructions per thread")  # noqa: E741 - paper name
     bounds_kernel: bool = Field(description="true for the role the kernel's answer reports")
     level1_supersteps: list[SuperstepModel]
+
+
+class BlockClassOut(BaseModel):
+    """Blocks of the grid that run the same instructions, modelled as a grid of their own."""
+
+    blocks: int = Field(description="blocks of the grid in the class")
+    predicted_cycles: float = Field(description="kernel_exec_cycle of the class's blocks")
+    throughput_floor_cycles: float = Field(description="their throughput floor, cycles")
+    instructions: int = Field(description="instructions the class executes (Table N-1 rows)")
 
 
 class ListsInfo(BaseModel):
@@ -263,6 +298,17 @@ class PredictKernelResponse(BaseModel):
     level2_supersteps: list[SuperstepModel]
     instructions: list[InstructionOut]
     warnings: list[str]
+    throughput_floor_cycles: float = Field(
+        0.0,
+        description="the grid's warps at full issue and unit throughput (Volta and later; 0: "
+        "not evaluated); predicted_cycles is never below it",
+    )
+    block_classes: list[BlockClassOut] = Field(
+        default_factory=list,
+        description="blocks that run different parts of the kernel (guards that send whole "
+        "blocks past a tile or out); predicted_cycles is the sum over the classes, the other "
+        "fields are those of the costliest. Empty when every block runs the same code",
+    )
     warp_roles: list[WarpRoleOut] = Field(
         default_factory=list,
         description="warp-specialized kernels: one entry per group of warps that runs its own "

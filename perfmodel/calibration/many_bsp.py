@@ -66,9 +66,21 @@ class AnalysedKernel:
     role_totals: tuple[BlockTotals, ...]
     launch: LaunchShape
     full_wave_blocks: int
+    #: block classes (perfmodel.ptx.block_classes): each entry of ``role_totals`` is a class
+    #: holding this fraction of the grid's blocks, and the kernel is their sum; () for roles
+    class_fractions: tuple[float, ...] = ()
 
     def role_cycles(self, n_b: int, device: ManyBspDevice) -> list[float]:
         launch = dataclasses.replace(self.launch, n_b=n_b)
+        if self.class_fractions:
+            return [
+                sum(
+                    kernel_from_totals(
+                        t, dataclasses.replace(launch, n_b=round(n_b * f)), device
+                    ).kernel_exec_cycle
+                    for t, f in zip(self.role_totals, self.class_fractions, strict=True)
+                )
+            ]
         return [kernel_from_totals(t, launch, device).kernel_exec_cycle for t in self.role_totals]
 
     def cycles(self, n_b: int, device: ManyBspDevice) -> float:
@@ -97,7 +109,8 @@ def _device_with(base: ManyBspDevice, values: dict[str, float]) -> ManyBspDevice
 
 
 def _analysis_key(req: PredictRequest) -> tuple[object, ...]:
-    """Everything but the grid: the grid changes only n_b, which enters eq. (22)-(25)."""
+    """Everything but the grid: the grid changes only n_b, which enters eq. (22)-(25), unless
+    it decides which blocks leave early (block classes: then the grid joins the key)."""
     return (
         req.ptx,
         req.kernel,
@@ -106,34 +119,44 @@ def _analysis_key(req: PredictRequest) -> tuple[object, ...]:
         req.shared_bytes_per_block,
         tuple(sorted(req.loop_trip_counts.items())),
         tuple(sorted(req.memory_transactions.items())),
+        tuple(sorted(req.kernel_args.items())),
     )
 
 
 def _analyse(
     base: DeviceFigures, request: PredictRequest, field: str
-) -> tuple[tuple[BlockTotals, ...], LaunchShape]:
+) -> tuple[tuple[BlockTotals, ...], LaunchShape, tuple[float, ...]]:
     try:
         result = predict_kernel(dataclasses.replace(request, device=base))
     except ModelInputError as exc:
         raise CalibrationInputError(f"{field}.request.{exc.field}", exc.reason) from exc
-    return _totals(result)
+    return _totals(result, base.device)
 
 
-def _totals(result: PredictResult) -> tuple[tuple[BlockTotals, ...], LaunchShape]:
+def _totals(
+    result: PredictResult, device: ManyBspDevice
+) -> tuple[tuple[BlockTotals, ...], LaunchShape, tuple[float, ...]]:
     """A prediction reduced to its block totals per warp role (none of mu and the launch
     overheads reaches them) and its launch shape without the block count."""
-    if result.roles:
-        totals = tuple(block_totals(r.costs, r.level1, r.estimate.w) for r in result.roles)
+    fractions: tuple[float, ...] = ()
+    if result.block_classes:
+        totals = tuple(
+            block_totals(c.costs, c.level1, c.estimate.w, device) for c in result.block_classes
+        )
+        fractions = tuple(c.blocks / result.n_b for c in result.block_classes)
+    elif result.roles:
+        totals = tuple(block_totals(r.costs, r.level1, r.estimate.w, device) for r in result.roles)
     else:
-        totals = (block_totals(result.costs, result.level1, result.estimate.w),)
+        totals = (block_totals(result.costs, result.level1, result.estimate.w, device),)
     # eq. (21) occupancy counts the whole block, whatever the role
     launch = LaunchShape(0, result.n_t, result.registers_per_thread, result.shared_bytes_per_block)
-    return totals, launch
+    return totals, launch, fractions
 
 
 def analyse_runs(base: DeviceFigures, measurements: Sequence[ManyBspMeasurement]) -> AnalysedRuns:
     """Validate the runs and analyse each distinct kernel launch once (with ``base``)."""
     index: dict[tuple[object, ...], int] = {}
+    grid_keyed: set[tuple[object, ...]] = set()  # analyses whose block classes need the grid
     kernels: list[AnalysedKernel] = []
     kernel_of, blocks = [], []
     for i, m in enumerate(measurements):
@@ -150,11 +173,16 @@ def analyse_runs(base: DeviceFigures, measurements: Sequence[ManyBspMeasurement]
         for axis, v in zip("xyz", m.request.grid, strict=True):
             validate.whole(v, f"{field}.request.grid.{axis}")
         key = _analysis_key(m.request)
+        if key in grid_keyed:
+            key = (*key, m.request.grid)
         if key not in index:
-            totals, launch = _analyse(base, m.request, field)
+            totals, launch, fractions = _analyse(base, m.request, field)
+            if fractions and len(key) == len(_analysis_key(m.request)):
+                grid_keyed.add(key)
+                key = (*key, m.request.grid)
             rho = occupancy_rho(launch, base.device)  # eq. (21): no fitted figure enters it
             index[key] = len(kernels)
-            kernels.append(AnalysedKernel(totals, launch, base.device.n_sm * rho))
+            kernels.append(AnalysedKernel(totals, launch, base.device.n_sm * rho, fractions))
         kernel_of.append(index[key])
         g = m.request.grid
         blocks.append(g[0] * g[1] * g[2])
@@ -330,8 +358,10 @@ def predict_interval_cycles(
     ``base``) when the figures ``belief`` covers (mu, the launch overheads) are drawn from it:
     only eq. (4)-(5), (13)-(25) are re-evaluated per draw, as in the fit. Widened to contain
     the point prediction (docs/model-notes.md, "MAP calibration")."""
-    totals, launch = _totals(result)
-    kernel = AnalysedKernel(totals, launch, base.device.n_sm * occupancy_rho(launch, base.device))
+    totals, launch, fractions = _totals(result, base.device)
+    kernel = AnalysedKernel(
+        totals, launch, base.device.n_sm * occupancy_rho(launch, base.device), fractions
+    )
     point = result.estimate.kernel_exec_cycle
     values = belief.draws(np.random.default_rng(seed), draws)
     samples = [

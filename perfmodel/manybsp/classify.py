@@ -94,6 +94,11 @@ class Classified:
     #: without the device's figures for ``class_key``: uncosted (True) or the alu/ld fallback
     uncosted_without_figures: bool = False
     n_ma: int | None = None  # transactions per warp fixed by the opcode (ldmatrix/stmatrix)
+    #: the class that costs it, silently, when the device figures lack ``class_key`` (a
+    #: finer row than the paper's tables: the figures of older profiles stay as they were)
+    quiet_fallback: str | None = None
+    #: the same, with this warning (the documented fallback of the paper's tables)
+    noted_fallback: tuple[str, str] | None = None
 
 
 def _types(ins: Instruction) -> list[str]:
@@ -134,11 +139,21 @@ def classify(ins: Instruction) -> Classified | None:
     if op == "cvt":
         # Table 1-2: conversions from and to 64-bit types run at the DPU rate; the dest type
         # is the first type modifier, the source the second.
+        old = "alu"
         if len(types) >= 2 and types[0].endswith("64"):
-            return Classified("cvt_to_64bit", InstructionKind.COMPUTE)
-        if len(types) >= 2 and types[1].endswith("64"):
-            return Classified("cvt_from_64bit", InstructionKind.COMPUTE)
-        return Classified("alu", InstructionKind.COMPUTE)
+            old = "cvt_to_64bit"
+        elif len(types) >= 2 and types[1].endswith("64"):
+            old = "cvt_from_64bit"
+        if len(types) >= 2 and all(t[:1] in "usb" for t in types[:2]):
+            # integer to integer: a move or sign extension, not the conversion datapath
+            # (docs/model-notes.md, "Instruction classes of sm_80/sm_86/sm_90")
+            return Classified("cvt_int", InstructionKind.COMPUTE, quiet_fallback=old)
+        if old != "alu":
+            return Classified(old, InstructionKind.COMPUTE)
+        # 32-bit conversions between float and integer types run on the conversion
+        # datapath at a quarter of the SP rate on Ampere and Hopper (Programming Guide,
+        # throughput table); profiles without a ``cvt`` row cost them as ``alu`` as before
+        return Classified("cvt", InstructionKind.COMPUTE, quiet_fallback="alu")
     if op == "mov" and any(r.startswith(_SPECIAL_IDS) for o in ins.operands for r in o.registers):
         return Classified("special_register", InstructionKind.COMPUTE)
     is_f64 = "f64" in types
@@ -202,10 +217,14 @@ def _memory(ins: Instruction, space: str) -> Classified:
             "st_shared" if store else "ld_shared", InstructionKind.SHARED_MEMORY, reason
         )
     if space == "const":
+        # n_ma: one constant-cache pass per distinct address of the warp (front end)
         return Classified(
-            "ld_shared",
+            "ld_const",
             InstructionKind.SHARED_MEMORY,
-            f"{ins.full_opcode}: constant cache access costed as ld.shared",
+            noted_fallback=(
+                "ld_shared",
+                f"{ins.full_opcode}: constant cache access costed as ld.shared",
+            ),
         )
     # global, local, generic, texture, async copies: off-chip communication (comm).
     reason = None
@@ -213,4 +232,7 @@ def _memory(ins: Instruction, space: str) -> Classified:
         reason = f"{ins.full_opcode}: costed as {'st' if store else 'ld'}.global"
     if space in ("local",) and op in ("ld", "st"):
         reason = None
+    if op in ("ld", "ldu") and space == "global" and ("nc" in ins.modifiers or op == "ldu"):
+        # the read-only (texture) path: its own latency where the profile gives one
+        return Classified("ld_global_nc", InstructionKind.GLOBAL_MEMORY, quiet_fallback="ld_global")
     return Classified("st_global" if store else "ld_global", InstructionKind.GLOBAL_MEMORY, reason)

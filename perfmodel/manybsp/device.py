@@ -109,6 +109,10 @@ def device_from_profile(profile: DeviceProfile, field_prefix: str = "device") ->
             int(hw.max_registers_per_thread.value) if hw.max_registers_per_thread else None
         ),
         segment_bytes=count("segment_bytes") if mb.segment_bytes else 128,
+        sector_bytes=count("sector_bytes") if mb.sector_bytes else None,
+        max_blocks_per_sm=int(hw.max_blocks_per_sm.value) if hw.max_blocks_per_sm else None,
+        l2_hit_latency_cycles=val("l2_hit_latency_cycles") if mb.l2_hit_latency_cycles else None,
+        l2_cache_bytes=count("l2_cache_bytes") if mb.l2_cache_bytes else None,
         latency_exposed_after_eq8_stall=(
             mb.latency_exposed_after_eq8_stall.value
             if mb.latency_exposed_after_eq8_stall is not None

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from perfmodel.errors import ModelInputError
 from perfmodel.manybsp.classify import Classified, classify
 from perfmodel.manybsp.hopper import wgmma_n
+from perfmodel.manybsp.memory import WarpAccess, warp_access
 from perfmodel.manybsp.types import (
     FunctionalUnit,
     InstructionCost,
@@ -26,6 +27,7 @@ from perfmodel.manybsp.types import (
     Level1Span,
 )
 from perfmodel.ptx import (
+    BasicBlock,
     Function,
     Instruction,
     Loop,
@@ -33,6 +35,7 @@ from perfmodel.ptx import (
     find_loops,
     tid_x_stride_bytes,
 )
+from perfmodel.ptx.linear import LinearForm, LinearValues
 from perfmodel.ptx.roles import WarpRole
 
 
@@ -47,6 +50,20 @@ class ClassFigures:
 
 
 @dataclass(frozen=True)
+class LaunchContext:
+    """What the launch tells the front end on devices with 32-byte sectors (Volta and
+    later): register values for this block/grid shape and these kernel arguments, and the
+    cache figures of the hit model (docs/model-notes.md, "Memory of today's GPUs")."""
+
+    values: LinearValues
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int]
+    sector_bytes: int | None = None  #: None: the paper's 128-byte segment model alone
+    l2_hit_latency_cycles: float | None = None
+    l2_cache_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class FrontEndResult:
     costs: tuple[InstructionCost, ...]
     spans: tuple[Level1Span, ...]
@@ -54,6 +71,10 @@ class FrontEndResult:
     n_ma_inferred: tuple[bool, ...]  # True where n_ma came from the stride, not an override
     warnings: tuple[str, ...]
     loop_headers: frozenset[str] = frozenset()  #: loops of the analysed code, by header label
+    #: per row: 32-byte sectors a warp's access moves (0: no memory access, or no sector model)
+    sectors: tuple[int, ...] = ()
+    #: per row: where a global load is served from by the hit model ("L1", "L2" or "")
+    cache_level: tuple[str, ...] = ()
 
 
 #: class key reported for an instruction the device figures cannot cost
@@ -109,6 +130,7 @@ def build_table(
     warp_size: int,
     role: WarpRole | None = None,
     classified: Sequence[Classified | None] | None = None,
+    launch: LaunchContext | None = None,
 ) -> FrontEndResult:
     """Table N-1 and the level-1 spans of ``fn``; with ``role``, of the instructions that
     role's warps execute, its fixed branches taken as fixed (perfmodel/ptx/roles.py).
@@ -150,7 +172,7 @@ def build_table(
             raise ModelInputError(f"memory_transactions.{line}", "n_ma must be >= 1")
 
     fixed = role.fixed_branches if role is not None else None
-    spans_orig, iterations, headers = _level1(fn, loop_trip_counts, warnings, fixed)
+    spans_orig, iterations, headers = _level1(fn, loop_trip_counts, warnings, fixed, launch)
     pos_of = {orig: k for k, orig in enumerate(kept)}
     uncosted: dict[str, list[int]] = {}  # full opcode -> lines
 
@@ -163,6 +185,8 @@ def build_table(
     costs: list[InstructionCost] = []
     keys: list[str] = []
     inferred: list[bool] = []
+    sectors: list[int] = []
+    levels: list[str] = []
     last_global: dict[tuple[str, ...], tuple[int, int]] = {}  # base regs -> (block id, offset)
     block_id = 0
     for k, (orig, c) in enumerate(zip(kept, classes, strict=True)):
@@ -171,6 +195,13 @@ def build_table(
             block_id += 1
         key = c.class_key
         kind = c.kind
+        sectors.append(0)
+        levels.append("")
+        if key not in figures and c.quiet_fallback is not None:
+            key = c.quiet_fallback
+        elif key not in figures and c.noted_fallback is not None:
+            key = c.noted_fallback[0]
+            warnings.append(f"line {ins.line}: {c.noted_fallback[1]}")
         if key not in figures and c.uncosted_without_figures:
             uncosted.setdefault(ins.full_opcode, []).append(ins.line)
             costs.append(
@@ -234,6 +265,24 @@ def build_table(
                 n_ma = memory_transactions[ins.line]
             elif c.n_ma is not None:
                 n_ma = c.n_ma  # fixed by the opcode (ldmatrix/stmatrix: one per matrix)
+            elif launch is not None and launch.sector_bytes:
+                was_inferred = True
+                access = _launch_access(ins, launch, segment_bytes, warp_size)
+                if access is None:
+                    pass
+                elif kind is InstructionKind.GLOBAL_MEMORY:
+                    n_ma = access.lines
+                    sectors[-1] = access.sectors
+                elif key == "ld_const":
+                    n_ma = access.distinct
+                else:
+                    n_ma = access.bank_degree
+                if access is not None and access.assumed_uniform_part:
+                    warnings.append(
+                        f"line {ins.line}: the address of {ins.full_opcode} depends on loaded "
+                        "or non-affine values that differ between threads; taken as the same "
+                        "for a warp's threads (override n_ma in memory_transactions)"
+                    )
             else:
                 stride = tid_x_stride_bytes(fn, orig)
                 was_inferred = True
@@ -250,13 +299,31 @@ def build_table(
                 else:
                     n_ma = _shared_transactions(stride)
             if kind is InstructionKind.GLOBAL_MEMORY:
-                latency = mem_lat_cycles
+                latency = mem_lat_cycles if key != "ld_global_nc" else fig.latency_cycles
                 hit = _l1_hit(ins, block_id, last_global, segment_bytes)
+                level = (
+                    _reuse_level(ins, launch, l1_hit_latency_cycles)
+                    if launch is not None
+                    and launch.sector_bytes
+                    and not hit
+                    and c.class_key.startswith("ld_global")
+                    else ""
+                )
+                if level == "L1" and l1_hit_latency_cycles is not None:
+                    # every warp of the block reads the same address: the first one brings
+                    # the line, the others (and the block's later loads) hit L1
+                    kind = InstructionKind.SHARED_MEMORY
+                    latency = l1_hit_latency_cycles
+                    levels[-1] = "L1"
+                elif level == "L2" and launch is not None and launch.l2_hit_latency_cycles:
+                    latency = launch.l2_hit_latency_cycles
+                    levels[-1] = "L2"
                 if hit and l1_hit_latency_cycles is not None and key == "ld_global":
                     # Table 3-1 row 23: a load of the line an earlier load of this block
                     # fetched hits L1 and costs a computational latency, no comm.
                     kind = InstructionKind.SHARED_MEMORY
                     latency = l1_hit_latency_cycles
+                    levels[-1] = "L1"
         costs.append(
             InstructionCost(
                 line=ins.line,
@@ -294,6 +361,8 @@ def build_table(
         n_ma_inferred=tuple(inferred),
         warnings=tuple(warnings),
         loop_headers=headers,
+        sectors=tuple(sectors),
+        cache_level=tuple(levels),
     )
 
 
@@ -317,6 +386,7 @@ def _level1(
     trip_counts: Mapping[str, int],
     warnings: list[str],
     fixed: Mapping[int, bool] | None = None,
+    launch: LaunchContext | None = None,
 ) -> tuple[list[tuple[int, int]], dict[int, int], frozenset[str]]:
     """Level-1 spans (inclusive instruction indices of ``fn``), each span's iterations keyed
     by the span's first index, and the loop headers; ``fixed`` branch directions as in
@@ -324,7 +394,7 @@ def _level1(
     instrs = fn.instructions
     n = len(instrs)
     blocks = build_cfg(fn, fixed)
-    loops = find_loops(fn, blocks)
+    loops = find_loops(fn, blocks, *_known_values(launch))
     block_of = [0] * n
     for bb in blocks:
         for i in range(bb.start, bb.end):
@@ -348,9 +418,16 @@ def _level1(
             trips[lp.header_label] = lp.inferred_trip_count
         else:
             trips[lp.header_label] = 1
+            needs = _loop_parameters(fn, blocks, lp, launch)
             warnings.append(
                 f"loop {lp.header_label}: trip count unknown; assuming 1 iteration "
-                f"(give it in loop_trip_counts)"
+                + (
+                    f"(its bound depends on kernel parameter {', '.join(needs)}: give "
+                    + " and ".join(f"kernel_args.{p}" for p in needs)
+                    + ", or give it in loop_trip_counts)"
+                    if needs
+                    else "(give it in loop_trip_counts)"
+                )
             )
 
     # Per instruction: the loops containing it, and whether it follows an early exit.
@@ -417,3 +494,87 @@ def _returns_only(instrs: Sequence[Instruction], idx: int) -> bool:
     if idx >= len(instrs):
         return True
     return instrs[idx].opcode in ("ret", "exit")
+
+
+def _known_values(
+    launch: LaunchContext | None,
+) -> tuple[Callable[[str], int | None] | None, Callable[[Instruction, int], int | None] | None]:
+    """Block-uniform values the launch fixes, of a register and of an instruction's result
+    (None, None: nothing known)."""
+    if launch is None:
+        return None, None
+    values = launch.values
+
+    def uniform(f: LinearForm) -> int | None:
+        return f.const if f.known and not f.coefs else None
+
+    def known(reg: str) -> int | None:
+        return uniform(values.register(reg))
+
+    def known_def(ins: Instruction, index: int) -> int | None:
+        return uniform(values.definition(ins, index))
+
+    return known, known_def
+
+
+def _loop_parameters(
+    fn: Function, blocks: Sequence[BasicBlock], loop: Loop, launch: LaunchContext | None
+) -> list[str]:
+    """Kernel parameters the exit comparisons of ``loop`` depend on and were not given."""
+    if launch is None:
+        return []
+    instrs = fn.instructions
+    needs: set[str] = set()
+    for b in loop.blocks:
+        last = instrs[blocks[b].end - 1]
+        if last.guard is None or not last.is_branch:
+            continue
+        for i in range(blocks[b].end - 2, blocks[b].start - 1, -1):
+            if last.guard in instrs[i].defs:
+                for o in instrs[i].operands[1:]:
+                    needs |= launch.values.operand(o).params
+                break
+    return sorted(needs)
+
+
+def _launch_access(
+    ins: Instruction, launch: LaunchContext, segment_bytes: int, warp_size: int
+) -> WarpAccess | None:
+    form = launch.values.address(ins)
+    if form is None or not launch.sector_bytes:
+        return None
+    return warp_access(
+        form, _access_bytes(ins), launch.block, warp_size, segment_bytes, launch.sector_bytes
+    )
+
+
+def _reuse_level(
+    ins: Instruction, launch: LaunchContext | None, l1_hit_latency_cycles: float | None
+) -> str:
+    """Where a global load re-read by other threads is served from (docs/model-notes.md,
+    "Memory of today's GPUs"): "L1" when every thread of the block reads the same address
+    (a filter tap, a per-channel constant), "L2" when the address does not depend on some
+    block index of a multi-block grid axis (the blocks along it re-read the same bytes) and
+    the data those blocks share fits in L2; "" otherwise (a DRAM access)."""
+    if launch is None:
+        return ""
+    form = launch.values.address(ins)
+    if form is None:
+        return ""
+    tid = {"tid.x", "tid.y", "tid.z"}
+    deps = form.symbols
+    if not deps & tid and l1_hit_latency_cycles is not None:
+        return "L1"
+    shared_axes = [
+        a for a, n in zip("xyz", launch.grid, strict=True) if n > 1 and f"ctaid.{a}" not in deps
+    ]
+    if not shared_axes or launch.l2_cache_bytes is None:
+        return ""
+    # bytes the re-reading blocks share: one block's footprint of this load, over the grid
+    # axes the address does depend on
+    per_block = _access_bytes(ins) * launch.block[0] * launch.block[1] * launch.block[2]
+    spread = 1
+    for a, n in zip("xyz", launch.grid, strict=True):
+        if f"ctaid.{a}" in deps:
+            spread *= n
+    return "L2" if per_block * spread <= launch.l2_cache_bytes else ""

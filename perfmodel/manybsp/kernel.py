@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perfmodel.manybsp.types import (
+    UNIT_COLUMNS,
     InstructionCost,
     InstructionKind,
     KernelEstimate,
@@ -21,6 +22,8 @@ from perfmodel.manybsp.types import (
 def occupancy_rho(launch: LaunchShape, device: ManyBspDevice) -> int:
     """eq. (21): resident blocks per SM; a resource the kernel does not use sets no limit."""
     limits = [device.max_threads_per_sm // launch.n_t]
+    if device.max_blocks_per_sm is not None:
+        limits.append(device.max_blocks_per_sm)  # the SM's block slots (Programming Guide)
     if launch.registers_per_thread > 0:
         limits.append(device.registers_per_sm // (launch.n_t * launch.registers_per_thread))
     if launch.shared_bytes_per_block > 0:
@@ -79,16 +82,70 @@ class BlockTotals:
     l_c: int
     l_m: int
     l_b: int
+    #: one warp's issue cycles and its busiest unit's occupancy over the whole kernel body
+    #: (throughput floor, :func:`throughput_floor`)
+    warp_issue_cycles: float = 0.0
+    warp_unit_cycles: float = 0.0
+
+
+def warp_work(
+    costs: Sequence[InstructionCost], level1: Sequence[Superstep], device: ManyBspDevice
+) -> tuple[float, float]:
+    """(issue cycles, busiest unit's cycles) one warp needs for the executed instructions:
+    the issue column and the '32/T_i' occupancy of Table N-2 for w = 1, without latencies,
+    times the level-1 iterations. A global access occupies LDST for its issue like a shared
+    one (its latency is comm, not occupancy)."""
+    issue = 0.0
+    units = [0.0, 0.0, 0.0, 0.0]
+    cols = {fu: k for k, fu in enumerate(UNIT_COLUMNS)}
+    # Volta and later (profiles with 32-byte sectors): a scheduler dispatches one warp
+    # instruction per cycle whatever the unit's width, and the SP column is two 16-lane
+    # pipes (INT32 and FP32) that work side by side (Volta/Ampere/Hopper whitepapers)
+    split = device.sector_bytes is not None
+    for s in level1:
+        if s.iterations == 0:
+            continue
+        for c in costs[s.start : s.end + 1]:
+            if c.kind in (InstructionKind.BARRIER, InstructionKind.UNCOSTED) or split:
+                issue += s.iterations * device.issue_cycle
+                if c.kind in (InstructionKind.BARRIER, InstructionKind.UNCOSTED):
+                    continue
+            else:
+                issue += (
+                    s.iterations * device.issue_cycle * math.ceil(device.warp_size / c.units_per_ws)
+                )
+            col = cols.get(c.fu)
+            if col is not None:
+                replays = c.n_ma if c.kind is InstructionKind.SHARED_MEMORY else 1
+                units[col] += s.iterations * device.warp_size / c.throughput_per_ws * replays
+    if split:
+        units[0] /= 2
+    return issue, max(units)
+
+
+def throughput_floor(totals: BlockTotals, launch: LaunchShape, device: ManyBspDevice) -> float:
+    """Cycles the SMs need to issue and execute every warp of the grid at full throughput:
+    warps of the grid / (n_sm x n_ws) x one warp's bottleneck. No latency can make a kernel
+    faster than this; eq. (24)/(25) can fall below it when many resident blocks hide more
+    latency than mu allows for (docs/model-notes.md, "Throughput floor")."""
+    warps = launch.n_b * math.ceil(launch.n_t / device.warp_size)
+    per_warp = max(totals.warp_issue_cycles, totals.warp_unit_cycles)
+    return warps / (device.n_sm * device.n_ws) * per_warp
 
 
 def block_totals(
-    costs: Sequence[InstructionCost], level1: Sequence[Superstep], w: int
+    costs: Sequence[InstructionCost],
+    level1: Sequence[Superstep],
+    w: int,
+    device: ManyBspDevice | None = None,
 ) -> BlockTotals:
-    """eq. (10)-(12), block_comm_Delta and the dynamic counts of one block."""
+    """eq. (10)-(12), block_comm_Delta and the dynamic counts of one block; with ``device``
+    also one warp's work for the throughput floor."""
     parallel_comp = sum(s.iterations * s.comp_cycles for s in level1)  # eq. (10)
     block_bar_ovh = sum(s.iterations * s.ovh_cycles for s in level1)  # eq. (11)
     block_comm = sum(s.iterations * s.comm_cycles for s in level1)  # eq. (12)
     l_total, l_c, l_m, l_b = dynamic_counts(costs, level1)
+    work = warp_work(costs, level1, device) if device is not None else (0.0, 0.0)
     return BlockTotals(
         w=w,
         parallel_comp=parallel_comp,
@@ -99,6 +156,8 @@ def block_totals(
         l_c=l_c,
         l_m=l_m,
         l_b=l_b,
+        warp_issue_cycles=work[0],
+        warp_unit_cycles=work[1],
     )
 
 
@@ -110,7 +169,7 @@ def estimate_kernel(
     device: ManyBspDevice,
 ) -> KernelEstimate:
     """eq. (4)-(25) for a grid of identical blocks."""
-    return kernel_from_totals(block_totals(costs, level1, w), launch, device)
+    return kernel_from_totals(block_totals(costs, level1, w, device), launch, device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +203,15 @@ def kernel_terms(
     K: float,  # noqa: N803 - the paper's name
     tau: int,
     mu: float,
+    interleaved_warps: int = 1,
 ) -> KernelTerms:
-    """eq. (24) when rho >= tau, else eq. (25), term by term."""
-    speedup = min(mu, (1 + rho) / 2)
+    """eq. (24) when rho >= tau, else eq. (25), term by term.
+
+    ``interleaved_warps``: on Volta and later, w (eq. 6) -- each warp has its own program
+    counter and the scheduler interleaves warps at instruction granularity, so the resident
+    warps per scheduler, not only the resident blocks, overlap each other's latency:
+    min(mu, (1 + rho w) / 2) (docs/model-notes.md, "Throughput floor")."""
+    speedup = min(mu, (1 + rho * interleaved_warps) / 2)
     blocks = n_b / n_sm * comp / speedup
     if rho >= tau:  # eq. (24)
         return KernelTerms(block_launch_overhead_cycles, blocks, 0.0, novlp / 2, "24")
@@ -203,8 +268,11 @@ def kernel_from_totals(
         K=K,
         tau=tau,
         mu=device.mu,
+        interleaved_warps=w if device.sector_bytes else 1,
     )
     kernel, equation = terms.total, terms.equation
+    floor = throughput_floor(totals, launch, device) if device.sector_bytes else 0.0
+    kernel = max(kernel, floor)
     return KernelEstimate(
         w=w,
         parallel_comp=parallel_comp,
@@ -230,4 +298,5 @@ def kernel_from_totals(
         mu=device.mu,
         kernel_exec_cycle=kernel,
         equation=equation,
+        throughput_floor_cycles=floor,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass, field
@@ -10,7 +11,7 @@ from perfmodel.errors import ModelInputError
 from perfmodel.manybsp.block import analyse_block
 from perfmodel.manybsp.classify import Classified, classify
 from perfmodel.manybsp.device import DeviceFigures
-from perfmodel.manybsp.frontend import FrontEndResult, build_table
+from perfmodel.manybsp.frontend import FrontEndResult, LaunchContext, build_table
 from perfmodel.manybsp.kernel import estimate_kernel
 from perfmodel.manybsp.ptxas import PtxasUnavailable, ptxas_registers
 from perfmodel.manybsp.types import (
@@ -22,6 +23,8 @@ from perfmodel.manybsp.types import (
     Superstep,
 )
 from perfmodel.ptx import Function, parse_module
+from perfmodel.ptx.block_classes import block_classes
+from perfmodel.ptx.linear import LinearValues, param_name
 from perfmodel.ptx.roles import WarpRole, warp_roles
 
 
@@ -39,6 +42,9 @@ class PredictRequest:
     loop_trip_counts: Mapping[str, int] = field(default_factory=dict)
     memory_transactions: Mapping[int, int] = field(default_factory=dict)
     clock_mhz: float | None = None
+    #: scalar kernel parameter values by name: loop bounds and addresses that depend on them
+    #: are evaluated (perfmodel.ptx.linear)
+    kernel_args: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,17 @@ class RoleResult:
 
     def line_of(self, index: int) -> int:
         return self.costs[index].line
+
+
+@dataclass(frozen=True, slots=True)
+class BlockClassResult:
+    """The blocks of the grid that run the same part of the kernel, and their estimate
+    (eq. (4)-(25) with n_b their count)."""
+
+    blocks: int
+    estimate: KernelEstimate
+    costs: tuple[InstructionCost, ...]
+    level1: tuple[Superstep, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +102,14 @@ class PredictResult:
     #: one entry per warp role when the warps run different paths (empty for SPMD kernels);
     #: the fields above are then those of the role with ``bounds_kernel``
     roles: tuple[RoleResult, ...] = ()
+    #: one entry per block class when the grid's blocks run different parts of the kernel
+    #: (empty otherwise); the fields above are then those of the costliest class, with
+    #: ``estimate.kernel_exec_cycle`` the sum over the classes
+    block_classes: tuple[BlockClassResult, ...] = ()
+    #: per row of ``costs``: 32-byte sectors a warp's access moves (0: none or not modelled)
+    sectors: tuple[int, ...] = ()
+    #: per row: the cache level the hit model serves a global load from ("L1", "L2", "")
+    cache_level: tuple[str, ...] = ()
 
     def line_of(self, index: int) -> int:
         return self.costs[index].line
@@ -170,11 +195,40 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
 
     figs = req.device
     launch = LaunchShape(n_b=n_b, n_t=n_t, registers_per_thread=regs, shared_bytes_per_block=shared)
+    _check_kernel_args(fn, req.kernel_args)
+    dev = figs.device
+    context = LaunchContext(
+        values=LinearValues(fn, req.block, req.grid, req.kernel_args),
+        block=req.block,
+        grid=req.grid,
+        sector_bytes=dev.sector_bytes,
+        l2_hit_latency_cycles=dev.l2_hit_latency_cycles,
+        l2_cache_bytes=dev.l2_cache_bytes,
+    )
     roles = warp_roles(fn, req.block)
     classified = [classify(ins) for ins in fn.instructions]  # shared by the roles
-    evaluations = [
-        _evaluate(req, fn, None if len(roles) == 1 else role, launch, classified) for role in roles
-    ]
+    # block classes on the profiles of today's GPUs (docs/model-notes.md, "Block classes")
+    classes = (
+        block_classes(fn, req.block, req.grid, context.values)
+        if len(roles) == 1 and dev.sector_bytes
+        else ()
+    )
+    class_evaluations: list[_Evaluation] = []
+    if len(classes) > 1 or (classes and classes[0].fixed_branches):
+        # blocks that run different parts of the kernel: each class is its own grid of
+        # identical blocks, and the kernel takes them all (docs/model-notes.md, "Block classes")
+        for c in classes:
+            as_role = WarpRole(tuple(range(-(-n_t // 32))), n_t, c.fixed_branches, c.instructions)
+            shape = dataclasses.replace(launch, n_b=c.blocks)
+            e = _evaluate(req, fn, as_role, shape, classified, context)
+            class_evaluations.append(dataclasses.replace(e, role=None, blocks=c.blocks))
+        evaluations = class_evaluations
+        _check_trip_count_keys(req, fn, evaluations)
+    else:
+        evaluations = [
+            _evaluate(req, fn, None if len(roles) == 1 else role, launch, classified, context)
+            for role in roles
+        ]
     if len(roles) > 1:
         _check_trip_count_keys(req, fn, evaluations)
     for e in evaluations:
@@ -183,6 +237,15 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
     # the kernel is bounded by its slowest role (docs/model-notes.md, "Warp roles")
     bound = max(evaluations, key=lambda e: e.estimate.kernel_exec_cycle)
     table, analysis, est = bound.table, bound.analysis, bound.estimate
+    if class_evaluations:
+        # the classes' blocks all run: their times add up (each term of eq. (24) per class)
+        est = dataclasses.replace(
+            est,
+            kernel_exec_cycle=sum(e.estimate.kernel_exec_cycle for e in class_evaluations),
+            throughput_floor_cycles=sum(
+                e.estimate.throughput_floor_cycles for e in class_evaluations
+            ),
+        )
     clock = req.clock_mhz if req.clock_mhz is not None else figs.clock_mhz
     # inf or nan cannot travel in JSON (they would reach the client as null in a number field)
     numbers: list[object] = []
@@ -232,6 +295,17 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
             for e in evaluations
             if e.role is not None
         ),
+        block_classes=tuple(
+            BlockClassResult(
+                blocks=e.blocks,
+                estimate=e.estimate,
+                costs=e.table.costs,
+                level1=e.analysis.level1,
+            )
+            for e in class_evaluations
+        ),
+        sectors=table.sectors,
+        cache_level=table.cache_level,
     )
 
 
@@ -241,6 +315,7 @@ class _Evaluation:
     table: FrontEndResult
     analysis: BlockAnalysis
     estimate: KernelEstimate
+    blocks: int = 0  #: a block class's blocks (0: not a block class)
 
 
 def _evaluate(
@@ -249,6 +324,7 @@ def _evaluate(
     role: WarpRole | None,
     launch: LaunchShape,
     classified: Sequence[Classified | None],
+    context: LaunchContext | None = None,
 ) -> _Evaluation:
     """Table N-1/N-2, supersteps and eq. (4)-(25) for ``role``'s warps (all warps if None).
 
@@ -269,6 +345,7 @@ def _evaluate(
         warp_size=dev.warp_size,
         role=role,
         classified=classified,
+        launch=context,
     )
     n_t = launch.n_t if role is None else role.threads
     try:
@@ -292,4 +369,30 @@ def _check_trip_count_keys(
                 f"loop_trip_counts.{label}",
                 f"no loop of kernel {fn.name!r} has header {label!r}; loop headers: "
                 + (", ".join(sorted(known)) or "none"),
+            )
+
+
+def _check_kernel_args(fn: Function, args: Mapping[str, float]) -> None:
+    """Each ``kernel_args`` name must be a parameter of the kernel, and a parameter the PTX
+    reads as an integer needs a whole number."""
+    int_params: set[str] = set()
+    for ins in fn.instructions:
+        name = param_name(ins)
+        if name is not None and any(m[:1] in "usb" and m[1:].isdigit() for m in ins.modifiers):
+            int_params.add(name)
+    for name, value in args.items():
+        if name not in fn.params:
+            raise ModelInputError(
+                f"kernel_args.{name}",
+                f"kernel {fn.name!r} has no parameter {name!r}; its parameters: "
+                + (", ".join(fn.params) or "none"),
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ModelInputError(f"kernel_args.{name}", "a kernel argument must be a number")
+        if not math.isfinite(value):
+            raise ModelInputError(f"kernel_args.{name}", "a kernel argument must be finite")
+        if name in int_params and value != int(value):
+            raise ModelInputError(
+                f"kernel_args.{name}",
+                f"parameter {name!r} is read as an integer; {value} is not a whole number",
             )

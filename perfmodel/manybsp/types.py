@@ -107,6 +107,11 @@ class ManyBspDevice:
     shared_memory_per_block_bytes: int | None = None
     max_registers_per_thread: int | None = None
     segment_bytes: int = 128
+    #: Volta and later: L1/L2 traffic moves 32-byte sectors; None: the paper's segments alone
+    sector_bytes: int | None = None
+    l2_hit_latency_cycles: float | None = None
+    l2_cache_bytes: int | None = None
+    max_blocks_per_sm: int | None = None
     #: Whether the instruction after an eq. (8) stall opens its level-2 superstep with its
     #: latency exposed. The worked tables differ by device (Table 2-2 row 60 "419+2" on the
     #: GTX 760; Table 5-2 rows 39 and 60 "8" on the 940MX); docs/model-notes.md, "Many-BSP".
@@ -174,3 +179,6 @@ class KernelEstimate:
     mu: float
     kernel_exec_cycle: float
     equation: str = field(default="24")
+    #: the grid's warps at full issue/unit throughput (0: not evaluated); kernel_exec_cycle
+    #: is never below it
+    throughput_floor_cycles: float = 0.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perfmodel.errors import ModelInputError
+from perfmodel.errors import InfeasibleSearchSpace, ModelInputError
 from perfmodel.gemm_ws import SmLimits, WaveTimeModel
 from perfmodel.pipeline import PipelineModel
 
@@ -49,8 +49,6 @@ def _async_copy(settings: PipelineSettings) -> PipelineModel:
 
     limits = settings.limits
     if limits.ctas_per_sm(1) < 1:
-        from solver.errors import InfeasibleSearchSpace
-
         registers = limits.registers_per_thread
         field_name = "registers_per_thread" if registers is not None else "threads_per_cta"
         raise InfeasibleSearchSpace(

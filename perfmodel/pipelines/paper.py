@@ -7,7 +7,7 @@ parts (numpy, Z3, matplotlib) are imported where a member runs."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,17 @@ if TYPE_CHECKING:
 
 #: the name requests and profiles give this model
 PAPER = "paper"
+
+#: eq. (1)-(3) in Z3 over listed tilings: the solver's (solver.candidates.encode_listed),
+#: handed in by solver/__init__.py, which every caller of :meth:`PaperPipeline.encode` passes
+#: through: the model layer imports nothing of the solver
+_listed_encoding: list[Callable[..., Any]] = []
+
+
+def serve_encoding(encode_listed: Callable[..., Any]) -> None:
+    """Encode this model's configurations with ``encode_listed`` (the solver's)."""
+    _listed_encoding[:] = [encode_listed]
+
 
 #: the six §2.2 figures every GeMM-WS model reads (priors: device_profiles/priors.py)
 GEMM_WS_FIGURE_INFO = (
@@ -119,8 +130,7 @@ class PaperPipeline:
         element_bytes: int,
         configs: Configurations,
     ) -> Any:
-        from solver.candidates import encode_listed
-
+        (encode_listed,) = _listed_encoding
         tilings = [
             Tiling(*values)
             for values in zip(

@@ -262,9 +262,18 @@ def _check_loop_nesting(fn: Function, blocks: Sequence[BasicBlock]) -> None:
         )
 
 
-def find_loops(fn: Function, blocks: Sequence[BasicBlock]) -> tuple[Loop, ...]:
-    """Natural loops of ``fn``, outer loops before the loops they contain; a
-    :class:`ModelInputError` when they nest deeper than :data:`MAX_MEAN_LOOP_DEPTH` on
+def find_loops(
+    fn: Function,
+    blocks: Sequence[BasicBlock],
+    known: Callable[[str], int | None] | None = None,
+    known_def: Callable[[Instruction, int], int | None] | None = None,
+) -> tuple[Loop, ...]:
+    """Natural loops of ``fn``, outer loops before the loops they contain.
+
+    ``known``: the block-uniform value of a register when the caller knows it (launch shape,
+    kernel arguments), for trip counts whose bound or start is not a literal; ``known_def``:
+    the value an instruction computes, for a counter started by arithmetic (``n - n % 4``).
+    A :class:`ModelInputError` when loops nest deeper than :data:`MAX_MEAN_LOOP_DEPTH` on
     average."""
     if not blocks:
         return ()
@@ -332,7 +341,9 @@ def find_loops(fn: Function, blocks: Sequence[BasicBlock]) -> tuple[Loop, ...]:
                 last_line=max(lines),
                 depth=depth[h],
                 parent=None if p is None else name(p),
-                inferred_trip_count=_infer_trip_count(fn, blocks, h, latches[h], body, defs_of),
+                inferred_trip_count=_infer_trip_count(
+                    fn, blocks, h, latches[h], body, defs_of, known, known_def
+                ),
             )
         )
     return tuple(loops)
@@ -412,6 +423,8 @@ def _infer_trip_count(
     latch: int,
     body: set[int],
     defs_of: Mapping[str, list[int]],
+    known: Callable[[str], int | None] | None = None,
+    known_def: Callable[[Instruction, int], int | None] | None = None,
 ) -> int | None:
     """Trip count when the loop is counted by a constant-initialised, constant-stepped register
     compared against a constant; None for anything else.
@@ -471,8 +484,10 @@ def _infer_trip_count(
             return v
         defs = [instrs[i] for i in defs_of.get(text, ())]
         if len(defs) == 1 and _is_plain_mov(defs[0]):
-            return _int_literal(defs[0].operands[1].text)
-        return None
+            v = _int_literal(defs[0].operands[1].text)
+            if v is not None:
+                return v
+        return known(text) if known is not None and text.startswith("%") else None
 
     a, b = setp.operands[1].text, setp.operands[2].text
     bound = const_of(b)
@@ -531,10 +546,14 @@ def _infer_trip_count(
     every = defs_of.get(counter, [])
     if len(every) - len(loop_defs(counter)) != 1:
         return None  # not one def outside the loop (counted without scanning them all)
-    outside = [instrs[i] for i in every if i not in loop_set]
-    if not _is_plain_mov(outside[0]):
+    outside_at = [i for i in every if i not in loop_set]
+    outside = [instrs[i] for i in outside_at]
+    if _is_plain_mov(outside[0]):
+        init = const_of(outside[0].operands[1].text)
+    elif known_def is not None and outside[0].guard is None:
+        init = known_def(outside[0], outside_at[0])
+    else:
         return None
-    init = const_of(outside[0].operands[1].text)
     if init is None:
         return None
     if counter == var:

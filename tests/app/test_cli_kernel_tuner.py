@@ -284,7 +284,7 @@ def test_bad_invocations_say_what_is_missing(
     assert code == 2 and "pass --source" in err
     code, _, err = run("calibrate", str(cache), "--device", "a100", "--from-kernel-tuner",
                        str(cache))  # fmt: skip
-    assert code == 2 and "either a runs file or --from-kernel-tuner" in err
+    assert code == 2 and "either a runs file, --from-kernel-tuner" in err
     code, _, err = run(*base, "--model", "gemm-ws", "--ptx-dir", str(tmp_path))
     assert code == 2 and "--model many-bsp" in err
     (tmp_path / "not-a-cache.json").write_text('{"cache": {}}')

@@ -273,3 +273,52 @@ def test_infinite_clock_is_422(client: TestClient) -> None:
     raw = json.dumps(_mm_body(clock_mhz=float("inf")), allow_nan=True)
     r = client.post("/predict-kernel", content=raw, headers={"content-type": "application/json"})
     _problem(r, 422, "clock_mhz")
+
+
+KERNEL_ARGS_PTX = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "ptx" / "nvcc" / "kernel_args.sm_80.ptx"
+).read_text()
+
+
+def _strided_sum_body(**args: Any) -> dict[str, Any]:
+    return {
+        "ptx": KERNEL_ARGS_PTX,
+        "kernel": "strided_sum",
+        "device": "a100",
+        "launch": {"grid": [4, 1, 1], "block": [32, 1, 1]},
+        "resources": {"registers_per_thread": 24, "shared_bytes_per_block": 0},
+        "kernel_args": args,
+    }
+
+
+def test_kernel_args_bound_the_loops(client: TestClient) -> None:
+    unbounded = client.post("/predict-kernel", json=_strided_sum_body())
+    assert unbounded.status_code == 200, unbounded.text
+    assert any("kernel_args.strided_sum_param_2" in w for w in unbounded.json()["warnings"])
+    r = client.post(
+        "/predict-kernel",
+        json=_strided_sum_body(strided_sum_param_2=400, strided_sum_param_3=1),
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert not [w for w in body["warnings"] if "trip count unknown" in w]
+    # 400 iterations unrolled by 4: the main loop's superstep runs 100 times
+    assert 100 in [s["iterations"] for s in body["level1_supersteps"]]
+    assert body["predicted_cycles"] >= body["throughput_floor_cycles"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"n": 3}, "kernel_args.n"),
+        ({"strided_sum_param_2": "3"}, "kernel_args.strided_sum_param_2"),
+        ({"strided_sum_param_2": 2.5}, "kernel_args.strided_sum_param_2"),
+    ],
+)
+def test_bad_kernel_args_are_422_naming_the_field(
+    client: TestClient, args: dict[str, Any], field: str
+) -> None:
+    r = client.post("/predict-kernel", json=_strided_sum_body(**args))
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"].startswith(PROBLEM)
+    assert field in r.text

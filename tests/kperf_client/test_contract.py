@@ -61,7 +61,9 @@ class Contract:
         """The alternative shapes a value may take (anyOf / oneOf flattened)."""
         schema = self.resolve(schema)
         alternatives = schema.get("anyOf") or schema.get("oneOf")
-        if alternatives is None:
+        # beside an object's own properties, anyOf only constrains them (which may be null
+        # together, say): the shape is the object's
+        if alternatives is None or "properties" in schema:
             return [schema]
         return [b for alternative in alternatives for b in self.branches(alternative)]
 

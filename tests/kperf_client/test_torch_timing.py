@@ -64,3 +64,36 @@ def test_cli_from_torch_without_torch_says_so(monkeypatch: pytest.MonkeyPatch) -
     err = io.StringIO()
     assert main(["calibrate", "--from-torch", "--device", "h100"], io.StringIO(), err) == 2
     assert "torch" in err.getvalue()
+
+
+def test_cli_from_torch_posts_the_runs_and_the_fit_matches_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # recorded timings: the L2-aware model's optimum on h100 (tf32) under figures it does not
+    # know (MATH 20 % slower, launch 50 % longer), written to a file and read back by the timer
+    from device_profiles.loader import get_profile
+    from device_profiles.memory import memory_model_device
+    from perfmodel.calibration.configless import LibraryRun, RunModel, scaled
+
+    shapes = torch_timing.STANDARD_SHAPES[::3]  # 8 of them: a fast fit
+    monkeypatch.setattr(torch_timing, "STANDARD_SHAPES", shapes)
+    device = memory_model_device(get_profile("h100"), "tf32")
+    truth = scaled(device.base, (-0.2, 0.0, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0))
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(
+        json.dumps(
+            [
+                [m, n, k, RunModel(LibraryRun(m, n, k, "tf32", 1.0), device, 0).predict_us(truth)]
+                for m, n, k in shapes
+            ]
+        )
+    )
+    times = {(m, n, k): t for m, n, k, t in json.loads(recorded.read_text())}
+    monkeypatch.setattr(cli, "torch_matmul_timer", lambda: lambda m, n, k, d: [times[m, n, k]])
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["calibrate", "--from-torch", "--device", "h100", "--json"]
+    assert main(argv, out, err) == 0, err.getvalue()
+    answer = json.loads(out.getvalue())
+    assert answer["configless_runs"] == list(range(len(shapes)))
+    errors = sorted(abs(r["error_pct"]) for r in answer["residuals"])
+    assert errors[len(errors) // 2] < 3.0

@@ -234,13 +234,14 @@ def readme_matmul_kernel(tmp_path: Path) -> Any:
     """The README's Triton matmul kernel, alone in a module (the rest of the example needs
     torch and a GPU): ``@triton.jit`` reads its source from a file."""
     section = README.read_text(encoding="utf-8").split("## Triton: prune with kperf")[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None, "the README's Triton example is gone"
-    tree = ast.parse(code.group(1))
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    source = next((b for b in blocks if "def matmul_kernel" in b), None)
+    assert source is not None, "the README's Triton example is gone"
+    tree = ast.parse(source)
     (kernel,) = [
         n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "matmul_kernel"
     ]
-    body = ast.get_source_segment(code.group(1), kernel)
+    body = ast.get_source_segment(source, kernel)
     path = tmp_path / "readme_matmul.py"
     path.write_text(f"import triton\nimport triton.language as tl\n\n\n@triton.jit\n{body}\n")
     spec = importlib.util.spec_from_file_location("readme_matmul", path)

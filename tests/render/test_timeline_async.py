@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling
 from perfmodel.pipelines.async_copy.recurrences import AsyncSimulation, simulate_async
 from render import async_timeline_svg
-from render.timeline_async_copy import MAX_ASYNC_STAGES_DRAWN
+from render.timeline import MAX_ASYNC_STAGES_DRAWN
 from tests.gemm_ws_cases import PIPELINE_STAGE
 from tests.render.svg import Svg, last_number
 

@@ -156,7 +156,7 @@ class AsyncCopyPipeline:
         ]
 
     def timeline_svg(self, prediction: Any, machine: GemmWsMachine, **labels: Any) -> bytes:
-        from render.timeline_async_copy import async_timeline_svg
+        from render.timeline import async_timeline_svg
 
         return async_timeline_svg(prediction, machine, **labels)
 

@@ -41,6 +41,7 @@ from perfmodel.pipeline import PipelineModel, Prediction
 from perfmodel.pipelines import PipelineSettings
 from solver import (
     ELEMENT_BYTES,
+    InvalidSearchSpace,
     SearchSpace,
     SolverMode,
     TilingProblem,
@@ -149,13 +150,13 @@ def check_memory_model(request: OptimizeTilingRequest, space: SearchSpace) -> No
     on = request.memory_model != "dram-stream"
     for name in ("group_m", "split_k"):
         if not on and getattr(space, name) != (1,):
-            raise ModelInputError(
+            raise InvalidSearchSpace(
                 f"search_space.{name}",
                 f"{name} other than 1 is searched under memory_model 'l2-reuse' only",
             )
     k_tiles = -(-request.k // space.tile_k[0])
     if space.split_k[-1] > k_tiles:
-        raise ModelInputError(
+        raise InvalidSearchSpace(
             "search_space.split_k",
             f"split_k {space.split_k[-1]} exceeds the {k_tiles} k tiles of the smallest "
             f"tile_k (ceil({request.k} / {space.tile_k[0]})): a slice would hold no stage",
@@ -174,7 +175,10 @@ def memory_term(
     from perfmodel.pipelines.l2_reuse import L2ReuseModel
 
     if request.solver != "certified":
-        raise ModelInputError("solver", f"memory_model {request.memory_model!r} is certified only")
+        raise InvalidSearchSpace(
+            "solver",
+            f"memory_model {request.memory_model!r} is searched by the certified solver only",
+        )
     if profile is None or request.device_params is not None:
         raise ModelNotServed("inline", "l2-reuse", ["memory"], field="memory_model")
     try:

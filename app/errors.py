@@ -215,7 +215,10 @@ async def _invalid_space_handler(request: Request, exc: Exception) -> JSONRespon
     assert isinstance(exc, InvalidSearchSpace)
     # exc.field is relative to search_space ("tile_m"), or "search_space" for the whole space
     # (a candidate list's errors name their own field, "candidates...")
-    relative = exc.field != "search_space" and not exc.field.startswith("candidates")
+    # ("solver" when the request's solver cannot search the space it asks for)
+    relative = exc.field not in ("search_space", "solver") and not exc.field.startswith(
+        ("candidates", "search_space.")
+    )
     field = f"search_space.{exc.field}" if relative else exc.field
     return field_error(422, "Invalid search space", field, exc.reason)
 

@@ -135,9 +135,14 @@ class Tiling:
     tile_n: int
     tile_k: int
     buffer_depth: int
+    #: rows of output tiles a raster group walks column by column (Triton's GROUP_SIZE_M;
+    #: 1: row-major); read only by the L2-reuse memory term (perfmodel/gemm_ws_traffic.py)
+    group_m: int = 1
+    #: slices of the reduction over K, each a CTA of its own (1: no split-K)
+    split_k: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("tile_m", "tile_n", "tile_k", "buffer_depth"):
+        for name in ("tile_m", "tile_n", "tile_k", "buffer_depth", "group_m", "split_k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
 

@@ -20,7 +20,7 @@ another pipeline model's closed form can sit beside it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -44,23 +44,33 @@ MAX_SCORED_TIME_NS = 1 << 60
 _FLOAT_RELATIVE_ERROR = 1e-13
 
 
+#: the default of a column a caller leaves out (replaced by ones in __post_init__)
+_NO_COLUMN: IntArray = np.zeros(0, dtype=np.int64)
+
+
 class ScoreOverflow(ValueError):
     """A configuration's time in ns does not fit the scorer's int64 range."""
 
 
 @dataclass(frozen=True, slots=True)
 class Configurations:
-    """C tilings as int64 arrays of shape (C,): tile sizes in elements, buffer depth in stages."""
+    """C tilings as int64 arrays of shape (C,): tile sizes in elements, buffer depth in stages,
+    raster group rows and split-K slices (both 1 unless given)."""
 
     tile_m: IntArray
     tile_n: IntArray
     tile_k: IntArray
     buffer_depth: IntArray
+    group_m: IntArray = field(default_factory=lambda: _NO_COLUMN)
+    split_k: IntArray = field(default_factory=lambda: _NO_COLUMN)
 
     def __post_init__(self) -> None:
-        shapes = {a.shape for a in (self.tile_m, self.tile_n, self.tile_k, self.buffer_depth)}
+        for name in ("group_m", "split_k"):
+            if getattr(self, name) is _NO_COLUMN:
+                object.__setattr__(self, name, np.ones_like(self.tile_m))
+        shapes = {getattr(self, f).shape for f in self.__slots__}
         if len(shapes) != 1 or len(next(iter(shapes))) != 1:
-            raise ValueError("tile_m, tile_n, tile_k and buffer_depth must be 1-D, same length")
+            raise ValueError("every column of a configuration must be 1-D, same length")
 
     @property
     def count(self) -> int:
@@ -68,14 +78,23 @@ class Configurations:
 
     @classmethod
     def of(
-        cls, tile_m: object, tile_n: object, tile_k: object, buffer_depth: object
+        cls,
+        tile_m: object,
+        tile_n: object,
+        tile_k: object,
+        buffer_depth: object,
+        group_m: object = 1,
+        split_k: object = 1,
     ) -> Configurations:
-        return cls(
-            *(
-                np.asarray(v, dtype=np.int64).reshape(-1)
-                for v in (tile_m, tile_n, tile_k, buffer_depth)
-            )
-        )
+        columns = [
+            np.asarray(v, dtype=np.int64).reshape(-1)
+            for v in (tile_m, tile_n, tile_k, buffer_depth, group_m, split_k)
+        ]
+        count = columns[0].shape[0]
+        for i in (4, 5):  # a scalar group_m / split_k applies to every configuration
+            if columns[i].shape[0] == 1 and count != 1:
+                columns[i] = np.full(count, columns[i][0], dtype=np.int64)
+        return cls(*columns)
 
     @classmethod
     def of_tilings(cls, tilings: Sequence[Tiling]) -> Configurations:
@@ -94,9 +113,7 @@ class Configurations:
         return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls.__slots__))
 
     def take(self, index: npt.NDArray[np.intp] | slice) -> Configurations:
-        return Configurations(
-            self.tile_m[index], self.tile_n[index], self.tile_k[index], self.buffer_depth[index]
-        )
+        return Configurations(*(getattr(self, f)[index] for f in self.__slots__))
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,9 +403,11 @@ def lexicographic_order(
 ) -> npt.NDArray[np.intp]:
     """Indices sorting configurations as the optimizer ranks them (§3.2 objectives, then the
     tie-break): smaller overall time, smaller total MATH wait, larger tile_m, larger tile_n,
-    larger tile_k, smaller buffer_depth."""
+    larger tile_k, smaller buffer_depth, then smaller split_k and smaller group_m."""
     return np.lexsort(
         (
+            configs.group_m,
+            configs.split_k,
             configs.buffer_depth,
             -configs.tile_k,
             -configs.tile_n,

@@ -64,9 +64,12 @@ from solver.problem import (
     result_of,
     tie_break_key,
 )
-from solver.search_space import SearchSummary
+from solver.search_space import SearchSpace, SearchSummary
 
 _log = logging.getLogger(__name__)
+
+#: the constraint of a configuration whose split_k exceeds its k tiles, ceil(k / tile_k)
+SPLIT_K_CONSTRAINT = "split_k_per_k_tiles"
 
 #: tie_break_key is below this (four digits of base 2^17), so it is the last digit
 _KEY_SPAN = 1 << 68
@@ -95,6 +98,16 @@ class Instance:
         p = self.problem
         enc: Encoding = self.model.encode(p.shape, p.machine, p.element_bytes, configs)
         return enc
+
+    def encodings(self, configs: Configurations) -> list[Encoding]:
+        """The encodings the certificate checks one by one: the model's ``encode_groups``
+        where it encodes its configurations in groups (the L2-reuse term), else one."""
+        groups = getattr(self.model, "encode_groups", None)
+        if groups is None:
+            return [self.encode(configs)]
+        p = self.problem
+        out: list[Encoding] = groups(p.shape, p.machine, p.element_bytes, configs)
+        return out
 
     def resident(self, configs: Configurations) -> npt.NDArray[np.intp]:
         """Indices of the configurations that fit an SM."""
@@ -211,14 +224,18 @@ def certify(
     hopeful = configs.take(np.flatnonzero(may_beat(time_floor, wait_floor, configs, incumbent)))
     if incumbent.tiling not in hopeful.tilings():
         hopeful = Configurations.concat([hopeful, Configurations.of_tilings([incumbent.tiling])])
-    enc = instance.encode(hopeful)
-    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
-    solver.from_string(enc.smtlib)
-    solver.add(better_than(enc, incumbent))
-    outcome = solver.check() if time.perf_counter() < deadline else z3.unknown
-    check = CertificateCheck(CERTIFICATE_CLAIM, str(outcome))
-    better = enc.tiling_of(solver.model()) if outcome == z3.sat else None
-    return Certificate((check,), better, hopeful.count, configs.count - hopeful.count)
+    checks: list[CertificateCheck] = []
+    better = None
+    for enc in instance.encodings(hopeful):
+        solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
+        solver.from_string(enc.smtlib)
+        solver.add(better_than(enc, incumbent))
+        outcome = solver.check() if time.perf_counter() < deadline else z3.unknown
+        checks.append(CertificateCheck(CERTIFICATE_CLAIM, str(outcome)))
+        if outcome == z3.sat:
+            better = enc.tiling_of(solver.model())
+            break
+    return Certificate(tuple(checks), better, hopeful.count, configs.count - hopeful.count)
 
 
 def check_scores(ranked: Sequence[Prediction], times: IntArray, waits: IntArray) -> None:
@@ -406,10 +423,11 @@ def _certified_space(
     instance: Instance, problem: TilingProblem, top_k: int, deadline: Deadline
 ) -> TilingResult:
     space = problem.space
-    fitting = 0
+    fitting = kept = 0
+    raster = len(space.group_m) * len(space.split_k)
 
     def chunks() -> Iterator[Configurations]:
-        nonlocal fitting
+        nonlocal fitting, kept
         for chunk in enumerate_configurations(
             space.tile_m,
             space.tile_n,
@@ -418,8 +436,10 @@ def _certified_space(
             problem.element_bytes,
             _per_block(problem),
         ):
-            fitting += chunk.count
-            yield chunk
+            fitting += chunk.count * raster
+            for part in with_raster(chunk, space, problem.shape.k):
+                kept += part.count
+                yield part
 
     ranking = rank_scored(instance, chunks(), top_k, deadline.at)
     if ranking.complete:
@@ -427,6 +447,8 @@ def _certified_space(
             SHARED_MEMORY_CONSTRAINT: space.size - fitting,
             SHARED_MEMORY_PER_SM_CONSTRAINT: ranking.not_resident,
         }
+        if fitting > kept:
+            rejected[SPLIT_K_CONSTRAINT] = fitting - kept
         summary = SearchSummary(space.size, ranking.scored, rejected)
         if not ranking.scored:
             raise _infeasible(space.size, rejected)
@@ -440,6 +462,25 @@ def _certified_space(
         deadline,
         lambda: z3_search_space(instance, problem, top_k, deadline),
     )
+
+
+def with_raster(chunk: Configurations, space: SearchSpace, k: int) -> Iterator[Configurations]:
+    """``chunk`` under every (group_m, split_k) of ``space`` (the defaults: ``chunk`` itself),
+    leaving out split_k above the k tiles, ceil(k / tile_k) (a slice without a stage)."""
+    if space.group_m == (1,) and space.split_k == (1,):
+        yield chunk
+        return
+    k_tiles = -(-k // chunk.tile_k)
+    for group_m in space.group_m:
+        for split_k in space.split_k:
+            rows = np.flatnonzero(split_k <= k_tiles)
+            if rows.shape[0]:
+                part = chunk.take(rows)
+                yield dataclasses.replace(
+                    part,
+                    group_m=np.full(part.count, group_m, dtype=np.int64),
+                    split_k=np.full(part.count, split_k, dtype=np.int64),
+                )
 
 
 def _certified(

@@ -61,8 +61,14 @@ class SearchSpace:
     tile_k: tuple[int, ...] = DEFAULT_TILE_VALUES
     buffer_depth: tuple[int, ...] = DEFAULT_BUFFER_DEPTHS
     enforce_shared_memory: bool = True
+    #: raster group rows (Triton's GROUP_SIZE_M) and split-K slices: searched by the L2-reuse
+    #: memory term only (perfmodel/pipelines/l2_reuse.py); 1 each otherwise
+    group_m: tuple[int, ...] = (1,)
+    split_k: tuple[int, ...] = (1,)
 
     def __post_init__(self) -> None:
+        for name in ("group_m", "split_k"):
+            object.__setattr__(self, name, _checked(name, getattr(self, name), MAX_TILE))
         for name in ("tile_m", "tile_n", "tile_k"):
             object.__setattr__(self, name, _checked(name, getattr(self, name), MAX_TILE))
         object.__setattr__(
@@ -78,13 +84,14 @@ class SearchSpace:
 
     @property
     def size(self) -> int:
-        return len(self.tile_m) * len(self.tile_n) * len(self.tile_k) * len(self.buffer_depth)
+        tiles = len(self.tile_m) * len(self.tile_n) * len(self.tile_k)
+        return tiles * len(self.buffer_depth) * len(self.group_m) * len(self.split_k)
 
     def tilings(self) -> Iterator[Tiling]:
-        for tm, tn, tk, depth in itertools.product(
-            self.tile_m, self.tile_n, self.tile_k, self.buffer_depth
+        for tm, tn, tk, depth, group_m, split_k in itertools.product(
+            self.tile_m, self.tile_n, self.tile_k, self.buffer_depth, self.group_m, self.split_k
         ):
-            yield Tiling(tm, tn, tk, depth)
+            yield Tiling(tm, tn, tk, depth, group_m, split_k)
 
 
 @dataclass(frozen=True, slots=True)

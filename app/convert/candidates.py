@@ -15,6 +15,7 @@ from app.convert.optimize import (
     PreparedRequest,
     Solved,
     check_timeline,
+    memory_term,
     pipeline_name,
     pipeline_settings,
     request_machine,
@@ -51,6 +52,7 @@ def prepare(
     settings = pipeline_settings(request, profile, enforce_shared_memory=enforce)
     model = pipelines.resolve(pipeline_name(request, profile), settings)
     device, problem = _problem_of(request, profile)
+    model = memory_term(model, request, profile)
     return PreparedRequest(device, dataclasses.replace(problem, pipeline=model))
 
 

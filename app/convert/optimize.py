@@ -41,6 +41,7 @@ from perfmodel.pipeline import PipelineModel, Prediction
 from perfmodel.pipelines import PipelineSettings
 from solver import (
     ELEMENT_BYTES,
+    InvalidSearchSpace,
     SearchSpace,
     SolverMode,
     TilingProblem,
@@ -125,7 +126,10 @@ def to_problem(
         tile_k=_values("tile_k", spec.tile_k),
         buffer_depth=_values("buffer_depth", spec.buffer_depth),
         enforce_shared_memory=spec.enforce_shared_memory,
+        group_m=_values("group_m", spec.group_m),
+        split_k=_values("split_k", spec.split_k),
     )
+    check_memory_model(request, space)
     check_timeline(request, space.tile_k[0])
     # the pure Z3 search's own space limit, up front (422 before a worker is taken)
     check_mode(space, SolverMode(request.solver))
@@ -137,6 +141,54 @@ def to_problem(
         wave_model=WaveTimeModel(request.wave_time_model),
     )
     return device, problem
+
+
+def check_memory_model(request: OptimizeTilingRequest, space: SearchSpace) -> None:
+    """Refuse what the memory term cannot answer (ModelInputError naming the field): group_m
+    or split_k other than 1 without it, a split_k no tile_k can fill (a slice without a
+    stage), the pure Z3 search under it."""
+    on = request.memory_model != "dram-stream"
+    for name in ("group_m", "split_k"):
+        if not on and getattr(space, name) != (1,):
+            raise InvalidSearchSpace(
+                f"search_space.{name}",
+                f"{name} other than 1 is searched under memory_model 'l2-reuse' only",
+            )
+    k_tiles = -(-request.k // space.tile_k[0])
+    if space.split_k[-1] > k_tiles:
+        raise InvalidSearchSpace(
+            "search_space.split_k",
+            f"split_k {space.split_k[-1]} exceeds the {k_tiles} k tiles of the smallest "
+            f"tile_k (ceil({request.k} / {space.tile_k[0]})): a slice would hold no stage",
+        )
+
+
+def memory_term(
+    model: PipelineModel, request: OptimizeTilingRequest, profile: DeviceProfile | None
+) -> PipelineModel:
+    """``model`` with the request's memory term: unchanged for 'dram-stream', else the
+    L2-reuse term on the profile's cited memory section (device_profiles/memory.py)."""
+    if request.memory_model == "dram-stream":
+        return model
+    # numpy and the memory figures load only for requests that ask for them
+    from device_profiles.memory import memory_model_device
+    from perfmodel.pipelines.l2_reuse import L2ReuseModel
+
+    if request.solver != "certified":
+        raise InvalidSearchSpace(
+            "solver",
+            f"memory_model {request.memory_model!r} is searched by the certified solver only",
+        )
+    if profile is None or request.device_params is not None:
+        raise ModelNotServed("inline", "l2-reuse", ["memory"], field="memory_model")
+    try:
+        device = memory_model_device(profile, request.dtype)
+    except ValueError as error:
+        raise ModelNotServed(profile.id, "l2-reuse", [str(error)], field="memory_model") from error
+    wrapped: PipelineModel = L2ReuseModel(
+        model, device.base.memory, device.base.reduction_overhead_us
+    )
+    return wrapped
 
 
 def request_machine(

@@ -79,6 +79,19 @@ class SearchSpaceSpec(RequestModel):
         description="reject tilings whose buffer_depth*(TM*TK+TK*TN)*element_bytes exceeds "
         "the device's shared memory per CTA (the paper has no such limit)",
     )
+    group_m: TileValues = Field(
+        default=[1],
+        description="raster group rows, output tiles (Triton's GROUP_SIZE_M; 1: row-major): "
+        "CTAs walk group_m tile rows column by column. Searched under memory_model 'l2-reuse' "
+        "only (else only [1])",
+    )
+    split_k: TileValues = Field(
+        default=[1],
+        description="split-K slices (1: none): each CTA reduces ceil(k / split_k) of K, the "
+        "grid grows split_k-fold and the fp32 partial sums cost a reduction. At most "
+        "ceil(k / smallest tile_k) (422 beyond); larger tile_k values skip the split_k they "
+        "cannot fill. Searched under memory_model 'l2-reuse' only (else only [1])",
+    )
 
 
 class GemmWsDeviceParams(RequestModel):
@@ -253,6 +266,19 @@ class OptimizeTilingRequest(RequestModel):
         "at most the device's max_registers_per_thread, else 422); used with threads_per_cta "
         "(ignored without it)",
     )
+    memory_model: Literal["dram-stream", "l2-reuse"] = Field(
+        default="dram-stream",
+        description="where the tile loads come from. 'dram-stream': every CTA streams its A and "
+        "B tiles at the device's per-SM load throughput (elements/us) and load latency (us). "
+        "'l2-reuse': per wave, CTAs sharing an A row panel or a B column panel fetch it from "
+        "DRAM once and hit L2 otherwise (raster order by group_m, reuse bounded by the L2 "
+        "size, bytes), so each configuration's load throughput (elements/us) and latency (us) "
+        "follow from the device's memory section (DRAM and L2 bandwidth, GB/s; latencies, ns); "
+        "split-K adds its reduction (partial sums at DRAM bandwidth plus a kernel launch, us). "
+        "Each candidate then reports dram_bytes, l2_hit_rate, group_m and split_k. Needs a "
+        "device profile with a memory section; certified solver only; its shortlist is the "
+        "point estimate's ranking",
+    )
     shortlist: Literal["explore", "exploit"] = Field(
         default="explore",
         description="'explore': rank 1 is the proven optimum, the other ranks the "
@@ -298,6 +324,28 @@ class TilingPrediction(BaseModel):
         description="T_MATH per stage, us (async-copy: at the CTAs' shared throughput)"
     )
     math_wait_us: float = Field(description="total MATH wait, W x sum of per-stage waits, us")
+    group_m: int | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="raster group rows (memory_model 'l2-reuse' only)",
+    )
+    split_k: int | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="split-K slices, 1 = none (memory_model 'l2-reuse' only)",
+    )
+    dram_bytes: float | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="bytes of A and B tiles read from DRAM, whole GEMM (memory_model "
+        "'l2-reuse' only)",
+    )
+    l2_hit_rate: float | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="fraction of the bytes the CTAs load that hit L2, 0..1 (memory_model "
+        "'l2-reuse' only)",
+    )
     bound: Literal["latency", "load", "math"] = Field(
         description="what sets the steady-state period of a stage. 'paper': 'load' when "
         "T_LOAD-A + T_LOAD-B exceeds T_MATH, else 'math' (never 'latency': each load carries "

@@ -1,0 +1,100 @@
+"""POST /optimize-tiling with the L2-reuse memory term: split_k and group_m searched and
+reported with DRAM bytes and the L2 hit rate; off by default, leaving answers unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+
+SPACE = {"tile_m": [64, 128], "tile_n": [64, 128], "tile_k": [32, 64], "buffer_depth": [2, 4]}
+NEW_FIELDS = {"group_m", "split_k", "dram_bytes", "l2_hit_rate"}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    settings = Settings(workers=1, cache_path=None, cache_memory_items=0)
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def _post(client: TestClient, **body: Any) -> Any:
+    base = {"m": 1024, "n": 1024, "k": 8192, "device": "h100", "dtype": "fp16"}
+    return client.post("/optimize-tiling", json={**base, **body})
+
+
+def _without_elapsed(body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, "solver": {**body["solver"], "elapsed_ms": None}}
+
+
+def test_off_by_default_and_unchanged(client: TestClient) -> None:
+    default = _post(client, search_space=SPACE)
+    explicit = _post(client, search_space=SPACE, memory_model="dram-stream")
+    assert default.status_code == explicit.status_code == 200, default.text
+    assert _without_elapsed(default.json()) == _without_elapsed(explicit.json())
+    for candidate in default.json()["candidates"]:
+        assert not NEW_FIELDS & candidate.keys()
+
+
+def test_split_k_and_group_m_are_searched_and_reported(client: TestClient) -> None:
+    wide = {**SPACE, "split_k": [1, 2, 4, 8], "group_m": [1, 8]}
+    searched = _post(client, search_space=wide, memory_model="l2-reuse", shortlist="exploit")
+    plain = _post(client, search_space=SPACE, memory_model="l2-reuse", shortlist="exploit")
+    assert searched.status_code == plain.status_code == 200, searched.text
+    body, base = searched.json(), plain.json()
+    assert body["status"] == "optimal"
+    assert all(c["outcome"] == "unsat" for c in body["solver"]["certificate"])
+    # a superset of configurations is never slower at its optimum
+    assert body["best"]["predicted_time_us"] <= base["best"]["predicted_time_us"]
+    for candidate in body["candidates"]:
+        assert NEW_FIELDS <= candidate.keys()
+        assert candidate["split_k"] in (1, 2, 4, 8) and candidate["group_m"] in (1, 8)
+        assert 0.0 <= candidate["l2_hit_rate"] <= 1.0
+        # DRAM bytes at least the compulsory A and B reads (fp16)
+        assert candidate["dram_bytes"] >= 2 * (1024 * 8192 + 8192 * 1024) * 0.999
+    assert body["search"]["candidates_considered"] == 16 * 4 * 2
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (
+            {"search_space": {**SPACE, "split_k": [1, 300]}, "memory_model": "l2-reuse"},
+            "search_space.split_k",
+        ),
+        ({"search_space": {**SPACE, "split_k": [1, 2]}}, "search_space.split_k"),
+        ({"search_space": {**SPACE, "group_m": [8]}}, "search_space.group_m"),
+        ({"memory_model": "l2-reuse", "solver": "z3-search"}, "solver"),
+        ({"memory_model": "l2-cache"}, "memory_model"),
+    ],
+    ids=["split-k-beyond-k-tiles", "split-k-without-term", "group-m-without-term", "z3", "bad"],
+)
+def test_bad_memory_model_input_names_the_field(
+    client: TestClient, body: dict[str, Any], field: str
+) -> None:
+    r = _post(client, **body)
+    assert r.status_code == 422, r.text
+    assert field in [e["field"] for e in r.json()["errors"]], r.json()
+
+
+def test_inline_device_params_have_no_memory_section(client: TestClient) -> None:
+    params = {
+        "sm_count": 84,
+        "t_init_us": 1.68,
+        "t_epilogue_us": 1.543,
+        "load_startup_latency_us": 0.77,
+        "compute_startup_latency_us": 0.0,
+        "load_throughput_elements_per_us": 152.96,
+        "compute_throughput_macs_per_us": 24610.0,
+    }
+    r = client.post(
+        "/optimize-tiling",
+        json={"m": 512, "n": 512, "k": 512, "device_params": params, "memory_model": "l2-reuse"},
+    )
+    assert r.status_code == 422, r.text
+    assert "memory_model" in [e["field"] for e in r.json()["errors"]]

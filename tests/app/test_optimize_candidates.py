@@ -31,8 +31,12 @@ def client() -> Iterator[TestClient]:
         yield test_client
 
 
+CANDIDATE_FIELDS = ("tile_m", "tile_n", "tile_k", "buffer_depth")
+
+
 def _candidate(tiling: Tiling, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = dataclasses.asdict(tiling)
+    # a candidate names its tile and depth (group_m and split_k are search-space dimensions)
+    out: dict[str, Any] = {k: getattr(tiling, k) for k in CANDIDATE_FIELDS}
     if params is not None:
         out["params"] = params
     return out

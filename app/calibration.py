@@ -35,7 +35,7 @@ from app.auth import Forbidden, Principal, check_owner
 from app.convert import calibrate as convert
 from app.jobs import calibrate_via_pool, calibration_svg_via_pool, check_runs_via_pool
 from app.negotiation import svg_response
-from app.profile_store import record_of, run_digest
+from app.profile_store import PROFILES, DeviceGone, record_of, run_digest
 from app.schemas.calibrate import (
     DEFAULT_FOLDS,
     FIGURES,
@@ -216,6 +216,9 @@ async def _writable_record(
     if profile.id in profiles.shipped:
         return record_of(profile.id, principal.tenant, profiles.shipped), principal.tenant
     owner = await asyncio.to_thread(profiles.owner, profile.id)
+    if owner is None and await asyncio.to_thread(profiles.store.get, PROFILES, profile.id) is None:
+        # deleted since it was looked up (its owner went with it): gone, not nobody's
+        raise DeviceGone(profile.id)
     check_owner(principal, owner, profile.id)
     return profile.id, owner or principal.tenant
 

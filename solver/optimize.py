@@ -45,6 +45,7 @@ from solver.problem import (
     TilingProblem,
     TilingResult,
     better_than,
+    certified_result_of,
     check_arguments,
     check_mode,
     objective_key,
@@ -338,19 +339,7 @@ def _result(
             feasible=feasible,
             rejected={"shared_memory_per_block": considered - feasible},
         )
-    checks = certificate.checks if certificate is not None else ()
-    return result_of(
-        status,
-        ranked,
-        summary,
-        deadline,
-        checks=len(checks),
-        encoded_tile_triples=certificate.encoded_tile_triples if certificate else 0,
-        pruned_tile_triples=certificate.pruned_tile_triples if certificate else 0,
-        mode=SolverMode.CERTIFIED,
-        configurations_scored=ranking.scored,
-        certificate=checks,
-    )
+    return certified_result_of(status, ranked, summary, deadline, certificate, ranking.scored)
 
 
 def certify(

@@ -60,6 +60,7 @@ from solver.problem import (
     TilingProblem,
     TilingResult,
     better_than,
+    certified_result_of,
     objective_key,
     result_of,
     tie_break_key,
@@ -502,18 +503,8 @@ def _certified(
             return mismatch_answer(certificate, ranked[0], ranking.scored, z3_search)
     checks = certificate.checks if certificate is not None else ()
     proven = bool(checks) and all(c.outcome == "unsat" for c in checks)
-    return result_of(
-        "optimal" if proven else "timeout",
-        ranked,
-        summary,
-        deadline,
-        checks=len(checks),
-        encoded_tile_triples=certificate.encoded_tile_triples if certificate else 0,
-        pruned_tile_triples=certificate.pruned_tile_triples if certificate else 0,
-        mode=SolverMode.CERTIFIED,
-        configurations_scored=ranking.scored,
-        certificate=checks,
-    )
+    status = "optimal" if proven else "timeout"
+    return certified_result_of(status, ranked, summary, deadline, certificate, ranking.scored)
 
 
 # --- an explicit candidate list --------------------------------------------------------------

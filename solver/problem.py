@@ -142,6 +142,31 @@ def result_of(
     )
 
 
+def certified_result_of(
+    status: str,
+    ranked: Sequence[Prediction],
+    summary: SearchSummary,
+    deadline: Deadline,
+    certificate: Certificate | None,
+    configurations_scored: int,
+) -> TilingResult:
+    """:func:`result_of` for the certified mode: the certificate's checks and encoding counts
+    (none when no certificate ran) beside the scorer's count."""
+    checks = certificate.checks if certificate is not None else ()
+    return result_of(
+        status,
+        ranked,
+        summary,
+        deadline,
+        checks=len(checks),
+        encoded_tile_triples=certificate.encoded_tile_triples if certificate else 0,
+        pruned_tile_triples=certificate.pruned_tile_triples if certificate else 0,
+        mode=SolverMode.CERTIFIED,
+        configurations_scored=configurations_scored,
+        certificate=checks,
+    )
+
+
 _KEY_BASE = 1 << 17  # > MAX_TILE and > MAX_BUFFER_DEPTH, so the digits never overlap
 
 

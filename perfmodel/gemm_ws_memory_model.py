@@ -120,11 +120,18 @@ class Space:
 
 
 def ctas_per_sm(space: Space, element_bytes: int, limits: SmLimits) -> IntArray:
-    """Resident CTAs per SM of every configuration (0: its buffer does not fit one SM)."""
+    """Resident CTAs per SM of every configuration (0: it does not fit one SM): the block cap,
+    shared memory for the buffer and the register file for the accumulators. Tensor-core MMAs
+    (mma.sync, wgmma) and FFMA tiles alike accumulate C in 32-bit registers, one per element of
+    the CTA's TM x TN tile (fp32 accumulation); the file must also hold the threads' addresses
+    and loop state, so the accumulators take strictly fewer registers than the SM has (a
+    256 x 256 tile's 65,536 fill an SM's whole file: not resident)."""
     smem = space.buffer_depth * (space.tile_m + space.tile_n) * space.tile_k * element_bytes
     ctas = np.full(space.count, limits.ctas_per_sm(1), dtype=np.int64)
     if limits.shared_memory_per_sm_bytes is not None:
         ctas = np.minimum(ctas, limits.shared_memory_per_sm_bytes // smem)
+    if limits.registers_per_sm is not None:
+        ctas = np.minimum(ctas, (limits.registers_per_sm - 1) // (space.tile_m * space.tile_n))
     return ctas
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -147,8 +148,9 @@ def test_hit_rate_bounds_and_no_reuse_alone() -> None:
 
 def test_grouping_raises_reuse_on_a_wide_grid() -> None:
     # 64 x 64 tiles, 132 CTAs a wave: row-major waves share 2-3 rows but 64 columns; groups of
-    # 8 rows share 8 rows and ~17 columns
-    fig = figures(132, 5e7)
+    # 8 rows share 8 rows and ~17 columns. L2 fast enough that DRAM bounds both waves (under
+    # the L2 bound alone the two rasters request the same bytes and load equally fast)
+    fig = dataclasses.replace(figures(132, 5e7), l2_bandwidth_gb_per_s=20000.0)
     plain, grouped = (
         gemm_traffic(8192, 8192, 8192, 2, Grid.of(128, 128, 64, g), fig) for g in (1, 8)
     )

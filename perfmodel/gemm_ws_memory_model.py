@@ -275,6 +275,10 @@ class ShapeModel:
             sm_count=self.sm_count,
         )
         total = _CLOSED_FORMS[self.pipeline](stage)
+        # the kernel starts with L2 cold: its first stage's loads wait DRAM's latency, not the
+        # hit-rate mix the other stages see
+        cold = _COLD_LOADS[self.pipeline] * np.maximum(figures.memory.dram_latency_us - lam, 0.0)
+        total = total + cold
         reduction = split_k_reduction_us(traffic, figures.memory, figures.reduction_overhead_us)
         out: FloatArray = figures.t_init_us + total + reduction
         return out, traffic
@@ -299,30 +303,44 @@ class _Stage:
 
 
 def _async_copy_total_us(s: _Stage) -> FloatArray:
-    """Full waves of c CTAs sharing the SM, then the partial wave (async-copy 2)."""
+    """Full waves of c CTAs sharing the SM, then the partial wave (async-copy 2); each wave's C
+    store drains during the next wave (:func:`_overlapped_stores_us`)."""
     per_sm = np.minimum(s.ctas_per_sm, s.busiest)
     full, partial = np.divmod(s.busiest, per_sm)
 
-    def wave(share: IntArray) -> FloatArray:
+    def wave(share: IntArray) -> tuple[FloatArray, FloatArray]:
         d = share * s.load_us
         t = share * s.math_us + s.math_startup_us
         last: FloatArray = last_math_start_formula(
             d, s.latency_us, t, s.stages, s.depth, np.maximum
         )
         stored = np.minimum(share * s.sm_count, s.ctas) * s.store_per_cta_us
-        return last + t + s.epilogue_us + stored
+        return last + t + s.epilogue_us, stored
 
-    out: FloatArray = full * wave(per_sm) + np.where(partial > 0, wave(np.maximum(partial, 1)), 0.0)
+    main_full, store_full = wave(per_sm)
+    main_partial, store_partial = wave(np.maximum(partial, 1))
+    has_partial = partial > 0
+    # waves in order: `full` full ones, then the partial one if any
+    first_main = np.where(full > 0, main_full, main_partial)
+    later_full = np.maximum(full - 1, 0) * np.maximum(main_full, store_full)
+    after_full = np.where(full > 0, np.maximum(main_partial, store_full), main_partial)
+    out: FloatArray = np.where(
+        has_partial,
+        np.where(full > 0, first_main + later_full + after_full, main_partial) + store_partial,
+        first_main + later_full + store_full,
+    )
     return out
 
 
 def _paper_total_us(s: _Stage) -> FloatArray:
-    """W waves of Sm(S) + T_EPILOGUE (GeMM-WS 7), A and B each paying the latency (eq. (4))."""
+    """W waves of Sm(S) + T_EPILOGUE (GeMM-WS 7), A and B each paying the latency (eq. (4));
+    each wave's C store drains during the next wave (:func:`_async_copy_total_us`)."""
     load = s.load_us + 2 * s.latency_us
     t = s.math_us + s.math_startup_us
     per_stage = np.where(s.depth == 1, load + t, np.maximum(load, t))
     stored = np.minimum(s.sm_count, s.ctas) * s.store_per_cta_us
-    out: FloatArray = s.busiest * (load + (s.stages - 1) * per_stage + s.epilogue_us + stored)
+    main = load + (s.stages - 1) * per_stage + s.epilogue_us
+    out: FloatArray = main + (s.busiest - 1) * np.maximum(main, stored) + stored
     return out
 
 
@@ -331,3 +349,6 @@ _CLOSED_FORMS: dict[str, Callable[[_Stage], FloatArray]] = {
     "async-copy": _async_copy_total_us,
 }
 _SHARES_SM: dict[str, bool] = {"paper": False, "async-copy": True}
+#: loads of a stage that each pay the startup latency: A and B in turn under eq. (4), one
+#: asynchronous copy of both under async-copy
+_COLD_LOADS: dict[str, int] = {"paper": 2, "async-copy": 1}

@@ -58,9 +58,13 @@ def test_closed_form_equals_the_event_simulator_on_the_effective_figures(
             exact = simulate(shape, tiling, machine, WaveTimeModel.PAPER).overall_time_ns
         else:
             exact = simulate_async(shape, tiling, machine, LIMITS, 2).overall_time_ns
+        # the model's kernel starts with L2 cold: its first stage's loads (A and B in turn
+        # under the paper's eq. (4)) wait DRAM's latency instead of the hit-rate mix
+        loads = 2 if pipeline == "paper" else 1
+        cold_ns = loads * (MEMORY.dram_latency_us - traffic.load_latency_us[0]) * 1000
         # the simulators round each duration to a ns: a few ns per stage and wave
         stages, waves = -(-k // tk), -(-(-(-m // tm) * -(-n // tn)) // 20)
-        assert times[0] * 1000 == pytest.approx(exact, abs=3 * (stages + 2) * waves + 2)
+        assert times[0] * 1000 == pytest.approx(exact + cold_ns, abs=3 * (stages + 2) * waves + 2)
 
 
 def test_split_k_fills_the_gpu_on_a_small_output_with_a_long_k() -> None:

@@ -14,9 +14,13 @@ A stage's MATH is also bounded by the shared-memory reads of its A and B tiles, 
 element bytes at the SM's shared-memory bandwidth (32 banks x 4 bytes per clock): a 64 x 32
 tf32 tile on an H100 reaches 72 % of the tensor rate, a 128 x 128 one all of it.
 
-Each wave's epilogue also stores its C tiles: T_EPILOGUE + the wave's C bytes at DRAM
-bandwidth (a 4096 x 4096 fp32 C is 64 MB, 20 us on an H100: the paper's fixed T_EPILOGUE,
-measured on one small output, leaves it out).
+Each wave's epilogue also stores its C tiles: the wave's C bytes at DRAM bandwidth (a 4096 x
+4096 fp32 C is 64 MB, 20 us on an H100: the paper's fixed T_EPILOGUE, measured on one small
+output, leaves it out). Stores do not hold the threads that issue them, so a wave's store
+drains while the next wave runs; the kernel ends when the last wave's store has landed.
+
+The kernel starts with L2 cold: its first stage's loads wait DRAM's latency, not the hit-rate
+mix. Resident CTAs per SM are bounded by the accumulators' registers as well as shared memory.
 
 Split-K runs S = ceil(ceil(k / split_k) / TK) stages on tiles x split_k CTAs and adds the
 reduction of perfmodel.gemm_ws_traffic. Derivation and limits: docs/model-notes.md, "Memory

@@ -1,20 +1,23 @@
 """The certified optimizer with the L2-reuse memory term (perfmodel/pipelines/l2_reuse.py),
 split_k and group_m searched: its answer equals a brute force that simulates every
-configuration one by one, stage by stage, on the effective problem built here from
-perfmodel.gemm_ws_traffic; Z3 refutes a seeded wrong incumbent."""
+configuration one by one, stage by stage (the model's simulator, which shares no code with
+its vectorised scorer, bounds or encoding), and each simulated time is the memory model's
+float prediction (perfmodel/gemm_ws_memory_model.py, the bench's) to the ns; Z3 refutes a
+seeded wrong incumbent."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
 
+import numpy as np
 import pytest
 
 import solver.per_configuration as per_configuration
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling, WaveTimeModel
+from perfmodel.gemm_ws_memory_model import MemoryModelFigures, ShapeModel, Space
 from perfmodel.gemm_ws_scoring import Configurations
-from perfmodel.gemm_ws_traffic import Grid, MemoryFigures, gemm_traffic, split_k_reduction_us
+from perfmodel.gemm_ws_traffic import MemoryFigures
 from perfmodel.pipeline import PipelineModel, Prediction
 from perfmodel.pipelines.async_copy import AsyncCopyPipeline
 from perfmodel.pipelines.l2_reuse import L2ReuseModel
@@ -22,26 +25,29 @@ from perfmodel.pipelines.paper import PaperPipeline
 from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, optimize_tiling
 
 INSTANCES = 300
-REDUCTION_OVERHEAD_US = 2.5
 
 
-def _simulate(model: L2ReuseModel, problem: TilingProblem, t: Tiling) -> Prediction:
-    """One configuration on its effective problem (the module docstring's construction,
-    written independently of the model's grouped path)."""
-    memory = dataclasses.replace(model.memory, sm_count=problem.machine.sm_count)
-    shape, machine = problem.shape, problem.machine
-    grid = Grid.of(t.tile_m, t.tile_n, t.tile_k, t.group_m, t.split_k)
-    traffic = gemm_traffic(shape.m, shape.n, shape.k, problem.element_bytes, grid, memory)
-    reduction = split_k_reduction_us(traffic, memory, model.reduction_overhead_us)
-    eff_machine = dataclasses.replace(
-        machine,
-        t_init_us=machine.t_init_us + float(reduction[0]),
-        load_startup_latency_us=float(traffic.load_latency_us[0]),
-        load_throughput_elements_per_us=float(traffic.load_throughput_elements_per_us[0]),
+def _float_us(model: L2ReuseModel, problem: TilingProblem, t: Tiling) -> float:
+    """The memory model's float prediction of one configuration (us)."""
+    one = Space(
+        *(
+            np.array([v], dtype=np.int64)
+            for v in (t.tile_m, t.tile_n, t.tile_k, t.buffer_depth, t.group_m, t.split_k)
+        )
     )
-    tiles_m = -(-shape.m // t.tile_m)
-    eff_shape = GemmShape(tiles_m * t.tile_m * t.split_k, shape.n, -(-shape.k // t.split_k))
-    return model.base.simulate(eff_shape, t, eff_machine, problem.element_bytes)
+    shape = problem.shape
+    sm_count = problem.machine.sm_count
+    shape_model = ShapeModel(
+        shape.m,
+        shape.n,
+        shape.k,
+        problem.element_bytes,
+        one,
+        sm_count,
+        model.limits,
+        model.pipeline,
+    )
+    return float(shape_model.times_us(model.model_figures)[0][0])
 
 
 def _order(p: Prediction) -> tuple[int, ...]:
@@ -66,48 +72,65 @@ def _brute_force(model: L2ReuseModel, problem: TilingProblem) -> list[Prediction
             continue
         if per_block is not None and t.shared_memory_bytes(problem.element_bytes) > per_block:
             continue
-        if model.base.residency_rejection(t, problem.element_bytes) is not None:
+        if model.residency_rejection(t, problem.element_bytes) is not None:
             continue
-        out.append(_simulate(model, problem, t))
+        p = model.simulate(problem.shape, t, problem.machine, problem.element_bytes)
+        # the integer model is the float one to its ps ticks (summed over waves x stages) and ns
+        assert p.overall_time_ns == pytest.approx(
+            1000 * _float_us(model, problem, t), rel=1e-5, abs=1.0
+        )
+        out.append(p)
     return sorted(out, key=_order)
 
 
 def _instance(rng: random.Random) -> tuple[L2ReuseModel, TilingProblem]:
+    sm_count = rng.choice([2, 8, 28, 108])
     machine = GemmWsMachine(
-        sm_count=rng.choice([2, 8, 28, 108]),
-        t_init_us=rng.uniform(0, 3),
-        t_epilogue_us=rng.uniform(0, 3),
-        load_startup_latency_us=0.5,
-        compute_startup_latency_us=rng.choice([0.0, 0.05]),
-        load_throughput_elements_per_us=1000.0,
-        compute_throughput_macs_per_us=rng.uniform(5000, 500_000),
+        sm_count=sm_count,
+        t_init_us=0.0,
+        t_epilogue_us=0.0,
+        load_startup_latency_us=0.0,
+        compute_startup_latency_us=0.0,
+        load_throughput_elements_per_us=1.0,
+        compute_throughput_macs_per_us=1.0,
         shared_memory_per_block_bytes=rng.choice([None, 49152]),
     )
-    memory = MemoryFigures(
-        sm_count=machine.sm_count,
-        dram_bandwidth_gb_per_s=rng.uniform(100, 3000),
-        l2_bandwidth_gb_per_s=rng.uniform(1000, 8000),
-        l2_size_bytes=rng.choice([0.0, 1 << 18, 40 << 20]),
-        dram_latency_us=rng.uniform(0.3, 1.5),
-        l2_latency_us=rng.uniform(0.1, 0.3),
+    figures = MemoryModelFigures(
+        t_init_us=rng.uniform(0, 3),
+        t_epilogue_us=rng.uniform(0, 3),
+        compute_startup_latency_us=rng.choice([0.0, 0.05]),
+        compute_throughput_macs_per_us=rng.uniform(5000, 500_000),
+        memory=MemoryFigures(
+            sm_count=sm_count,
+            dram_bandwidth_gb_per_s=rng.uniform(100, 3000),
+            l2_bandwidth_gb_per_s=rng.uniform(1000, 8000),
+            l2_size_bytes=rng.choice([0.0, 1 << 18, 40 << 20]),
+            dram_latency_us=rng.uniform(0.3, 1.5),
+            l2_latency_us=rng.uniform(0.1, 0.3),
+        ),
+        reduction_overhead_us=rng.uniform(0, 5),
+        shared_memory_bytes_per_us=rng.choice([float("inf"), rng.uniform(1e4, 3e5)]),
+    )
+    limits = SmLimits(
+        max_blocks_per_sm=rng.choice([1, 4, 16]),
+        shared_memory_per_sm_bytes=rng.choice([None, 102400]),
+        registers_per_sm=rng.choice([None, 65536, 16384]),
     )
     base: PipelineModel
     if rng.random() < 0.5:
-        base = PaperPipeline(rng.choice(list(WaveTimeModel)))
+        base, pipeline = PaperPipeline(rng.choice(list(WaveTimeModel))), "paper"
     else:
-        base = AsyncCopyPipeline(
-            SmLimits(max_blocks_per_sm=4, shared_memory_per_sm_bytes=rng.choice([None, 102400]))
-        )
+        base, pipeline = AsyncCopyPipeline(limits), "async-copy"
     space = SearchSpace(
-        tile_m=tuple(rng.sample([16, 32, 64, 128], rng.randint(1, 2))),
-        tile_n=tuple(rng.sample([16, 32, 64, 128], rng.randint(1, 2))),
-        tile_k=tuple(rng.sample([16, 32, 64], rng.randint(1, 2))),
-        buffer_depth=tuple(rng.sample(range(1, 5), rng.randint(1, 2))),
-        group_m=tuple(rng.sample([1, 2, 4, 8], rng.randint(1, 2))),
-        split_k=tuple(rng.sample([1, 2, 3, 4, 8], rng.randint(1, 3))),
+        tile_m=tuple(sorted(rng.sample([16, 32, 64, 128], rng.randint(1, 2)))),
+        tile_n=tuple(sorted(rng.sample([16, 32, 64, 128], rng.randint(1, 2)))),
+        tile_k=tuple(sorted(rng.sample([16, 32, 64], rng.randint(1, 2)))),
+        buffer_depth=tuple(sorted(rng.sample(range(1, 5), rng.randint(1, 2)))),
+        group_m=tuple(sorted(rng.sample([1, 2, 4, 8], rng.randint(1, 2)))),
+        split_k=tuple(sorted(rng.sample([1, 2, 3, 4, 8], rng.randint(1, 3)))),
     )
     shape = GemmShape(rng.randint(16, 1500), rng.randint(16, 1500), rng.randint(16, 2048))
-    model = L2ReuseModel(base, memory, REDUCTION_OVERHEAD_US)
+    model = L2ReuseModel(base, figures, limits, pipeline)  # type: ignore[arg-type]
     problem = TilingProblem(shape, machine, space, rng.choice([2, 4]), pipeline=model)
     return model, problem
 

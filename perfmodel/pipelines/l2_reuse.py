@@ -68,6 +68,7 @@ class MemoryPrediction:
     """One configuration under the L2-aware model: times in ns, its full wave's stage
     (durations and, when simulated, events in ns) and its traffic."""
 
+    shape: GemmShape
     tiling: Tiling
     overall_time_ns: int
     total_math_wait_ns: int
@@ -169,7 +170,13 @@ class L2ReuseModel:
         return out
 
     def _prediction(
-        self, e: _Evaluated, tiling: Tiling, time_ns: int, wait_ns: int, events: bool
+        self,
+        shape: GemmShape,
+        e: _Evaluated,
+        tiling: Tiling,
+        time_ns: int,
+        wait_ns: int,
+        events: bool,
     ) -> MemoryPrediction:
         s = e.ticks
         per_sm, full, partial = (int(v[0]) for v in s.wave_shares())
@@ -196,6 +203,7 @@ class L2ReuseModel:
                 for ev in run_stages(ticks, int(s.stages[0]), int(s.depth[0]))
             )
         return MemoryPrediction(
+            shape=shape,
             tiling=tiling,
             overall_time_ns=time_ns,
             total_math_wait_ns=wait_ns,
@@ -243,7 +251,7 @@ class L2ReuseModel:
     ) -> MemoryPrediction:
         e = self._one(shape, tiling, machine, element_bytes)
         time_ns, wait_ns = int(e.overall_time_ns[0]), int(e.total_math_wait_ns[0])
-        return self._prediction(e, tiling, time_ns, wait_ns, events=False)
+        return self._prediction(shape, e, tiling, time_ns, wait_ns, events=False)
 
     def simulate(
         self, shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, element_bytes: int
@@ -252,7 +260,7 @@ class L2ReuseModel:
         e = self._one(shape, tiling, machine, element_bytes)
         time_ticks, wait_ticks = _simulate_waves(e.ticks)
         time_ns, wait_ns = int(ticks_to_ns(time_ticks)), int(ticks_to_ns(wait_ticks))
-        return self._prediction(e, tiling, time_ns, wait_ns, events=True)
+        return self._prediction(shape, e, tiling, time_ns, wait_ns, events=True)
 
     def resident(self, configs: Configurations, element_bytes: int) -> Any:
         return ctas_per_sm(_space(configs), element_bytes, self.limits) >= 1
@@ -360,9 +368,8 @@ class L2ReuseModel:
 def _as_async(p: MemoryPrediction) -> AsyncSimulation:
     """The prediction's first wave as the async-copy timeline draws it."""
     bound, in_flight = steady_state(p.durations, p.tiling.buffer_depth)
-    shape = GemmShape(1, 1, 1)
     return AsyncSimulation(
-        shape=shape,
+        shape=p.shape,
         tiling=p.tiling,
         ctas_per_sm=p.ctas_per_sm,
         durations=p.durations,

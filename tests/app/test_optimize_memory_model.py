@@ -156,3 +156,24 @@ def test_the_service_predicts_what_the_bench_predicts(
     bench = ShapeModel(m, n, k, 4, one, device.sm_count, device.limits, pipeline)
     expected_us = float(bench.times_us(device.base)[0][0])
     assert r.json()["best"]["predicted_time_us"] == pytest.approx(expected_us, abs=1.5e-3)
+
+
+def test_a_candidate_list_is_ranked_and_certified_under_the_memory_term(
+    client: TestClient,
+) -> None:
+    """A candidate list (default shortlist, explore) under l2-reuse: the certified ranking
+    under the point estimate, as for a space, not a belief's draws of the dram-stream
+    figures; the larger tile whose accumulators do not fit an SM is left out."""
+    candidates = [
+        {"tile_m": 128, "tile_n": 128, "tile_k": 32, "buffer_depth": 3},
+        {"tile_m": 64, "tile_n": 128, "tile_k": 64, "buffer_depth": 2},
+        {"tile_m": 256, "tile_n": 256, "tile_k": 32, "buffer_depth": 2},
+    ]
+    r = _post(client, memory_model="l2-reuse", candidates=candidates)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "optimal"
+    assert all(c["outcome"] == "unsat" for c in body["solver"]["certificate"])
+    assert body["shortlist"]["belief"] == "none"
+    assert body["candidates"]
+    assert 2 not in [c["input_index"] for c in body["candidates"]]

@@ -11,6 +11,7 @@ import random
 import time
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 import solver.per_configuration as per_configuration
@@ -27,27 +28,28 @@ from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, optimize_t
 INSTANCES = 300
 
 
-def _float_us(model: L2ReuseModel, problem: TilingProblem, t: Tiling) -> float:
-    """The memory model's float prediction of one configuration (us)."""
-    one = Space(
+def _float_us(
+    model: L2ReuseModel, problem: TilingProblem, tilings: list[Tiling]
+) -> npt.NDArray[np.float64]:
+    """The memory model's float predictions of ``tilings`` (us), the bench's function."""
+    space = Space(
         *(
-            np.array([v], dtype=np.int64)
-            for v in (t.tile_m, t.tile_n, t.tile_k, t.buffer_depth, t.group_m, t.split_k)
+            np.array([getattr(t, name) for t in tilings], dtype=np.int64)
+            for name in ("tile_m", "tile_n", "tile_k", "buffer_depth", "group_m", "split_k")
         )
     )
     shape = problem.shape
-    sm_count = problem.machine.sm_count
     shape_model = ShapeModel(
         shape.m,
         shape.n,
         shape.k,
         problem.element_bytes,
-        one,
-        sm_count,
+        space,
+        problem.machine.sm_count,
         model.limits,
         model.pipeline,
     )
-    return float(shape_model.times_us(model.model_figures)[0][0])
+    return shape_model.times_us(model.model_figures)[0]
 
 
 def _order(p: Prediction) -> tuple[int, ...]:
@@ -74,12 +76,12 @@ def _brute_force(model: L2ReuseModel, problem: TilingProblem) -> list[Prediction
             continue
         if model.residency_rejection(t, problem.element_bytes) is not None:
             continue
-        p = model.simulate(problem.shape, t, problem.machine, problem.element_bytes)
+        out.append(model.simulate(problem.shape, t, problem.machine, problem.element_bytes))
+    if out:
         # the integer model is the float one to its ps ticks (summed over waves x stages) and ns
-        assert p.overall_time_ns == pytest.approx(
-            1000 * _float_us(model, problem, t), rel=1e-5, abs=1.0
-        )
-        out.append(p)
+        expected_ns = 1000 * _float_us(model, problem, [p.tiling for p in out])
+        got_ns = np.array([p.overall_time_ns for p in out], dtype=np.float64)
+        np.testing.assert_allclose(got_ns, expected_ns, rtol=1e-5, atol=1.0)
     return sorted(out, key=_order)
 
 

@@ -22,6 +22,10 @@ drains while the next wave runs; the kernel ends when the last wave's store has 
 The kernel starts with L2 cold: its first stage's loads wait DRAM's latency, not the hit-rate
 mix. Resident CTAs per SM are bounded by the accumulators' registers as well as shared memory.
 
+The closed forms (:func:`kernel_times`) are one function over float us (the benches, the
+fits) and integer ticks (:meth:`ShapeModel.times_ns`, the optimizer's
+perfmodel/pipelines/l2_reuse.py): one model in one place.
+
 Split-K runs S = ceil(ceil(k / split_k) / TK) stages on tiles x split_k CTAs and adds the
 reduction of perfmodel.gemm_ws_traffic. Derivation and limits: docs/model-notes.md, "Memory
 hierarchy, L2 reuse, split-K and tf32" 3.

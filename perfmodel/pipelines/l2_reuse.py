@@ -21,7 +21,7 @@ Three more views of the same model, each written apart from the scorer:
   in linear integer arithmetic; the configuration variables include group_m and split_k, so
   one Z3 check covers every (tile, depth, group_m, split_k) the bounds leave.
 
-Derivation: docs/model-notes.md, "Memory hierarchy, L2 reuse, split-K and tf32" 3.
+Derivation: docs/model-notes.md, "Memory hierarchy, L2 reuse, split-K and tf32" 3 and 3b.
 """
 
 from __future__ import annotations

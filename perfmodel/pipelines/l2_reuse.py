@@ -385,10 +385,10 @@ def _as_async(p: MemoryPrediction) -> AsyncSimulation:
     )
 
 
-def _durations(s: StageTimes, share: int, row: int = 0) -> AsyncDurations:
-    """Row ``row``'s stage when ``share`` CTAs share the SM, in ticks."""
+def _durations(s: StageTimes, share: int) -> AsyncDurations:
+    """The stage of the one configuration of ``s`` when ``share`` CTAs share the SM, ticks."""
     d, lam, t = s.wave(np.asarray([share], dtype=np.int64))
-    return AsyncDurations(share, int(d[row]), int(lam[row]), int(t[row]))
+    return AsyncDurations(share, int(d[0]), int(lam[0]), int(t[0]))
 
 
 def _simulate_waves(s: StageTimes) -> tuple[int, int]:
@@ -423,6 +423,8 @@ def _encode(s: StageTimes, configs: Configurations) -> RasterEncoding:
     ]
     a = out.append
     per_sm, full, partial = s.wave_shares()
+    # each wave kind's (d, lambda, T) of every configuration, computed once
+    stage_of = {"f": s.wave(per_sm), "p": s.wave(np.maximum(partial, 1))}
     choices = []
     for i in range(configs.count):
         chosen = (
@@ -437,7 +439,7 @@ def _encode(s: StageTimes, configs: Configurations) -> RasterEncoding:
         for wave, share in (("f", int(per_sm[i])), ("p", int(partial[i]))):
             if not share or (wave == "f" and not full[i]):
                 continue
-            d = _durations(s, share, i)
+            d = AsyncDurations(share, *(int(v[i]) for v in stage_of[wave]))
             key = f"c{i}"
             _constant_recurrences(a, wave, depth, window, key, d)
             last = _last_math_start(f"M_{wave}_{key}", stages, depth, window, True)

@@ -13,11 +13,12 @@ import time
 import numpy as np
 import numpy.typing as npt
 import pytest
+import z3
 
 import solver.per_configuration as per_configuration
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling, WaveTimeModel
 from perfmodel.gemm_ws_memory_model import MemoryModelFigures, ShapeModel, Space
-from perfmodel.gemm_ws_scoring import Configurations
+from perfmodel.gemm_ws_scoring import Configurations, Figures
 from perfmodel.gemm_ws_traffic import MemoryFigures
 from perfmodel.pipeline import PipelineModel, Prediction
 from perfmodel.pipelines.async_copy import AsyncCopyPipeline
@@ -180,3 +181,34 @@ def test_a_wrong_incumbent_is_refuted_by_the_certificate() -> None:
         )
         assert all(c.outcome == "unsat" for c in right.checks) and right.better is None
         refuted += 1
+
+
+def test_bounds_hold_and_the_encoding_evaluates_the_scorer() -> None:
+    """Per configuration: the floors are at most the scorer's time, and Z3, with the
+    configuration fixed, evaluates the encoding to the scorer's time and MATH wait."""
+    rng = random.Random(7)
+    checked = 0
+    while checked < 40:
+        model, problem = _instance(rng)
+        tilings = [p.tiling for p in _brute_force(model, problem)]
+        if not tilings:
+            continue
+        configs = Configurations.of_tilings(tilings)
+        shape, machine, eb = problem.shape, problem.machine, problem.element_bytes
+        scores = model.score(shape, configs, Figures.of_machine(machine), eb)
+        times, waits = scores.overall_time_ns[0], scores.total_math_wait_ns[0]
+        time_floor, wait_floor = model.bounds(shape, machine, eb, configs)
+        assert (time_floor <= times).all() and (wait_floor <= waits).all()
+        enc = model.encode(shape, machine, eb, configs)
+        solver = z3.Solver()
+        solver.from_string(enc.smtlib)
+        for i in rng.sample(range(configs.count), min(5, configs.count)):
+            solver.push()
+            solver.add(enc.is_tiling(tilings[i]))
+            assert solver.check() == z3.sat
+            z3_model = solver.model()
+            assert z3_model.eval(enc.overall_time_ns).as_long() == times[i]
+            assert z3_model.eval(enc.total_math_wait_ns).as_long() == waits[i]
+            assert enc.tiling_of(z3_model) == tilings[i]
+            solver.pop()
+        checked += 1

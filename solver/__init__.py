@@ -1,7 +1,7 @@
 """Z3 optimizer for GeMM-WS tilings (warp-specialization-gemm-model.txt §3.2)."""
 
 from perfmodel.pipelines.paper import serve_encoding
-from solver.candidates import encode_listed
+from solver.encoding import encode_listed
 from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace, SolverTimeout
 from solver.optimize import (
     ELEMENT_BYTES,

@@ -44,7 +44,7 @@ from perfmodel.gemm_ws_scoring import (
 )
 from perfmodel.pipeline import PipelineModel, Prediction
 from solver import problem as _problem
-from solver.deadline import Deadline
+from solver.deadline import Deadline, ms_until
 from solver.encoding import Encoding
 from solver.errors import CertificateMismatch, InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver
@@ -52,7 +52,6 @@ from solver.lexicographic import Objective, Ranking, rank_by_blocking
 from solver.problem import (
     CERTIFICATE_CLAIM,
     SHARED_MEMORY_CONSTRAINT,
-    SHARED_MEMORY_PER_SM_CONSTRAINT,
     CandidateProblem,
     Certificate,
     CertificateCheck,
@@ -60,12 +59,14 @@ from solver.problem import (
     TilingProblem,
     TilingResult,
     better_than,
+    better_than_smtlib,
     certified_result_of,
     objective_key,
     result_of,
     tie_break_key,
 )
 from solver.search_space import SearchSpace, SearchSummary
+from solver.z3_session import CheckOutcome, session
 
 _log = logging.getLogger(__name__)
 
@@ -159,7 +160,15 @@ def rank_scored(
         scores = instance.model.score(p.shape, chunk, figures, p.element_bytes)
         times, waits = scores.overall_time_ns[0], scores.total_math_wait_ns[0]
         scored += chunk.count
-        merged = Configurations.concat([kept, chunk])
+        floors, _ = instance.bounds(chunk)
+        hopeful.append((chunk, floors))
+        top = chunk
+        if chunk.count > top_k:
+            # only configurations no slower than the chunk's k-th best can be in the top k
+            kth = np.partition(times, top_k - 1)[top_k - 1]
+            index = np.flatnonzero(times <= kth)
+            top, times, waits = chunk.take(index), times[index], waits[index]
+        merged = Configurations.concat([kept, top])
         all_times = np.concatenate([kept_time, times])
         all_waits = np.concatenate([kept_wait, waits])
         order = lexicographic_order(all_times, all_waits, merged)[:top_k]
@@ -167,8 +176,6 @@ def rank_scored(
         # the best so far bounds the final incumbent's time from above: a configuration whose
         # floor exceeds it is never encoded
         best = int(kept_time[0])
-        floors, _ = instance.bounds(chunk)
-        hopeful.append((chunk, floors))
         hopeful = [
             (c.take(index), f[index])
             for c, f in hopeful
@@ -220,23 +227,39 @@ def certify(
     """Ask Z3 whether any of ``configs`` (each fitting an SM) beats ``incumbent``
     lexicographically over the model's encoding; "unsat" proves the incumbent optimal among
     them. Only configurations the model's bounds leave able to beat it are encoded; the
-    incumbent itself always is (an encoding is never empty)."""
+    incumbent itself always is (an encoding is never empty). Each check runs in this thread's
+    Z3 session (solver/z3_session.py): the encoding's shared part stays asserted between
+    requests, its own facts and the claim are checked in a scope of their own."""
     time_floor, wait_floor = instance.bounds(configs)
     hopeful = configs.take(np.flatnonzero(may_beat(time_floor, wait_floor, configs, incumbent)))
     if incumbent.tiling not in hopeful.tilings():
         hopeful = Configurations.concat([hopeful, Configurations.of_tilings([incumbent.tiling])])
     checks: list[CertificateCheck] = []
     better = None
+    claim = better_than_smtlib(incumbent)
     for enc in instance.encodings(hopeful):
-        solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
-        solver.from_string(enc.smtlib)
-        solver.add(better_than(enc, incumbent))
-        outcome = solver.check() if time.perf_counter() < deadline else z3.unknown
-        checks.append(CertificateCheck(CERTIFICATE_CLAIM, str(outcome)))
-        if outcome == z3.sat:
-            better = enc.tiling_of(solver.model())
+        answer = CheckOutcome("unknown")
+        if time.perf_counter() < deadline:
+            answer = session().check(
+                enc.shared,
+                enc.specific + "\n" + claim,
+                timeout_ms=ms_until(deadline),
+            )
+        checks.append(CertificateCheck(CERTIFICATE_CLAIM, answer.outcome))
+        if answer.outcome == "sat":
+            better = _witness(enc, incumbent, deadline)
             break
     return Certificate(tuple(checks), better, hopeful.count, configs.count - hopeful.count)
+
+
+def _witness(enc: Encoding, incumbent: Prediction, deadline: float) -> Tiling | None:
+    """The configuration Z3 found better than ``incumbent`` (a bug), read by the encoding
+    itself (it knows the dimensions it does not encode): the claim checked once more, in a
+    solver of Z3's main context, where the encoding's variables live."""
+    solver = make_solver(timeout_ms=ms_until(deadline))
+    solver.from_string(enc.smtlib)
+    solver.add(better_than(enc, incumbent))
+    return enc.tiling_of(solver.model()) if solver.check() == z3.sat else None
 
 
 def check_scores(ranked: Sequence[Prediction], times: IntArray, waits: IntArray) -> None:
@@ -289,7 +312,7 @@ def rank_encoded(
     """Up to ``ranks`` lexicographic optima among ``configs`` (predicted in ``predictions``),
     each found by Z3 over the model's encoding with the earlier ones blocked."""
     enc = instance.encode(configs)
-    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
+    solver = make_solver(timeout_ms=ms_until(deadline))
     solver.from_string(enc.smtlib)
     blocked: set[Tiling] = set()
 
@@ -377,6 +400,15 @@ def _infeasible(total: int, rejected: dict[str, int]) -> InfeasibleSearchSpace:
     )
 
 
+def _rejected(instance: Instance, per_block: int, per_sm: int) -> dict[str, int]:
+    """What each hardware constraint rejects: the shared memory per CTA, then the model's
+    residency on an SM (only for a model that has one)."""
+    rejected = {SHARED_MEMORY_CONSTRAINT: per_block}
+    if instance.model.residency_constraint is not None:
+        rejected[instance.model.residency_constraint] = per_sm
+    return rejected
+
+
 def _per_block(problem: TilingProblem) -> int | None:
     space = problem.space
     return problem.machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
@@ -394,10 +426,7 @@ def z3_search_space(
         if per_block is None or t.shared_memory_bytes(problem.element_bytes) <= per_block
     ]
     feasible = [fits[int(i)] for i in instance.resident(Configurations.of_tilings(fits))]
-    rejected = {
-        SHARED_MEMORY_CONSTRAINT: len(tilings) - len(fits),
-        SHARED_MEMORY_PER_SM_CONSTRAINT: len(fits) - len(feasible),
-    }
+    rejected = _rejected(instance, len(tilings) - len(fits), len(fits) - len(feasible))
     summary = SearchSummary(len(tilings), len(feasible), rejected)
     if not feasible:
         raise _infeasible(len(tilings), rejected)
@@ -444,10 +473,7 @@ def _certified_space(
 
     ranking = rank_scored(instance, chunks(), top_k, deadline.at)
     if ranking.complete:
-        rejected = {
-            SHARED_MEMORY_CONSTRAINT: space.size - fitting,
-            SHARED_MEMORY_PER_SM_CONSTRAINT: ranking.not_resident,
-        }
+        rejected = _rejected(instance, space.size - fitting, ranking.not_resident)
         if fitting > kept:
             rejected[SPLIT_K_CONSTRAINT] = fitting - kept
         summary = SearchSummary(space.size, ranking.scored, rejected)
@@ -520,8 +546,17 @@ def rank_listed(
     """Rank ``feasible`` (distinct, each fitting a CTA and an SM) under ``problem.model`` and
     prove the best among them; the caller sets the summary."""
     instance = Instance(problem.model, problem)
-    if SolverMode(mode) is SolverMode.Z3_SEARCH:
-        return _z3_listed(instance, feasible, ranks, deadline)
+    if SolverMode(mode) is SolverMode.CERTIFIED:
+        try:
+            return _certified_listed(instance, feasible, ranks, deadline)
+        except ScoreOverflow:
+            _log.info("scorer overflow; answering with the Z3 search")
+    return _z3_listed(instance, feasible, ranks, deadline)
+
+
+def _certified_listed(
+    instance: Instance, feasible: list[Tiling], ranks: int, deadline: Deadline
+) -> TilingResult:
     configs = Configurations.of_tilings(feasible)
     ranking = rank_scored(instance, [configs], ranks, deadline.at)
     placeholder = SearchSummary(0, 0, {})

@@ -227,7 +227,26 @@ def better_than(enc: Any, incumbent: Prediction) -> z3.BoolRef:
     )
 
 
-#: the constraint name the space path uses in ``search.rejected`` (solver/bounds.py summarize)
+def better_than_smtlib(incumbent: Prediction) -> str:
+    """:func:`better_than` as an SMT-LIB assertion over the names every encoding declares (the
+    same formula, tests/solver/test_z3_session.py proves them equivalent): parsed with the
+    encoding, it builds no Python-side Z3 object."""
+    t = incumbent.tiling
+    time_ns, wait_ns = incumbent.overall_time_ns, incumbent.total_math_wait_ns
+    key = tie_break_key(t.tile_m, t.tile_n, t.tile_k, t.buffer_depth)
+    b = _KEY_BASE
+    enc_key = (
+        f"(+ (* (+ (* (+ (* tile_m {b}) tile_n) {b}) tile_k) {b}) "
+        f"(- {MAX_BUFFER_DEPTH} buffer_depth))"
+    )
+    return (
+        f"(assert (or (< overall_time {time_ns}) "
+        f"(and (= overall_time {time_ns}) (< total_math_wait {wait_ns})) "
+        f"(and (= overall_time {time_ns}) (= total_math_wait {wait_ns}) (> {enc_key} {key}))))"
+    )
+
+
+#: the constraint name the space path uses in ``search.rejected``
 SHARED_MEMORY_CONSTRAINT = "shared_memory_per_block"
 
 #: the constraint of a candidate whose buffer fits a CTA's share but no SM (per-SM shared

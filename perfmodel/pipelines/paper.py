@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 #: the name requests and profiles give this model
 PAPER = "paper"
 
-#: eq. (1)-(3) in Z3 over listed tilings: the solver's (solver.candidates.encode_listed),
+#: eq. (1)-(3) in Z3 over listed tilings: the solver's (solver.encoding.encode_listed),
 #: handed in by solver/__init__.py, which every caller of :meth:`PaperPipeline.encode` passes
 #: through: the model layer imports nothing of the solver
 _listed_encoding: list[Callable[..., Any]] = []

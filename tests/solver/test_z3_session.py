@@ -17,7 +17,7 @@ from solver import TilingProblem
 from solver.bounds import TripleBound, triple_bounds
 from solver.encoding import encode, encode_text
 from solver.factory import make_solver
-from solver.optimize import better_than, better_than_smtlib
+from solver.problem import better_than, better_than_smtlib
 from solver.z3_session import Z3Session, session
 from tests.gemm_ws_cases import A6000, TABLE_1, TABLE_1_SPACE, brute_force_ranking
 from tests.solver.test_certified import _random_case

@@ -26,10 +26,15 @@ import httpx
 from bench.bench_large_answers import start_server, stop_server
 from bench.common import command_line, median_seconds
 from perfmodel.gemm_ws import GemmShape
-from perfmodel.gemm_ws_scoring import enumerate_configurations
 from perfmodel.pipeline import Prediction
 from solver import SolverMode, TilingProblem, optimize_tiling
-from solver.per_configuration import Instance, ScoredRanking, certify, rank_scored
+from solver.per_configuration import (
+    Instance,
+    ScoredRanking,
+    certify,
+    rank_scored,
+    space_configurations,
+)
 from tests.gemm_ws_cases import A6000, ISSUE_19_SPACE, TABLE_1, TABLE_1_SPACE
 
 
@@ -44,12 +49,7 @@ def space_ranking(
     """The exact scorer over the space, as the certified path enumerates it; its best
     simulated stage by stage."""
     instance = Instance(problem.model, problem)
-    space = problem.space
-    limit = problem.machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
-    chunks = enumerate_configurations(
-        space.tile_m, space.tile_n, space.tile_k, space.buffer_depth, problem.element_bytes, limit
-    )
-    ranking = rank_scored(instance, chunks, 1, deadline)
+    ranking = rank_scored(instance, space_configurations(problem), 1, deadline)
     return instance, ranking, instance.simulate(ranking.configs.tilings()[0])
 
 
@@ -88,7 +88,7 @@ def in_process(repeats: int) -> None:
         f"\nIssue 19's space (tile_m, tile_n 1..332, tile_k 64, depth 1..8: {space.size} "
         f"configurations, {result.statistics.configurations_scored} feasible), 8192^3, top_k 5: "
         f"{result.status} in {elapsed * 1e3:.0f} ms (one run), "
-        f"{result.statistics.encoded_tile_triples} tile triples encoded for the certificate\n"
+        f"{result.statistics.encoded_configurations} configurations encoded for the certificate\n"
     )
 
 

@@ -37,14 +37,9 @@ from solver.search_space import SearchSpace
 
 @dataclass(frozen=True)
 class Encoding:
-    """Variables of one encoded problem and its constraints."""
+    """One encoded problem: its constraints, and its variables as Z3 terms of Z3's main
+    context (made when read: a certificate checked in a Z3 session never reads them)."""
 
-    tile_m: z3.ArithRef
-    tile_n: z3.ArithRef
-    tile_k: z3.ArithRef
-    buffer_depth: z3.ArithRef
-    overall_time_ns: z3.ArithRef
-    total_math_wait_ns: z3.ArithRef
     #: the constraints as SMT-LIB 2 text: ``solver.from_string`` parses them into a solver in
     #: one call (adding a parsed vector crosses into Python once per assertion)
     smtlib: str
@@ -58,18 +53,31 @@ class Encoding:
     def parse(cls, smtlib: str, overall_time_floor_ns: int, shared: str = "") -> Encoding:
         """The encoding of SMT-LIB text declaring tile_m, tile_n, tile_k, buffer_depth,
         overall_time and total_math_wait (``shared``: a leading part of it, see above)."""
-        tm_v, tn_v, tk_v, depth_v = z3.Ints("tile_m tile_n tile_k buffer_depth")
-        return cls(
-            tile_m=tm_v,
-            tile_n=tn_v,
-            tile_k=tk_v,
-            buffer_depth=depth_v,
-            overall_time_ns=z3.Int("overall_time"),
-            total_math_wait_ns=z3.Int("total_math_wait"),
-            smtlib=smtlib,
-            overall_time_floor_ns=overall_time_floor_ns,
-            shared=shared,
-        )
+        return cls(smtlib, overall_time_floor_ns, shared)
+
+    @property
+    def tile_m(self) -> z3.ArithRef:
+        return z3.Int("tile_m")
+
+    @property
+    def tile_n(self) -> z3.ArithRef:
+        return z3.Int("tile_n")
+
+    @property
+    def tile_k(self) -> z3.ArithRef:
+        return z3.Int("tile_k")
+
+    @property
+    def buffer_depth(self) -> z3.ArithRef:
+        return z3.Int("buffer_depth")
+
+    @property
+    def overall_time_ns(self) -> z3.ArithRef:
+        return z3.Int("overall_time")
+
+    @property
+    def total_math_wait_ns(self) -> z3.ArithRef:
+        return z3.Int("total_math_wait")
 
     @property
     def specific(self) -> str:

@@ -20,31 +20,8 @@ solver/per_configuration.py:
 
 from __future__ import annotations
 
-from perfmodel.gemm_ws import ELEMENT_BYTES
 from solver.deadline import Deadline
-from solver.problem import (
-    MAX_Z3_SEARCH_TILE_TRIPLES,
-    CertificateCheck,
-    SolverMode,
-    SolverStatistics,
-    TilingProblem,
-    TilingResult,
-    better_than,
-    check_arguments,
-    check_mode,
-)
-
-__all__ = [
-    "ELEMENT_BYTES",
-    "better_than",
-    "MAX_Z3_SEARCH_TILE_TRIPLES",
-    "CertificateCheck",
-    "SolverMode",
-    "SolverStatistics",
-    "TilingProblem",
-    "TilingResult",
-    "optimize_tiling",
-]
+from solver.problem import SolverMode, TilingProblem, TilingResult, check_arguments, check_mode
 
 
 def optimize_tiling(

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import ParamSpec
 
 import numpy as np
 import numpy.typing as npt
@@ -65,10 +66,11 @@ from solver.problem import (
     result_of,
     tie_break_key,
 )
-from solver.search_space import SearchSpace, SearchSummary
+from solver.search_space import SearchSpace, SearchSummary, shared_memory_fits
 from solver.z3_session import CheckOutcome, session
 
 _log = logging.getLogger(__name__)
+_P = ParamSpec("_P")
 
 #: the constraint of a configuration whose split_k exceeds its k tiles, ceil(k / tile_k)
 SPLIT_K_CONSTRAINT = "split_k_per_k_tiles"
@@ -153,8 +155,9 @@ def rank_scored(
             complete = False
             break
         resident = instance.resident(chunk)
-        not_resident += chunk.count - resident.shape[0]
-        chunk = chunk.take(resident)
+        if resident.shape[0] < chunk.count:
+            not_resident += chunk.count - resident.shape[0]
+            chunk = chunk.take(resident)
         if not chunk.count:
             continue
         scores = instance.model.score(p.shape, chunk, figures, p.element_bytes)
@@ -168,11 +171,11 @@ def rank_scored(
             kth = np.partition(times, top_k - 1)[top_k - 1]
             index = np.flatnonzero(times <= kth)
             top, times, waits = chunk.take(index), times[index], waits[index]
-        merged = Configurations.concat([kept, top])
-        all_times = np.concatenate([kept_time, times])
-        all_waits = np.concatenate([kept_wait, waits])
-        order = lexicographic_order(all_times, all_waits, merged)[:top_k]
-        kept, kept_time, kept_wait = merged.take(order), all_times[order], all_waits[order]
+        if kept.count:
+            top = Configurations.concat([kept, top])
+            times, waits = np.concatenate([kept_time, times]), np.concatenate([kept_wait, waits])
+        order = lexicographic_order(times, waits, top)[:top_k]
+        kept, kept_time, kept_wait = top.take(order), times[order], waits[order]
         # the best so far bounds the final incumbent's time from above: a configuration whose
         # floor exceeds it is never encoded
         best = int(kept_time[0])
@@ -383,12 +386,24 @@ def optimize_per_configuration(
 ) -> TilingResult:
     """:func:`solver.optimize.optimize_tiling` under ``problem.model`` (module docstring)."""
     instance = Instance(problem.model, problem)
+    return _answer(mode, _certified_space, z3_search_space, instance, problem, top_k, deadline)
+
+
+def _answer(
+    mode: SolverMode,
+    certified: Callable[_P, TilingResult],
+    z3_search: Callable[_P, TilingResult],
+    *args: _P.args,
+    **kwargs: _P.kwargs,
+) -> TilingResult:
+    """The answer of ``mode`` (both solves take ``args``); the Z3 search also when the scorer
+    overflows (times beyond int64 ns: only the Python-int path represents them)."""
     if SolverMode(mode) is SolverMode.CERTIFIED:
         try:
-            return _certified_space(instance, problem, top_k, deadline)
+            return certified(*args, **kwargs)
         except ScoreOverflow:
             _log.info("scorer overflow; answering with the Z3 search")
-    return z3_search_space(instance, problem, top_k, deadline)
+    return z3_search(*args, **kwargs)
 
 
 def _infeasible(total: int, rejected: dict[str, int]) -> InfeasibleSearchSpace:
@@ -409,6 +424,20 @@ def _rejected(instance: Instance, per_block: int, per_sm: int) -> dict[str, int]
     return rejected
 
 
+def space_configurations(problem: TilingProblem) -> Iterator[Configurations]:
+    """The configurations of ``problem.space`` (tile sizes and depths) whose circular buffer
+    fits the shared memory per CTA when the space enforces it, in chunks."""
+    space = problem.space
+    return enumerate_configurations(
+        space.tile_m,
+        space.tile_n,
+        space.tile_k,
+        space.buffer_depth,
+        problem.element_bytes,
+        _per_block(problem),
+    )
+
+
 def _per_block(problem: TilingProblem) -> int | None:
     space = problem.space
     return problem.machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
@@ -420,11 +449,7 @@ def z3_search_space(
     """The pure Z3 search over the space: the closed form's presolve, then rank by rank."""
     tilings = list(problem.space.tilings())
     per_block = _per_block(problem)
-    fits = [
-        t
-        for t in tilings
-        if per_block is None or t.shared_memory_bytes(problem.element_bytes) <= per_block
-    ]
+    fits = [t for t in tilings if shared_memory_fits(t, problem.element_bytes, per_block)]
     feasible = [fits[int(i)] for i in instance.resident(Configurations.of_tilings(fits))]
     rejected = _rejected(instance, len(tilings) - len(fits), len(fits) - len(feasible))
     summary = SearchSummary(len(tilings), len(feasible), rejected)
@@ -443,8 +468,8 @@ def z3_search_space(
         summary,
         deadline,
         checks=ranking.checks,
-        encoded_tile_triples=len(survivors),
-        pruned_tile_triples=len(feasible) - len(survivors),
+        encoded_configurations=len(survivors),
+        pruned_configurations=len(feasible) - len(survivors),
         mode=SolverMode.Z3_SEARCH,
     )
 
@@ -458,14 +483,7 @@ def _certified_space(
 
     def chunks() -> Iterator[Configurations]:
         nonlocal fitting, kept
-        for chunk in enumerate_configurations(
-            space.tile_m,
-            space.tile_n,
-            space.tile_k,
-            space.buffer_depth,
-            problem.element_bytes,
-            _per_block(problem),
-        ):
+        for chunk in space_configurations(problem):
             fitting += chunk.count * raster
             for part in with_raster(chunk, space, problem.shape.k):
                 kept += part.count
@@ -546,12 +564,7 @@ def rank_listed(
     """Rank ``feasible`` (distinct, each fitting a CTA and an SM) under ``problem.model`` and
     prove the best among them; the caller sets the summary."""
     instance = Instance(problem.model, problem)
-    if SolverMode(mode) is SolverMode.CERTIFIED:
-        try:
-            return _certified_listed(instance, feasible, ranks, deadline)
-        except ScoreOverflow:
-            _log.info("scorer overflow; answering with the Z3 search")
-    return _z3_listed(instance, feasible, ranks, deadline)
+    return _answer(mode, _certified_listed, _z3_listed, instance, feasible, ranks, deadline)
 
 
 def _certified_listed(
@@ -582,7 +595,7 @@ def _z3_listed(
         SearchSummary(0, 0, {}),
         deadline,
         checks=ranking.checks,
-        encoded_tile_triples=len(feasible),
-        pruned_tile_triples=0,
+        encoded_configurations=len(feasible),
+        pruned_configurations=0,
         mode=SolverMode.Z3_SEARCH,
     )

@@ -87,10 +87,9 @@ class SolverStatistics:
     elapsed_ms: float
     z3_version: str
     checks: int
-    #: tile triples (configurations, per-configuration certificates) given to Z3 after the
-    #: bound-based presolve, and those it left out
-    encoded_tile_triples: int
-    pruned_tile_triples: int
+    #: configurations given to Z3 after the bound-based presolve, and those it left out
+    encoded_configurations: int
+    pruned_configurations: int
     mode: SolverMode = SolverMode.Z3_SEARCH
     #: configurations the exact scorer evaluated (certified mode)
     configurations_scored: int = 0
@@ -116,9 +115,9 @@ class Certificate:
     checks: tuple[CertificateCheck, ...]
     #: a configuration Z3 found lexicographically better than the incumbent (a bug), or None
     better: Tiling | None
-    #: tile triples (or configurations) encoded (bound <= the incumbent's) and left out
-    encoded_tile_triples: int
-    pruned_tile_triples: int
+    #: configurations encoded (bounds able to beat the incumbent) and left out
+    encoded_configurations: int
+    pruned_configurations: int
 
 
 def result_of(
@@ -159,8 +158,8 @@ def certified_result_of(
         summary,
         deadline,
         checks=len(checks),
-        encoded_tile_triples=certificate.encoded_tile_triples if certificate else 0,
-        pruned_tile_triples=certificate.pruned_tile_triples if certificate else 0,
+        encoded_configurations=certificate.encoded_configurations if certificate else 0,
+        pruned_configurations=certificate.pruned_configurations if certificate else 0,
         mode=SolverMode.CERTIFIED,
         configurations_scored=configurations_scored,
         certificate=checks,

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.gemm_ws import (
+    ELEMENT_BYTES,
     DurationTable,
     GemmShape,
     GemmWsMachine,
     Simulation,
     Tiling,
     WaveTimeModel,
-    overall_time_closed_form_ns,
     simulate,
     simulate_closed_form,
     us_to_ns,
@@ -106,7 +106,7 @@ class PaperPipeline:
 
         from perfmodel.gemm_ws_scoring import rounded_once
 
-        table = DurationTable(machine)
+        table = duration_table(machine)
         tm, tn, tk, depth = configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
         load = rounded_once(tm * tk, table.load_ns) + rounded_once(tk * tn, table.load_ns)
         t = rounded_once(tm * tn * tk, table.math_ns)
@@ -153,8 +153,7 @@ class PaperPipeline:
     def run_time_ns(
         self, shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, run: Any
     ) -> int:
-        table = duration_table(machine)
-        return overall_time_closed_form_ns(shape, tiling, machine, self.wave_model, table)
+        return self.closed_form(shape, tiling, machine, ELEMENT_BYTES[run.dtype]).overall_time_ns
 
     def answer_fields(self, prediction: Any, element_bytes: int) -> dict[str, object]:
         sim: Simulation = prediction

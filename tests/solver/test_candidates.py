@@ -19,7 +19,7 @@ from solver.candidates import (
     rank_candidates,
 )
 from solver.errors import CertificateMismatch
-from solver.optimize import SolverMode
+from solver.problem import SolverMode
 from tests.gemm_ws_cases import A6000, TABLE_1, brute_force_order
 from tests.solver.test_certified import _wrong_scorer
 

@@ -16,8 +16,8 @@ from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeMode
 from perfmodel.gemm_ws_scoring import Configurations, Scores
 from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, optimize_tiling
 from solver.errors import CertificateMismatch
-from solver.optimize import SolverMode
 from solver.per_configuration import Instance, certify
+from solver.problem import SolverMode
 from tests.gemm_ws_cases import A6000, TABLE_1, TABLE_1_SPACE, brute_force_ranking
 
 _TILES = (8, 16, 24, 32, 48, 64, 96, 128, 256)

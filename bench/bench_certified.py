@@ -57,7 +57,8 @@ def _enumerate_and_certify(problem: TilingProblem) -> None:
     """The floor the certified path is held to: score the space, certify the best."""
     deadline = time.perf_counter() + 60
     instance, ranking, best = space_ranking(problem, deadline)
-    assert certify(instance, best, ranking.hopeful, deadline).better is None
+    floors = ranking.hopeful_floors
+    assert certify(instance, best, ranking.hopeful, deadline, floors).better is None
 
 
 def in_process(repeats: int) -> None:

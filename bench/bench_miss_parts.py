@@ -57,7 +57,8 @@ def _fresh_check(problem: TilingProblem, incumbent: Simulation) -> str:
 def _session_check(instance: Instance, ranking: ScoredRanking, incumbent: Simulation) -> str:
     """The certificate check now: certify() through this thread's Z3 session."""
     deadline = time.perf_counter() + 30
-    return certify(instance, incumbent, ranking.hopeful, deadline).checks[0].outcome
+    certificate = certify(instance, incumbent, ranking.hopeful, deadline, ranking.hopeful_floors)
+    return certificate.checks[0].outcome
 
 
 def _timed(times: dict[str, list[float]], name: str, fn: Callable[[], object]) -> object:

@@ -34,12 +34,22 @@ from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, WaveTimeModel, u
 from solver.bounds import TripleBound, triple_bounds
 from solver.search_space import SearchSpace
 
+#: the variables every encoding declares, as Z3 terms of Z3's main context (made once: terms
+#: are immutable, and making them costs more than a small certificate's other Python work)
+_TILE_M, _TILE_N, _TILE_K, _BUFFER_DEPTH = z3.Ints("tile_m tile_n tile_k buffer_depth")
+_OVERALL_TIME, _TOTAL_MATH_WAIT = z3.Ints("overall_time total_math_wait")
+
 
 @dataclass(frozen=True)
 class Encoding:
-    """One encoded problem: its constraints, and its variables as Z3 terms of Z3's main
-    context (made when read: a certificate checked in a Z3 session never reads them)."""
+    """Variables of one encoded problem and its constraints."""
 
+    tile_m: z3.ArithRef
+    tile_n: z3.ArithRef
+    tile_k: z3.ArithRef
+    buffer_depth: z3.ArithRef
+    overall_time_ns: z3.ArithRef
+    total_math_wait_ns: z3.ArithRef
     #: the constraints as SMT-LIB 2 text: ``solver.from_string`` parses them into a solver in
     #: one call (adding a parsed vector crosses into Python once per assertion)
     smtlib: str
@@ -53,31 +63,17 @@ class Encoding:
     def parse(cls, smtlib: str, overall_time_floor_ns: int, shared: str = "") -> Encoding:
         """The encoding of SMT-LIB text declaring tile_m, tile_n, tile_k, buffer_depth,
         overall_time and total_math_wait (``shared``: a leading part of it, see above)."""
-        return cls(smtlib, overall_time_floor_ns, shared)
-
-    @property
-    def tile_m(self) -> z3.ArithRef:
-        return z3.Int("tile_m")
-
-    @property
-    def tile_n(self) -> z3.ArithRef:
-        return z3.Int("tile_n")
-
-    @property
-    def tile_k(self) -> z3.ArithRef:
-        return z3.Int("tile_k")
-
-    @property
-    def buffer_depth(self) -> z3.ArithRef:
-        return z3.Int("buffer_depth")
-
-    @property
-    def overall_time_ns(self) -> z3.ArithRef:
-        return z3.Int("overall_time")
-
-    @property
-    def total_math_wait_ns(self) -> z3.ArithRef:
-        return z3.Int("total_math_wait")
+        return cls(
+            _TILE_M,
+            _TILE_N,
+            _TILE_K,
+            _BUFFER_DEPTH,
+            _OVERALL_TIME,
+            _TOTAL_MATH_WAIT,
+            smtlib,
+            overall_time_floor_ns,
+            shared,
+        )
 
     @property
     def specific(self) -> str:

@@ -132,6 +132,8 @@ class ScoredRanking:
     overall_time_ns: IntArray
     total_math_wait_ns: IntArray
     hopeful: Configurations
+    #: the model's bounds of ``hopeful`` (overall time, total MATH wait); None: not computed
+    hopeful_floors: tuple[IntArray, IntArray] | None
     scored: int
     #: False when the deadline stopped the enumeration
     complete: bool
@@ -148,7 +150,7 @@ def rank_scored(
     figures = Figures.of_machine(p.machine)
     kept = Configurations.concat([])
     kept_time = kept_wait = np.zeros(0, dtype=np.int64)
-    hopeful: list[tuple[Configurations, IntArray]] = []
+    hopeful: list[tuple[Configurations, IntArray, IntArray]] = []
     scored, not_resident, complete = 0, 0, True
     for chunk in chunks:
         if scored and time.perf_counter() > deadline:
@@ -163,8 +165,7 @@ def rank_scored(
         scores = instance.model.score(p.shape, chunk, figures, p.element_bytes)
         times, waits = scores.overall_time_ns[0], scores.total_math_wait_ns[0]
         scored += chunk.count
-        floors, _ = instance.bounds(chunk)
-        hopeful.append((chunk, floors))
+        hopeful.append((chunk, *instance.bounds(chunk)))
         top = chunk
         if chunk.count > top_k:
             # only configurations no slower than the chunk's k-th best can be in the top k
@@ -180,15 +181,21 @@ def rank_scored(
         # floor exceeds it is never encoded
         best = int(kept_time[0])
         hopeful = [
-            (c.take(index), f[index])
-            for c, f in hopeful
+            (c.take(index), f[index], w[index])
+            for c, f, w in hopeful
             if (index := np.flatnonzero(f <= best)).shape[0]
         ]
     return ScoredRanking(
         kept,
         kept_time,
         kept_wait,
-        Configurations.concat([c for c, _ in hopeful]),
+        Configurations.concat([c for c, _, _ in hopeful]),
+        (
+            np.concatenate([f for _, f, _ in hopeful], dtype=np.int64),
+            np.concatenate([w for _, _, w in hopeful], dtype=np.int64),
+        )
+        if hopeful
+        else None,
         scored,
         complete,
         not_resident,
@@ -225,15 +232,20 @@ def may_beat(
 
 
 def certify(
-    instance: Instance, incumbent: Prediction, configs: Configurations, deadline: float
+    instance: Instance,
+    incumbent: Prediction,
+    configs: Configurations,
+    deadline: float,
+    floors: tuple[IntArray, IntArray] | None = None,
 ) -> Certificate:
     """Ask Z3 whether any of ``configs`` (each fitting an SM) beats ``incumbent``
     lexicographically over the model's encoding; "unsat" proves the incumbent optimal among
     them. Only configurations the model's bounds leave able to beat it are encoded; the
     incumbent itself always is (an encoding is never empty). Each check runs in this thread's
     Z3 session (solver/z3_session.py): the encoding's shared part stays asserted between
-    requests, its own facts and the claim are checked in a scope of their own."""
-    time_floor, wait_floor = instance.bounds(configs)
+    requests, its own facts and the claim are checked in a scope of their own. ``floors``:
+    the model's bounds of ``configs`` when the caller has them."""
+    time_floor, wait_floor = floors if floors is not None else instance.bounds(configs)
     hopeful = configs.take(np.flatnonzero(may_beat(time_floor, wait_floor, configs, incumbent)))
     if incumbent.tiling not in hopeful.tilings():
         hopeful = Configurations.concat([hopeful, Configurations.of_tilings([incumbent.tiling])])
@@ -542,7 +554,9 @@ def _certified(
     check_scores(ranked, ranking.overall_time_ns, ranking.total_math_wait_ns)
     certificate = None
     if ranking.complete:
-        certificate = certify(instance, ranked[0], ranking.hopeful, deadline.at)
+        certificate = certify(
+            instance, ranked[0], ranking.hopeful, deadline.at, ranking.hopeful_floors
+        )
         if certificate.better is not None:
             return mismatch_answer(certificate, ranked[0], ranking.scored, z3_search)
     checks = certificate.checks if certificate is not None else ()
@@ -574,7 +588,7 @@ def _certified_listed(
     ranking = rank_scored(instance, [configs], ranks, deadline.at)
     placeholder = SearchSummary(0, 0, {})
     # every candidate is certified against, not only the hopeful of the space's enumeration
-    ranking = dataclasses.replace(ranking, hopeful=configs, complete=True)
+    ranking = dataclasses.replace(ranking, hopeful=configs, hopeful_floors=None, complete=True)
     return _certified(
         instance,
         ranking,

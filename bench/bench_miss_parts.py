@@ -32,7 +32,7 @@ from bench.common import command_line
 from perfmodel.gemm_ws import GemmShape, Simulation
 from solver import TilingProblem
 from solver.bounds import triple_bounds
-from solver.encoding import encode
+from solver.encoding import encode_text
 from solver.explore import explore_problem
 from solver.factory import make_solver
 from solver.per_configuration import Instance, ScoredRanking, certify
@@ -47,7 +47,7 @@ def _fresh_check(problem: TilingProblem, incumbent: Simulation) -> str:
         problem.shape, problem.machine, problem.space, problem.element_bytes, problem.wave_model
     )
     hopeful = [b for b in bounds if b.overall_time_floor_ns <= incumbent.overall_time_ns]
-    enc = encode(hopeful, problem.space, problem.machine, problem.wave_model)
+    enc = encode_text(hopeful, problem.space, problem.machine, problem.wave_model).parse()
     solver = make_solver(timeout_ms=30_000)
     solver.from_string(enc.smtlib)
     solver.add(better_than(enc, incumbent))

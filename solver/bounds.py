@@ -50,10 +50,6 @@ class TripleBound:
     overall_time_floor_ns: int
     total_math_wait_floor_ns: int
 
-    def feasible_depths(self, depths: tuple[int, ...]) -> tuple[int, ...]:
-        limit = self.max_buffer_depth
-        return depths if limit is None else tuple(d for d in depths if d <= limit)
-
 
 def triple_bounds(
     shape: GemmShape,

@@ -134,17 +134,6 @@ class EncodingText:
         return Encoding.parse(self.smtlib, self.overall_time_floor_ns, shared=self.shared)
 
 
-def encode(
-    triples: Sequence[TripleBound],
-    space: SearchSpace,
-    machine: GemmWsMachine,
-    wave_model: WaveTimeModel,
-) -> Encoding:
-    """Encode the candidates whose tile triple is in ``triples`` (all, or the survivors of a
-    bound-based presolve) with every buffer depth of ``space`` that fits."""
-    return encode_text(triples, space, machine, wave_model).parse()
-
-
 def encode_text(
     triples: Sequence[TripleBound],
     space: SearchSpace,

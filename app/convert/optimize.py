@@ -172,7 +172,7 @@ def memory_term(
         return model
     # numpy and the memory figures load only for requests that ask for them
     from device_profiles.memory import memory_model_device
-    from perfmodel.gemm_ws_memory_model import Recurrences
+    from perfmodel.pipelines import memory_recurrences
     from perfmodel.pipelines.l2_reuse import L2ReuseModel
 
     if request.solver != "certified":
@@ -182,7 +182,7 @@ def memory_term(
         )
     if profile is None or request.device_params is not None:
         raise ModelNotServed("inline", "l2-reuse", ["memory"], field="memory_model")
-    pipeline: Recurrences = "paper" if model.name == "paper" else "async-copy"
+    pipeline = memory_recurrences(model)
     try:
         device = memory_model_device(profile, request.dtype, pipeline)
     except ValueError as error:

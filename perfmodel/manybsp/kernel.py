@@ -130,7 +130,10 @@ def throughput_floor(totals: BlockTotals, launch: LaunchShape, device: ManyBspDe
     latency than mu allows for (docs/model-notes.md, "Throughput floor")."""
     warps = launch.n_b * math.ceil(launch.n_t / device.warp_size)
     per_warp = max(totals.warp_issue_cycles, totals.warp_unit_cycles)
-    return warps / (device.n_sm * device.n_ws) * per_warp
+    # each block takes block_lnch_ovh of its SM's time to start: blocks that exit at once (a
+    # grid larger than its data) still cost their launch
+    launches = launch.n_b / device.n_sm * device.block_launch_overhead_cycles
+    return warps / (device.n_sm * device.n_ws) * per_warp + launches
 
 
 def block_totals(
@@ -232,13 +235,18 @@ def kernel_from_totals(
     COMP = w * device.warp_launch_overhead_cycles + parallel_comp  # eq. (5)
     warp_comp = COMP / w
     warp_comm_delta = block_comm_delta / w
+    rho = occupancy_rho(launch, device)  # eq. (21)
+    interleaved = device.sector_bytes is not None
     # eq. (15): warps needed to hide the overlappable communication.
     warps_need: float
     if l_m > 1 and warp_comp > 0 and warp_comm_delta > 0:
         warps_need = device.n_ws * (math.ceil(warp_comm_delta * l_c / (warp_comp * (l_m - 1))) + 1)
     else:
         warps_need = float(device.n_ws)
-    hidden_fraction = min(1.0, w * device.n_ws / warps_need)
+    # Volta and later interleave every resident warp of the SM, not only the block's own
+    # (docs/model-notes.md, "Throughput floor, warp interleaving")
+    resident_warps = w * device.n_ws * (rho if interleaved else 1)
+    hidden_fraction = min(1.0, resident_warps / warps_need)
     overlapped = hidden_fraction * block_comm_delta / w  # eq. (16)
     if block_comm > 0:  # eq. (17)
         nonoverlapped = min(
@@ -253,7 +261,6 @@ def kernel_from_totals(
     # All blocks run the same code, so the averages of eq. (19)-(20) are one block's values.
     comp = COMP + block_bar_ovh  # eq. (19)
     novlp = nonoverlapped  # eq. (20)
-    rho = occupancy_rho(launch, device)  # eq. (21)
     K = launch.n_b / (device.n_sm * rho)  # eq. (22)
     # eq. (23) prints a floor; every worked example takes the ceiling (KNN 940MX:
     # ceil(918/573) + 1 = 3). We follow the examples.
@@ -266,9 +273,11 @@ def kernel_from_totals(
         novlp=novlp,
         rho=rho,
         K=K,
-        tau=tau,
+        # interleaved warps overlap the next round's communication as they overlap the
+        # block's own: eq. (24)
+        tau=min(tau, rho) if interleaved else tau,
         mu=device.mu,
-        interleaved_warps=w if device.sector_bytes else 1,
+        interleaved_warps=w if interleaved else 1,
     )
     kernel, equation = terms.total, terms.equation
     floor = throughput_floor(totals, launch, device) if device.sector_bytes else 0.0

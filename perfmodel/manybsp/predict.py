@@ -214,13 +214,13 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
         else ()
     )
     class_evaluations: list[_Evaluation] = []
-    if len(classes) > 1 or (classes and classes[0].fixed_branches):
+    if len(classes) > 1 or (classes and (classes[0].fixed_branches or classes[0].iterations_run)):
         # blocks that run different parts of the kernel: each class is its own grid of
         # identical blocks, and the kernel takes them all (docs/model-notes.md, "Block classes")
         for c in classes:
             as_role = WarpRole(tuple(range(-(-n_t // 32))), n_t, c.fixed_branches, c.instructions)
             shape = dataclasses.replace(launch, n_b=c.blocks)
-            e = _evaluate(req, fn, as_role, shape, classified, context)
+            e = _evaluate(req, fn, as_role, shape, classified, context, c.iterations_run)
             class_evaluations.append(dataclasses.replace(e, role=None, blocks=c.blocks))
         evaluations = class_evaluations
         _check_trip_count_keys(req, fn, evaluations)
@@ -325,6 +325,7 @@ def _evaluate(
     launch: LaunchShape,
     classified: Sequence[Classified | None],
     context: LaunchContext | None = None,
+    iterations_run: Mapping[int, tuple[int, int]] | None = None,
 ) -> _Evaluation:
     """Table N-1/N-2, supersteps and eq. (4)-(25) for ``role``'s warps (all warps if None).
 
@@ -346,6 +347,7 @@ def _evaluate(
         role=role,
         classified=classified,
         launch=context,
+        iterations_run=iterations_run,
     )
     n_t = launch.n_t if role is None else role.threads
     try:

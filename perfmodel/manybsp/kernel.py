@@ -280,8 +280,12 @@ def kernel_from_totals(
         interleaved_warps=w if interleaved else 1,
     )
     kernel, equation = terms.total, terms.equation
-    floor = throughput_floor(totals, launch, device) if device.sector_bytes else 0.0
-    kernel = max(kernel, floor)
+    floor = 0.0
+    if interleaved:
+        # the launch of the first block and the last block's drain (novlp / 2) stand beside
+        # either bound, so block classes can add their bounds and count these once
+        floor = throughput_floor(totals, launch, device)
+        kernel = terms.block_launch_overhead + terms.tail + max(terms.blocks + terms.rounds, floor)
     return KernelEstimate(
         w=w,
         parallel_comp=parallel_comp,
@@ -309,3 +313,15 @@ def kernel_from_totals(
         equation=equation,
         throughput_floor_cycles=floor,
     )
+
+
+def sum_block_classes(estimates: Sequence[KernelEstimate], device: ManyBspDevice) -> float:
+    """kernel_exec_cycle of a grid whose blocks fall into classes (each estimated as its own
+    grid): the classes' times add; on profiles with a throughput floor the launch of the
+    first block and the longest drain count once, not once per class."""
+    total = sum(e.kernel_exec_cycle for e in estimates)
+    if device.sector_bytes is None or not estimates:
+        return total
+    tails = [e.novlp / 2 for e in estimates]
+    once = device.block_launch_overhead_cycles
+    return total - len(estimates) * once - sum(tails) + once + max(tails)

@@ -12,7 +12,7 @@ from perfmodel.manybsp.block import analyse_block
 from perfmodel.manybsp.classify import Classified, classify
 from perfmodel.manybsp.device import DeviceFigures
 from perfmodel.manybsp.frontend import FrontEndResult, LaunchContext, build_table
-from perfmodel.manybsp.kernel import estimate_kernel
+from perfmodel.manybsp.kernel import estimate_kernel, sum_block_classes
 from perfmodel.manybsp.ptxas import PtxasUnavailable, ptxas_registers
 from perfmodel.manybsp.types import (
     BlockAnalysis,
@@ -241,7 +241,7 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
         # the classes' blocks all run: their times add up (each term of eq. (24) per class)
         est = dataclasses.replace(
             est,
-            kernel_exec_cycle=sum(e.estimate.kernel_exec_cycle for e in class_evaluations),
+            kernel_exec_cycle=sum_block_classes([e.estimate for e in class_evaluations], dev),
             throughput_floor_cycles=sum(
                 e.estimate.throughput_floor_cycles for e in class_evaluations
             ),

@@ -145,7 +145,8 @@ def _totals(
     fractions: tuple[float, ...] = ()
     if result.block_classes:
         totals = tuple(
-            block_totals(c.costs, c.level1, c.estimate.w, device) for c in result.block_classes
+            block_totals(c.costs, c.level1, c.estimate.w, device, c.threads)
+            for c in result.block_classes
         )
         fractions = tuple(c.blocks / result.n_b for c in result.block_classes)
     elif result.roles:

@@ -86,6 +86,8 @@ class BlockTotals:
     #: (throughput floor, :func:`throughput_floor`)
     warp_issue_cycles: float = 0.0
     warp_unit_cycles: float = 0.0
+    #: threads of a block that run this code (0: the whole block); the floor counts their warps
+    threads: int = 0
 
 
 def warp_work(
@@ -128,7 +130,7 @@ def throughput_floor(totals: BlockTotals, launch: LaunchShape, device: ManyBspDe
     warps of the grid / (n_sm x n_ws) x one warp's bottleneck. No latency can make a kernel
     faster than this; eq. (24)/(25) can fall below it when many resident blocks hide more
     latency than mu allows for (docs/model-notes.md, "Throughput floor")."""
-    warps = launch.n_b * math.ceil(launch.n_t / device.warp_size)
+    warps = launch.n_b * math.ceil((totals.threads or launch.n_t) / device.warp_size)
     per_warp = max(totals.warp_issue_cycles, totals.warp_unit_cycles)
     # each block takes block_lnch_ovh of its SM's time to start: blocks that exit at once (a
     # grid larger than its data) still cost their launch
@@ -141,9 +143,10 @@ def block_totals(
     level1: Sequence[Superstep],
     w: int,
     device: ManyBspDevice | None = None,
+    threads: int = 0,
 ) -> BlockTotals:
     """eq. (10)-(12), block_comm_Delta and the dynamic counts of one block; with ``device``
-    also one warp's work for the throughput floor."""
+    also one warp's work for the throughput floor (over ``threads`` of the block, 0: all)."""
     parallel_comp = sum(s.iterations * s.comp_cycles for s in level1)  # eq. (10)
     block_bar_ovh = sum(s.iterations * s.ovh_cycles for s in level1)  # eq. (11)
     block_comm = sum(s.iterations * s.comm_cycles for s in level1)  # eq. (12)
@@ -161,6 +164,7 @@ def block_totals(
         l_b=l_b,
         warp_issue_cycles=work[0],
         warp_unit_cycles=work[1],
+        threads=threads,
     )
 
 
@@ -170,9 +174,11 @@ def estimate_kernel(
     w: int,
     launch: LaunchShape,
     device: ManyBspDevice,
+    threads: int = 0,
 ) -> KernelEstimate:
-    """eq. (4)-(25) for a grid of identical blocks."""
-    return kernel_from_totals(block_totals(costs, level1, w, device), launch, device)
+    """eq. (4)-(25) for a grid of identical blocks (``threads``: of each block, those that
+    run this code; 0: all)."""
+    return kernel_from_totals(block_totals(costs, level1, w, device, threads), launch, device)
 
 
 @dataclass(frozen=True, slots=True)

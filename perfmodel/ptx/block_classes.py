@@ -13,10 +13,11 @@ each class's block count, its fixed branches and the instructions it reaches.
 
 A guard on a loop's index (a tile loop: ``if (x + ti * stride < n)``) goes one way in some
 iterations and the other way in the rest. For a guard of one comparison on a loop of known
-trip count, the iterations in which some thread of the block runs the guarded code are
-counted (the compared value is linear in the iteration, so each iteration's range over the
-block's threads is two corners): the class keeps that count, and the caller scales the guarded
-code's iterations by it.
+trip count, the iterations in which some thread of each warp runs the guarded code are
+counted (the compared value is linear in the iteration, so each iteration's range over a
+warp's threads is two corners): the class keeps the warps that run it and their
+warp-iterations; the caller evaluates those warps only and scales the guarded code's
+iterations by their share.
 """
 
 from __future__ import annotations
@@ -48,9 +49,13 @@ class BlockClass:
     blocks: int  #: blocks of the grid in the class
     fixed_branches: Mapping[int, bool]  #: guarded ``bra`` index -> direction (True: taken)
     instructions: frozenset[int]  #: indices of the instructions the class can execute
-    #: guarded ``bra`` index -> (iterations in which the block runs the code it skips, trip
-    #: count of the loop whose index the guard compares), for guards that hold in part of them
+    #: guarded ``bra`` index -> (warp-iterations that run the code it skips, the warps that
+    #: run it at all x the trip count of the loop whose index the guard compares), for guards
+    #: that hold in part of them
     iterations_run: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    #: warps of a block that run code behind such a guard (the fewest over the guards; the
+    #: rest leave at once), or None when every warp does
+    active_warps: int | None = None
 
 
 #: a predicate over the launch: ("leaf", index into the leaves), ("not", p),
@@ -176,14 +181,18 @@ def _outcomes(
     return out
 
 
-def _corners(diff: LinearForm, block: tuple[int, int, int]) -> tuple[int, int]:
-    """Least and greatest value of ``diff``'s thread part plus constant over a block."""
-    lo = hi = diff.const
-    for s, ext in zip(_TID, block, strict=True):
-        v = diff.coefs.get(s, 0) * (ext - 1)
-        lo += min(0, v)
-        hi += max(0, v)
-    return lo, hi
+def _warp_corners(diff: LinearForm, block: tuple[int, int, int]) -> list[tuple[int, int]]:
+    """Per warp of a block (linear thread id // 32), the least and greatest value of
+    ``diff``'s thread part plus constant over its threads."""
+    n_t = block[0] * block[1] * block[2]
+    linear = np.arange(n_t, dtype=np.int64)
+    tid = (linear % block[0], linear // block[0] % block[1], linear // (block[0] * block[1]))
+    part = np.full(n_t, diff.const, dtype=np.int64)
+    for s, t in zip(_TID, tid, strict=True):
+        part += diff.coefs.get(s, 0) * t
+    return [
+        (int(part[lo : lo + 32].min()), int(part[lo : lo + 32].max())) for lo in range(0, n_t, 32)
+    ]
 
 
 def _iterations_run(
@@ -195,25 +204,28 @@ def _iterations_run(
     counter: str,
     trip: int,
     runs_when: bool,
-) -> list[int]:
+) -> list[tuple[int, int]]:
     """Per value of the block index on ``axis`` (one entry when the guard does not depend on
-    it): the iterations ``t`` in ``[0, trip)`` of the loop whose index is ``counter`` in
-    which some thread of the block has ``(diff cmp 0) == runs_when``, i.e. runs the code the
-    guard skips. The compared value is linear in ``t``, so over the threads it ranges
-    between the two corners shifted by ``step x t``; the comparison is monotone, so some
-    thread satisfies it when a corner does."""
-    lo, hi = _corners(diff, block)
+    it): (warp-iterations, warps) that run the code the guard skips. A warp runs it in
+    iteration ``t`` in ``[0, trip)`` of the loop whose index is ``counter`` when some thread
+    of the warp has ``(diff cmp 0) == runs_when``. The compared value is linear in ``t``, so
+    over a warp's threads it ranges between two corners shifted by ``step x t``; the
+    comparison is monotone, so some thread satisfies it when a corner does."""
     k = diff.coefs.get(axis, 0) if axis_values is not None else 0
     step = diff.coefs[counter]
     rel = _COMPARE[cmp]
     v = np.arange(axis_values.start, axis_values.stop) if axis_values is not None else np.zeros(1)
-    low = lo + k * v.astype(np.int64)
-    high = hi + k * v.astype(np.int64)
+    base = k * v.astype(np.int64)
     count = np.zeros(v.size, dtype=np.int64)
-    for t in range(trip):
-        shift = step * t
-        count += (rel(low + shift, 0) == runs_when) | (rel(high + shift, 0) == runs_when)  # type: ignore[arg-type]
-    return [int(c) for c in count.tolist()]
+    warps = np.zeros(v.size, dtype=np.int64)
+    for lo, hi in _warp_corners(diff, block):
+        mine = np.zeros(v.size, dtype=np.int64)
+        for t in range(trip):
+            low, high = base + (lo + step * t), base + (hi + step * t)
+            mine += (rel(low, 0) == runs_when) | (rel(high, 0) == runs_when)  # type: ignore[arg-type]
+        count += mine
+        warps += mine > 0
+    return list(zip(count.tolist(), warps.tolist(), strict=True))
 
 
 def _trip_of(fn: Function, blocks: Sequence[BasicBlock], counter: str, branch: int) -> int | None:
@@ -279,7 +291,7 @@ def block_classes(
         for i, k, counter, trip, runs in counted
         if axis_of[k] is None
     }
-    axis_groups: list[list[tuple[dict[int, bool | None], dict[int, int], int]]] = []
+    axis_groups: list[list[tuple[dict[int, bool | None], dict[int, tuple[int, int]], int]]] = []
     for axis in _CTAID:
         extent = grid[_CTAID.index(axis)]
         mine = [k for k, a in enumerate(axis_of) if a == axis]
@@ -300,15 +312,16 @@ def block_classes(
             [
                 (
                     dict(zip(mine, key[: len(mine)], strict=True)),
-                    {c[0]: int(n) for c, n in zip(mine_runs, key[len(mine) :], strict=True)},
+                    dict(zip([c[0] for c in mine_runs], key[len(mine) :], strict=True)),
                     c,
                 )
                 for key, c in counts.items()
             ]
         )
+    warps = -(-(block[0] * block[1] * block[2]) // 32)
     trips = {i: trip for i, _, _, trip, _ in counted}
     classes: dict[
-        tuple[frozenset[int], frozenset[tuple[int, bool]], frozenset[tuple[int, int]]], int
+        tuple[frozenset[int], frozenset[tuple[int, bool]], frozenset[tuple[int, int, int]]], int
     ] = {}
     reach_of: dict[frozenset[tuple[int, bool]], frozenset[int]] = {}
     for combo in itertools.product(*axis_groups):
@@ -322,11 +335,11 @@ def block_classes(
             count *= c
         fixed: dict[int, bool] = {}
         for i, pred, negated in branches:
-            n = runs.get(i)
+            n, _active = runs.get(i, (None, 0))
             if n == 0:
                 fixed[i] = True  # no iteration runs the guarded code: always taken
-            elif n is not None and n < trips[i]:
-                continue  # both ways: the iterations that run it are counted below
+            elif n is not None and n < warps * trips[i]:
+                continue  # both ways: the warp-iterations that run it are counted below
             else:
                 v = _evaluate(pred, leaf)
                 if v is not None:
@@ -335,7 +348,11 @@ def block_classes(
         reach = reach_of.get(key_fixed)
         if reach is None:
             reach = reach_of[key_fixed] = _reachable(fn, blocks, fixed)
-        partial = frozenset((i, n) for i, n in runs.items() if i in reach and 0 < n < trips[i])
+        partial = frozenset(
+            (i, n, active)
+            for i, (n, active) in runs.items()
+            if i in reach and 0 < n < warps * trips[i]
+        )
         key = (reach, frozenset((i, t) for i, t in fixed.items() if i in reach), partial)
         classes[key] = classes.get(key, 0) + count
     if len(classes) == 1:
@@ -347,7 +364,8 @@ def block_classes(
             count,
             dict(sorted(fixed_set)),
             reach,
-            {i: (n, trips[i]) for i, n in sorted(partial_set)},
+            {i: (n, active * trips[i]) for i, n, active in sorted(partial_set)},
+            min((active for _, _, active in partial_set), default=None),
         )
         for (reach, fixed_set, partial_set), count in sorted(classes.items(), key=lambda kv: -kv[1])
     )

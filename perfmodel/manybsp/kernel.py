@@ -88,6 +88,8 @@ class BlockTotals:
     warp_unit_cycles: float = 0.0
     #: threads of a block that run this code (0: the whole block); the floor counts their warps
     threads: int = 0
+    #: a block class that touches no memory: its blocks leave at once (throughput_floor)
+    leaves_at_once: bool = False
 
 
 def warp_work(
@@ -132,10 +134,18 @@ def throughput_floor(totals: BlockTotals, launch: LaunchShape, device: ManyBspDe
     latency than mu allows for (docs/model-notes.md, "Throughput floor")."""
     warps = launch.n_b * math.ceil((totals.threads or launch.n_t) / device.warp_size)
     per_warp = max(totals.warp_issue_cycles, totals.warp_unit_cycles)
-    # each block takes block_lnch_ovh of its SM's time to start: blocks that exit at once (a
-    # grid larger than its data) still cost their launch
+    # eq. (24) counts one launch: the others overlap resident blocks' work. Blocks a bounds
+    # check sends out at once (a grid larger than its data) have no work to overlap: each
+    # takes block_lnch_ovh of its SM's time (docs/model-notes.md, "Block launches")
     launches = launch.n_b / device.n_sm * device.block_launch_overhead_cycles
-    return warps / (device.n_sm * device.n_ws) * per_warp + launches
+    return warps / (device.n_sm * device.n_ws) * per_warp + (
+        launches if totals.leaves_at_once else 0.0
+    )
+
+
+def _touches_memory(costs: Sequence[InstructionCost], level1: Sequence[Superstep]) -> bool:
+    memory = (InstructionKind.GLOBAL_MEMORY, InstructionKind.SHARED_MEMORY)
+    return any(c.kind in memory for s in level1 if s.iterations for c in costs[s.start : s.end + 1])
 
 
 def block_totals(
@@ -165,6 +175,7 @@ def block_totals(
         warp_issue_cycles=work[0],
         warp_unit_cycles=work[1],
         threads=threads,
+        leaves_at_once=bool(threads) and not _touches_memory(costs, level1),
     )
 
 

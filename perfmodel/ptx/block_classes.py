@@ -23,6 +23,7 @@ iterations by their share.
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,14 +64,18 @@ class BlockClass:
 _Pred = tuple[object, ...] | None
 
 
-def _def_of(fn: Function, at: int, reg: str) -> tuple[int, Instruction] | None:
+def _def_of(
+    fn: Function, defs: Mapping[str, list[int]], at: int, reg: str
+) -> tuple[int, Instruction] | None:
     """The unguarded definition of ``reg`` nearest before ``at`` and its index (nvcc's
-    predicates are defined once, just before their branch)."""
-    for i in range(at - 1, -1, -1):
-        ins = fn.instructions[i]
-        if reg in ins.defs:
-            return (i, ins) if ins.guard is None else None
-    return None
+    predicates are defined once, just before their branch); ``defs``: each register's
+    defining instructions in program order."""
+    ds = defs.get(reg, ())
+    k = bisect_left(ds, at)
+    if not k:
+        return None
+    ins = fn.instructions[ds[k - 1]]
+    return (ds[k - 1], ins) if ins.guard is None else None
 
 
 class _Leaves:
@@ -80,9 +85,13 @@ class _Leaves:
         self.fn = fn
         self.values = values
         self.leaves: list[tuple[LinearForm, str]] = []  # (a - b, comparison)
+        self.defs: dict[str, list[int]] = {}
+        for i, ins in enumerate(fn.instructions):
+            for r in ins.defs:
+                self.defs.setdefault(r, []).append(i)
 
     def predicate(self, at: int, reg: str, depth: int = 0) -> _Pred:
-        found = _def_of(self.fn, at, reg)
+        found = _def_of(self.fn, self.defs, at, reg)
         if found is None or depth > 16:
             return None
         index, ins = found

@@ -15,7 +15,8 @@ profile's clock. Reported: Spearman's rank correlation of predicted and measured
 the median, mean and p90 of |predicted - measured| / measured, uncalibrated and after the MAP
 calibration (perfmodel.calibration.many_bsp.fit_many_bsp) on ``--calibrate`` configurations of
 the sample (seeded), evaluated on the rest. A GPU's measured times are converted to cycles at
-the profile's clock for the fit, as /calibrate does with a clock.
+the profile's clock for the fit, as /calibrate does with a clock, and fitted under the priors
+the profile cites, as /calibrate fits.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from scipy.stats import spearmanr
 
 from bench.common import append_results, command_line
 from device_profiles.loader import PROFILE_DIR, load_profile_file
+from device_profiles.priors import many_bsp_priors
 from kperf_client.ptx_build import PtxBuilder
 from perfmodel.calibration.many_bsp import apply_many_bsp, fit_many_bsp
 from perfmodel.calibration.records import ManyBspMeasurement
@@ -152,7 +154,9 @@ def run_gpu(
         ManyBspMeasurement(requests[i], measured[i] * 1e3 * clock)  # ms -> cycles at the clock
         for i in sorted(chosen)
     ]
-    fit = fit_many_bsp(figures, runs, folds=min(5, n_calibrate), seed=seed)
+    # the priors the profile cites, as POST /calibrate fits
+    priors = many_bsp_priors(profile)
+    fit = fit_many_bsp(figures, runs, folds=min(5, n_calibrate), seed=seed, priors=priors)
     calibrated = apply_many_bsp(figures, fit)
     rest = [i for i in range(len(sample)) if i not in chosen]
     predicted_rest = [

@@ -263,7 +263,12 @@ MODEL_SECTIONS: dict[str, str] = {"gemm-ws": "gemm_ws", "many-bsp": "many_bsp"}
 #: (POST /calibrate, ``kperf calibrate``): what no public source gives for a device but
 #: measurements on it determine. Every other required figure must be cited in the file.
 CALIBRATABLE_FIGURES: dict[str, tuple[str, ...]] = {
-    "many-bsp": ("mu", "block_launch_overhead_cycles", "warp_launch_overhead_cycles"),
+    "many-bsp": (
+        "mu",
+        "block_launch_overhead_cycles",
+        "warp_launch_overhead_cycles",
+        "throughput_efficiency",
+    ),
     "gemm-ws": REQUIRED_GEMM_WS_FIGURES,
 }
 
@@ -301,6 +306,11 @@ class ManyBspSection(_Strict):
     )
     l2_cache_bytes: PositiveFigure | None = Field(None, description="L2 cache size, bytes")
     mu: PositiveFigure | None = Field(None, description="mu of eq. (24)-(25)")
+    throughput_efficiency: PositiveFigure | None = Field(
+        None,
+        description="dimensionless: the fraction of the issue/unit peak (per cycle at "
+        "clock_mhz) the SMs sustain; divides the throughput floor (default 1)",
+    )
     latency_exposed_after_eq8_stall: SwitchFigure | None = Field(
         None,
         description="whether the instruction after an eq. (8) stall shows its latency "

@@ -47,6 +47,9 @@ _CALIBRATABLE_REASONS: dict[str, str] = {
     "measured with the report's own microbenchmarks for its three GPUs only",
     "warp_launch_overhead_cycles": "warp_lnch_ovh of Table 1-8, cycles to launch a warp: "
     "measured with the report's own microbenchmarks for its three GPUs only",
+    "throughput_efficiency": "the fraction of the issue/unit peak per cycle of clock_mhz a "
+    "board sustains: its clock under load (unlocked boost clocks vary with power and "
+    "temperature) and its issue stalls; no public source gives it for a board",
 }
 _GEMM_WS_REASON = (
     "GeMM-WS §4.2 measures it for one kernel on the RTX A6000: an effective rate or time of "

@@ -1,17 +1,22 @@
-"""Many-BSP calibration: fit mu and the launch overheads to measured kernel cycles.
+"""Many-BSP calibration: fit mu, the launch overheads and the throughput efficiency to
+measured kernel cycles.
 
-None of the three figures reaches the BLOCK table or the supersteps: mu enters eq. (24)/(25)
-only, the overheads eq. (4)/(5) (and through COMP eq. (15), (19), (23)). So each distinct run
+None of the four figures reaches the BLOCK table or the supersteps: mu enters eq. (24)/(25)
+only, the overheads eq. (4)/(5) (and through COMP eq. (15), (19), (23)), the throughput
+efficiency the throughput floor only (Volta+ profiles). So each distinct run
 is analysed once (:func:`predict_kernel`), reduced to its block totals (eq. (10)-(12) and the
 instruction counts), and a trial set of figures re-evaluates only
 :func:`perfmodel.manybsp.kernel.kernel_from_totals`.
 
 Runs of one kernel that differ only in the grid share the analysis: n_b enters eq. (22),
-(24), (25) piecewise linearly, so three evaluations per kernel give every run's cycles.
+(24), (25) piecewise linearly, so three evaluations per kernel give every run's cycles. On
+profiles with sectors (Volta+) the grid also decides which blocks re-read each other's bytes
+from L2 (perfmodel.manybsp.frontend), so there each grid is analysed on its own.
 
-In 1/mu and the overheads the total is piecewise linear (1/min(mu, (1+rho)/2) is
-max(1/mu, 2/(1+rho)); block_lnch_ovh adds once; warp_lnch_ovh scales COMP by w, with steps where
-eq. (15)'s ceiling or eq. (23)'s tau change), so the fit runs on 1/mu with a central-difference
+In 1/mu, 1/throughput_efficiency and the overheads the total is piecewise linear
+(1/min(mu, (1+rho)/2) is max(1/mu, 2/(1+rho)); the floor is a max() of its own; block_lnch_ovh
+adds once; warp_lnch_ovh scales COMP by w, with steps where eq. (15)'s ceiling or eq. (23)'s tau
+change), so the fit runs on the reciprocals (RECIPROCAL) with a central-difference
 Jacobian (the steps are crossed with vanishing probability by a 1e-6 relative step) and checks
 identifiability with one-sided differences (a run at mu = (1+rho)/2 has a slope on one side).
 """
@@ -50,12 +55,16 @@ N_STARTS = 4
 METHOD = (
     "maximum a posteriori: scipy.optimize.least_squares (trf) over ln(figures), Cauchy "
     "loss on relative error at an estimated noise scale plus log-normal prior residuals; "
-    f"{N_STARTS} starts, Laplace posterior, over mu and the launch overheads; each "
+    f"{N_STARTS} starts, Laplace posterior, over mu, the launch overheads and the "
+    "throughput efficiency; each "
     "distinct run analysed once, eq. (4)-(5), (13)-(25) re-evaluated per trial; "
     "central-difference Jacobian"
 )
 #: relative step of the central differences (of max(|x|, 1) for the overheads in cycles)
 _STEP = 1e-6
+#: figures the total is piecewise linear in the reciprocal of (eq. (24)/(25)'s 1/mu; the
+#: throughput floor's 1/throughput_efficiency): the fit's internal coordinate is 1/value
+RECIPROCAL = frozenset({"mu", "throughput_efficiency"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +149,8 @@ def _analyse(
 def _totals(
     result: PredictResult, device: ManyBspDevice
 ) -> tuple[tuple[BlockTotals, ...], LaunchShape, tuple[float, ...]]:
-    """A prediction reduced to its block totals per warp role (none of mu and the launch
-    overheads reaches them) and its launch shape without the block count."""
+    """A prediction reduced to its block totals per warp role (none of the fitted figures
+    reaches them) and its launch shape without the block count."""
     fractions: tuple[float, ...] = ()
     if result.block_classes:
         totals = tuple(
@@ -178,6 +187,9 @@ def analyse_runs(base: DeviceFigures, measurements: Sequence[ManyBspMeasurement]
         for axis, v in zip("xyz", m.request.grid, strict=True):
             validate.whole(v, f"{field}.request.grid.{axis}")
         key = _analysis_key(m.request)
+        if base.device.sector_bytes is not None:
+            # the L2 reuse between blocks depends on the grid's multi-block axes
+            key = (*key, m.request.grid)
         if key in grid_keyed:
             key = (*key, m.request.grid)
         if key not in index:
@@ -197,8 +209,8 @@ def analyse_runs(base: DeviceFigures, measurements: Sequence[ManyBspMeasurement]
 
 
 class ManyBspResidualModel:
-    """kernel_exec_cycle of a list of analysed runs; ``x`` holds 1/mu or the overhead (cycles)
-    of each fitted figure, in the order of ``names``.
+    """kernel_exec_cycle of a list of analysed runs; ``x`` holds 1/value for the figures in
+    RECIPROCAL, the overhead (cycles) for the others, in the order of ``names``.
 
     n_b enters eq. (22), (24) and (25) only as ``a + b n_b + c max(0, n_b / (n_sm rho) - 1)``,
     so :meth:`predict` evaluates each distinct kernel (each of its warp roles) at n_b = 0,
@@ -218,7 +230,7 @@ class ManyBspResidualModel:
 
     def device(self, x: FloatArray) -> ManyBspDevice:
         values = {
-            name: 1.0 / float(v) if name == "mu" else float(v)
+            name: 1.0 / float(v) if name in RECIPROCAL else float(v)
             for name, v in zip(self._names, x, strict=True)
         }
         return _device_with(self._base, values)
@@ -253,7 +265,7 @@ class ManyBspResidualModel:
         )
 
     def _step(self, x: FloatArray, j: int) -> float:
-        scale = abs(float(x[j])) if self._names[j] == "mu" else max(abs(float(x[j])), 1.0)
+        scale = abs(float(x[j])) if self._names[j] in RECIPROCAL else max(abs(float(x[j])), 1.0)
         return _STEP * scale
 
     def _differences(self, x: FloatArray, forward: bool, backward: bool) -> FloatArray:
@@ -289,8 +301,8 @@ def default_priors(base: ManyBspDevice, names: Sequence[str]) -> dict[str, Prior
         value = float(getattr(base, name))
         if value > 0:
             out[name] = Prior(value, DEFAULT_SIGMA_LOG, "base value, no cited prior (wide)")
-        elif name == "mu":
-            raise CalibrationInputError("base.mu", f"must be > 0 to be fitted, got {value}")
+        elif name in RECIPROCAL:
+            raise CalibrationInputError(f"base.{name}", f"must be > 0 to be fitted, got {value}")
         else:
             out[name] = Prior(
                 ZERO_OVERHEAD_MEDIAN_CYCLES,
@@ -303,10 +315,24 @@ def default_priors(base: ManyBspDevice, names: Sequence[str]) -> dict[str, Prior
 def _specs(
     base: ManyBspDevice, names: Sequence[str], priors: Mapping[str, Prior]
 ) -> tuple[FigureSpec, ...]:
-    # mu enters eq. (24)/(25) as 1/mu: the fit's internal coordinate is its reciprocal
+    # mu enters eq. (24)/(25) as 1/mu, the efficiency the floor as its reciprocal: the fit's
+    # internal coordinate is theirs
     return tuple(
-        FigureSpec(name, float(getattr(base, name)), name == "mu", priors[name]) for name in names
+        FigureSpec(name, float(getattr(base, name)), name in RECIPROCAL, priors[name])
+        for name in names
     )
+
+
+#: the figure that reaches only profiles with a throughput floor (sector_bytes)
+FLOOR_FIGURE = "throughput_efficiency"
+
+
+def fittable_figures(device: ManyBspDevice) -> tuple[str, ...]:
+    """The figures of MANY_BSP_FIGURES a run on ``device`` can depend on: all of them on a
+    profile with a throughput floor (sector_bytes), all but the floor's efficiency without."""
+    if device.sector_bytes is not None:
+        return MANY_BSP_FIGURES
+    return tuple(n for n in MANY_BSP_FIGURES if n != FLOOR_FIGURE)
 
 
 def predict_many_bsp_cycles(device: DeviceFigures, request: PredictRequest) -> float:
@@ -323,14 +349,19 @@ def fit_many_bsp(
     seed: int = 0,
     priors: Mapping[str, Prior] | None = None,
 ) -> CalibrationResult:
-    """The MAP fit of ``fit`` (default: MANY_BSP_FIGURES) of ``base`` to measured kernel
-    cycles; each request's device must be ``base``. ``priors`` by figure name (missing ones:
-    :func:`default_priors`). Same contract as
+    """The MAP fit of ``fit`` (default: :func:`fittable_figures` of ``base``) of ``base`` to
+    measured kernel cycles; each request's device must be ``base``. ``priors`` by figure name
+    (missing ones: :func:`default_priors`). Same contract as
     :func:`perfmodel.calibration.gemm_ws.fit_gemm_ws` otherwise."""
     measurements = list(measurements)
-    names, k, fold_warnings = validate.fit_arguments(
-        fit, MANY_BSP_FIGURES, len(measurements), folds, seed
-    )
+    allowed = fittable_figures(base.device)
+    if fit is not None and FLOOR_FIGURE in fit and FLOOR_FIGURE not in allowed:
+        raise CalibrationInputError(
+            "fit",
+            f"{FLOOR_FIGURE} scales the throughput floor, which these device figures do not "
+            "have (no many_bsp.sector_bytes): no run can depend on it",
+        )
+    names, k, fold_warnings = validate.fit_arguments(fit, allowed, len(measurements), folds, seed)
     runs = analyse_runs(base, measurements)
     measured = np.array([m.measured_cycles for m in measurements], dtype=np.float64)
     specs = _specs(base.device, names, {**default_priors(base.device, names), **(priors or {})})
@@ -366,7 +397,8 @@ def predict_interval_cycles(
     seed: int = 0,
 ) -> tuple[float, float]:
     """The 10 % and 90 % quantiles of ``result``'s kernel_exec_cycle (a prediction on
-    ``base``) when the figures ``belief`` covers (mu, the launch overheads) are drawn from it:
+    ``base``) when the figures ``belief`` covers (mu, the launch overheads, the throughput
+    efficiency) are drawn from it:
     only eq. (4)-(5), (13)-(25) are re-evaluated per draw, as in the fit. Widened to contain
     the point prediction (docs/model-notes.md, "MAP calibration")."""
     totals, launch, fractions = _totals(result, base.device)

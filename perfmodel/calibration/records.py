@@ -21,12 +21,13 @@ GEMM_WS_FIGURES: tuple[str, ...] = (
     "t_epilogue_us",
 )
 
-#: ManyBspDevice fields a Many-BSP calibration fits by default: eq. (24)/(25)'s mu and the
-#: launch overheads of eq. (4)/(5)
+#: ManyBspDevice fields a Many-BSP calibration fits by default: eq. (24)/(25)'s mu, the
+#: launch overheads of eq. (4)/(5) and the throughput floor's efficiency (Volta+ profiles)
 MANY_BSP_FIGURES: tuple[str, ...] = (
     "mu",
     "block_launch_overhead_cycles",
     "warp_launch_overhead_cycles",
+    "throughput_efficiency",
 )
 
 

@@ -113,6 +113,7 @@ def device_from_profile(profile: DeviceProfile, field_prefix: str = "device") ->
         max_blocks_per_sm=int(hw.max_blocks_per_sm.value) if hw.max_blocks_per_sm else None,
         l2_hit_latency_cycles=val("l2_hit_latency_cycles") if mb.l2_hit_latency_cycles else None,
         l2_cache_bytes=count("l2_cache_bytes") if mb.l2_cache_bytes else None,
+        throughput_efficiency=(val("throughput_efficiency") if mb.throughput_efficiency else 1.0),
         latency_exposed_after_eq8_stall=(
             mb.latency_exposed_after_eq8_stall.value
             if mb.latency_exposed_after_eq8_stall is not None

@@ -138,9 +138,10 @@ def throughput_floor(totals: BlockTotals, launch: LaunchShape, device: ManyBspDe
     # check sends out at once (a grid larger than its data) have no work to overlap: each
     # takes block_lnch_ovh of its SM's time (docs/model-notes.md, "Block launches")
     launches = launch.n_b / device.n_sm * device.block_launch_overhead_cycles
-    return warps / (device.n_sm * device.n_ws) * per_warp + (
-        launches if totals.leaves_at_once else 0.0
-    )
+    # the peak rates are per cycle of the profile's clock; throughput_efficiency is what a
+    # board sustains of them (clock below or above the rated boost, issue stalls)
+    work = warps / (device.n_sm * device.n_ws) * per_warp / device.throughput_efficiency
+    return work + (launches if totals.leaves_at_once else 0.0)
 
 
 def _touches_memory(costs: Sequence[InstructionCost], level1: Sequence[Superstep]) -> bool:

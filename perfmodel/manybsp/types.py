@@ -112,6 +112,9 @@ class ManyBspDevice:
     l2_hit_latency_cycles: float | None = None
     l2_cache_bytes: int | None = None
     max_blocks_per_sm: int | None = None
+    #: the fraction of the per-warp issue/unit peak the SMs sustain, at the profile's clock:
+    #: divides the throughput floor's work term (docs/model-notes.md, "Throughput efficiency")
+    throughput_efficiency: float = 1.0
     #: Whether the instruction after an eq. (8) stall opens its level-2 superstep with its
     #: latency exposed. The worked tables differ by device (Table 2-2 row 60 "419+2" on the
     #: GTX 760; Table 5-2 rows 39 and 60 "8" on the 940MX); docs/model-notes.md, "Many-BSP".

@@ -175,11 +175,17 @@ def check_runs(runs_file: Path, ptx_of: dict[tuple[int, int], str], times_ms: di
     return runs
 
 
-def check_fit(answer: dict[str, Any], count: int) -> None:
+def check_fit(answer: dict[str, Any], count: int, floor_bound: bool = True) -> None:
+    """The hidden figures recovered; without a run the throughput floor bounds, its efficiency
+    is undetermined and stays at its prior median."""
     assert answer["base_device"] == "a100" and answer["model"] == "many-bsp"
     assert answer["measurement_count"] == count
     fitted = {f["name"]: f for f in answer["fitted"]}
     for name, value in TRUE_MANY_BSP.items():
+        if name == "throughput_efficiency" and not floor_bound:
+            assert not fitted[name]["identifiable"], fitted[name]
+            assert fitted[name]["value"] == pytest.approx(fitted[name]["prior"]["median"])
+            continue
         assert fitted[name]["identifiable"], fitted[name]
         assert fitted[name]["value"] == pytest.approx(value, rel=0.02)
 
@@ -262,7 +268,8 @@ def test_source_built_with_nvcc_is_posted_and_calibrated(tmp_path: Path, live_se
         ptx_of[configuration_of(r)] = r["ptx"]
     check_runs(runs_file, ptx_of, times_ms, registers_of)
     answer = json.loads(out)
-    check_fit(answer, len(NVCC_CONFIGS))
+    # 65,536 elements in at most 2,048 blocks: no run reaches the throughput floor
+    check_fit(answer, len(NVCC_CONFIGS), floor_bound=False)
     # the service recorded exactly the runs sent, for the calibrated device
     code, listed, err = run("measurements", "list", answer["device"], "--url", live_server)
     assert code == 0, err

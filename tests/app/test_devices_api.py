@@ -40,19 +40,25 @@ def test_detail_lists_exactly_the_figures_to_calibrate(client: TestClient, devic
     body = r.json()
     assert body["hardware"]["sm_count"]["source"]  # the profile, with sources, as before
     many_bsp = body["needs_calibration"]["many-bsp"]
+    # the throughput floor's efficiency only where a floor reads it (sector profiles)
+    floor = body["many_bsp"].get("sector_bytes") is not None
+    fitted = FITTED | ({"throughput_efficiency"} if floor else set())
     assert many_bsp["status"] == "uncalibrated-estimates"
-    assert {f["figure"] for f in many_bsp["figures"]} == {f"many_bsp.{n}" for n in FITTED}
+    assert {f["figure"] for f in many_bsp["figures"]} == {f"many_bsp.{n}" for n in fitted}
     assert all(f["calibratable"] and f["state"] == "estimate" for f in many_bsp["figures"])
     assert all(f["reason"] for f in many_bsp["figures"])
     assert many_bsp["missing"] == []
-    for name in FITTED:
+    for name in fitted:
         prior = body["many_bsp"][name]["prior"]
         assert prior["median"] == body["many_bsp"][name]["value"] and prior["source"]
     call = many_bsp["calibrate"]
     assert (call["method"], call["path"]) == ("POST", "/calibrate")
     assert call["body"]["model"] == "many-bsp" and call["body"]["base_device"] == device
-    assert set(call["body"]["fit"]) == FITTED
-    assert call["cli"] == f"kperf calibrate runs.jsonl --model many-bsp --device {device}"
+    assert set(call["body"]["fit"]) == fitted
+    cli = f"kperf calibrate runs.jsonl --model many-bsp --device {device}"
+    if not floor:  # names the three figures: the CLI's default list has four
+        cli += f" --fit {','.join(call['body']['fit'])}"
+    assert call["cli"] == cli
     # GeMM-WS: estimates derived from public figures, all six listed for calibration
     gemm_ws = body["needs_calibration"]["gemm-ws"]
     assert gemm_ws["status"] == "uncalibrated-estimates" and len(gemm_ws["figures"]) == 6
@@ -213,7 +219,12 @@ def _calibrated(client: TestClient, device: str) -> dict[str, Any]:
     (plausible values, just to exercise the path), posted back as an inline profile."""
     profile: dict[str, Any] = client.get(f"/devices/{device}").json()
     fit = profile["needs_calibration"]["many-bsp"]["calibrate"]["body"]["fit"]
-    plausible = {"mu": 2.0, "block_launch_overhead_cycles": 450, "warp_launch_overhead_cycles": 10}
+    plausible = {
+        "mu": 2.0,
+        "block_launch_overhead_cycles": 450,
+        "warp_launch_overhead_cycles": 10,
+        "throughput_efficiency": 0.9,
+    }
     for name in fit:
         profile["many_bsp"][name] = {"value": plausible[name], "source": "test: plausible value"}
     return profile

@@ -76,12 +76,19 @@ def _unmeasured(device: str, model: str) -> set[str]:
     }
     classes = section.get("instruction_classes", {})
     out |= {f"many_bsp.instruction_classes.{c}" for c in MANY_BSP_CLASSES - set(classes)}
+    # optional: the throughput floor's efficiency, on the profiles with a floor
+    if section.get(FLOOR_FIGURE, {}).get("estimate"):
+        out.add(f"many_bsp.{FLOOR_FIGURE}")
     return out
 
 
 def _fitted(model: str) -> set[str]:
     prefix = "gemm_ws" if model == "gemm-ws" else "many_bsp"
     return {f"{prefix}.{n}" for n in FITTED[model]}
+
+
+#: calibratable where a profile carries it (a throughput floor: sector_bytes)
+FLOOR_FIGURE = "throughput_efficiency"
 
 
 ALL = ("v100", "a100", "h100", "p100", "gtx-1070", "gtx-760", "940mx", "rtx-a6000")
@@ -96,7 +103,8 @@ def test_every_profile_serves_both_models_listing_its_estimates(device: str, mod
     assert status.missing == ()
     assert status.served
     unmeasured = _unmeasured(device, model)
-    assert {n.figure for n in status.needs_calibration} == unmeasured & _fitted(model)
+    fitted = _fitted(model) | ({f"many_bsp.{FLOOR_FIGURE}"} if model == "many-bsp" else set())
+    assert {n.figure for n in status.needs_calibration} == unmeasured & fitted
     assert calibration_needs(get_profile(device))[model] == [
         n.figure for n in status.needs_calibration
     ]
@@ -143,7 +151,12 @@ def fill(profile: DeviceProfile, **values: float) -> DeviceProfile:
 
 # plausible values to exercise the path (the GTX 760 and 940MX parameter blocks give 553/382
 # cycles per block, 10 per warp, mu 3.36/1.93)
-FILLED = {"mu": 2.0, "block_launch_overhead_cycles": 450.0, "warp_launch_overhead_cycles": 10.0}
+FILLED = {
+    "mu": 2.0,
+    "block_launch_overhead_cycles": 450.0,
+    "warp_launch_overhead_cycles": 10.0,
+    FLOOR_FIGURE: 0.9,
+}
 
 
 @pytest.mark.parametrize("device", TODAY)
@@ -174,7 +187,11 @@ def test_a_profile_without_the_calibratable_figures_says_so(device: str) -> None
     profile = get_profile(device)
     assert profile.many_bsp is not None
     stripped = profile.model_copy(
-        update={"many_bsp": profile.many_bsp.model_copy(update=dict.fromkeys(FITTED["many-bsp"]))}
+        update={
+            "many_bsp": profile.many_bsp.model_copy(
+                update=dict.fromkeys([*FITTED["many-bsp"], FLOOR_FIGURE])
+            )
+        }
     )
     status = calibration_status(stripped)["many-bsp"]
     assert not status.served and status.state == "needs-calibration"

@@ -159,7 +159,7 @@ def test_three_figures_from_three_kernels_determine_one_combination(device: str)
     within its noise; what the runs do not determine stays within a prior sd of the median."""
     data = _measurements(device)
     result = fit_many_bsp(data[0].request.device, data, folds=3)
-    assert [f.name for f in result.fitted] == list(MANY_BSP_FIGURES)
+    assert [f.name for f in result.fitted] == list(HIDDEN)  # no throughput floor here
     assert result.effective_figures is not None and result.effective_figures <= 3
     assert 1 <= len(result.determined_combinations) < 3
     assert result.noise_pct is not None
@@ -214,11 +214,16 @@ def _check_fast_model_against_predictor(
     model = ManyBspResidualModel(analyse_runs(base, data), base.device, MANY_BSP_FIGURES)
     for _ in range(4):
         x = np.array(
-            [1 / rng.uniform(0.5, 6.0), rng.uniform(0, block_ovh), rng.uniform(0, warp_ovh)]
+            [
+                1 / rng.uniform(0.5, 6.0),
+                rng.uniform(0, block_ovh),
+                rng.uniform(0, warp_ovh),
+                1 / rng.uniform(0.5, 1.5),
+            ]
         )
         np.testing.assert_allclose(model.predict(x), model.predict_exact(x), rtol=1e-10)
     figures = _with(base, mu=1 / x[0], block_launch_overhead_cycles=x[1])
-    figures = _with(figures, warp_launch_overhead_cycles=x[2])
+    figures = _with(figures, warp_launch_overhead_cycles=x[2], throughput_efficiency=1 / x[3])
     expected = [predict_many_bsp_cycles(figures, m.request) for m in data]
     np.testing.assert_allclose(model.predict_exact(x), expected, rtol=1e-12)
 
@@ -252,6 +257,34 @@ def test_hidden_figures_are_recovered_from_three_kernels_at_several_grids() -> N
     calibrated = apply_many_bsp(base, result)
     assert calibrated.device.mu == pytest.approx(2.4)
     assert calibrated.classes == base.classes and calibrated.device_id == base.device_id
+
+
+def test_the_throughput_efficiency_is_recovered_with_the_others_on_a_floor_profile() -> None:
+    """On a Volta+ profile (a throughput floor) the paper kernels at small grids are latency
+    bound and at large ones floor bound: all four hidden figures are determined, and a profile
+    without a floor (gtx-760) cannot determine the efficiency at all."""
+    a100 = device_from_profile(get_profile("a100"))
+    truth = {**HIDDEN, "throughput_efficiency": 0.8}
+    data = []
+    for case_id in ("hotspot-gtx-760", "knn-gtx-760", "mm-gtx-760"):
+        case = next(c for c in CASES if c["id"] == case_id)
+        for gx in (1, 5, 20, 90, 400, 2000):
+            req = paper_request(case)
+            req = dataclasses.replace(req, device=a100, grid=(gx, *req.grid[1:]))
+            data.append(ManyBspMeasurement(req, predict_many_bsp_cycles(_with(a100, **truth), req)))
+    result = fit_many_bsp(a100, data, folds=0)
+    assert [f.name for f in result.fitted] == list(MANY_BSP_FIGURES)
+    for f in result.fitted:
+        assert f.identifiable, f.name
+        assert f.value == pytest.approx(truth[f.name], rel=0.005), f.name
+    assert result.training_error.max_abs_pct < 1e-6
+    assert apply_many_bsp(a100, result).device.throughput_efficiency == pytest.approx(0.8)
+    # without a floor no run depends on it: not fitted by default, refused when named
+    base, paper = _synthetic(["hotspot-gtx-760", "knn-gtx-760", "mm-gtx-760"], [5, 20, 43, 90])
+    assert [f.name for f in fit_many_bsp(base, paper, folds=0).fitted] == list(HIDDEN)
+    with pytest.raises(CalibrationInputError) as err:
+        fit_many_bsp(base, paper, fit=["mu", "throughput_efficiency"], folds=0)
+    assert err.value.field == "fit"
 
 
 def test_one_kernel_cannot_separate_mu_from_the_warp_launch_overhead() -> None:

@@ -62,6 +62,20 @@ class Expect:
     value: bytes | None = None
 
 
+#: the pieces of one value, written one after the other (``Store.put_parts``)
+Parts = Sequence[bytes | memoryview]
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """One atomic step: ``puts`` then ``deletes``, ``counters`` updated, while ``expects`` hold."""
+
+    puts: Sequence[Put] = ()
+    deletes: Sequence[Delete] = ()
+    counters: Sequence[Counter] = ()
+    expects: Sequence[Expect] = ()
+
+
 class Unmet(Exception):
     """An expectation of the step did not hold (what it was planned on changed meanwhile);
     nothing of it was written."""
@@ -107,12 +121,9 @@ def delta(counter: Counter, namespace: str, size: int) -> int:
 
 
 def plan(
-    counters: Sequence[Counter],
+    txn: Transaction,
     current: Mapping[str, int],
-    puts: Sequence[Put],
     existing: Mapping[tuple[str, str], int | None],
-    deletes: Sequence[Delete],
-    expects: Sequence[Expect] = (),
     found: Mapping[tuple[str, str], bytes | None] | None = None,
 ) -> tuple[dict[str, int], list[Put]]:
     """The counters after the step and the puts that write, given the counters' values and the
@@ -120,11 +131,12 @@ def plan(
     when a counter would pass its cap while growing, Unmet when an expectation fails on
     ``found`` (the live value of each expected key). Shared by the backends that run Python
     inside their atomic step (memory, SQLite); the Redis script is its Lua twin."""
-    check_expects(expects, found or {})
+    counters = txn.counters
+    check_expects(txn.expects, found or {})
     sizes = dict(existing)
     adds = {c.key: 0 for c in counters}
     writing: list[Put] = []
-    for put in puts:
+    for put in txn.puts:
         old = sizes.get((put.namespace, put.key))
         if old is not None and put.if_absent:
             continue
@@ -134,7 +146,7 @@ def plan(
             adds[c.key] += delta(c, put.namespace, len(put.value))
             if old is not None:
                 adds[c.key] -= delta(c, put.namespace, old)
-    for d in deletes:
+    for d in txn.deletes:
         old = sizes.get((d.namespace, d.key))
         if old is None:
             continue

@@ -413,11 +413,12 @@ async def predict_svg_via_pool(
 
 
 def calibration_svg_job(
-    measured: list[float], predicted: list[float], labels: list[str] | None, unit: str, title: str
+    measured: list[float], predicted: list[float], labels: list[str] | None, **options: str
 ) -> bytes:
-    """Worker side of a calibration-fit picture (render.calibration_svg)."""
+    """Worker side of a calibration-fit picture (render.calibration_svg, ``options`` its
+    keyword options: ``unit``, ``title``)."""
     try:
-        svg: bytes = _render().calibration_svg(measured, predicted, labels, unit=unit, title=title)
+        svg: bytes = _render().calibration_svg(measured, predicted, labels, **options)
     except ValueError as exc:
         # render names the argument first: "predicted: 3 values for 4 measurements"
         field, _, reason = str(exc).partition(": ")
@@ -430,11 +431,10 @@ async def calibration_svg_via_pool(
     measured: list[float],
     predicted: list[float],
     labels: list[str] | None = None,
-    *,
-    unit: str = "µs",
-    title: str = "Calibration fit",
+    **options: str,
 ) -> bytes:
     """Draw measured vs predicted (+ residuals) in a worker; bad input is a 422 naming it.
+    ``options``: render.calibration_svg's (``unit``, ``title``), its defaults where left out.
 
     For the SVG answer of POST /calibrate: ``svg_response(await calibration_svg_via_pool(
     service, measured, predicted, labels), hit=False)``.
@@ -443,8 +443,7 @@ async def calibration_svg_via_pool(
         "measured": list(measured),
         "predicted": list(predicted),
         "labels": list(labels) if labels is not None else None,
-        "unit": unit,
-        "title": title,
+        **options,
     }
     return await _render_job(service, calibration_svg_job, kwargs, answer_was_computed=False)
 

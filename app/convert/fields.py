@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -19,12 +20,18 @@ if TYPE_CHECKING:
 
 
 @functools.cache
-def _shared_names(model: type[BaseModel], source: type[DataclassInstance]) -> tuple[str, ...]:
-    declared = {f.name for f in dataclasses.fields(source)}
+def _shared_names(
+    model: type[BaseModel], source: type[DataclassInstance], besides: frozenset[str]
+) -> tuple[str, ...]:
+    declared = {f.name for f in dataclasses.fields(source)} - besides
     return tuple(name for name in model.model_fields if name in declared)
 
 
-def shared_fields(model: type[BaseModel], source: DataclassInstance) -> dict[str, Any]:
+def shared_fields(
+    model: type[BaseModel], source: DataclassInstance, besides: Collection[str] = ()
+) -> dict[str, Any]:
     """The values of ``source`` (a dataclass instance) under the field names ``model`` also
-    declares, as keyword arguments of ``model``."""
-    return {name: getattr(source, name) for name in _shared_names(model, type(source))}
+    declares, as keyword arguments of ``model``; ``besides``: names the caller gives otherwise
+    (converted)."""
+    names = _shared_names(model, type(source), frozenset(besides))
+    return {name: getattr(source, name) for name in names}

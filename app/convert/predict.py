@@ -151,16 +151,11 @@ def to_response(
     return PredictKernelResponse(
         predicted_cycles_interval=list(interval_cycles) if interval_cycles else None,
         profile_provenance=provenance_out(origin) if origin is not None else None,
-        kernel=result.kernel,
         device=result.device_id,
-        n_b=result.n_b,
-        n_t=result.n_t,
-        registers_per_thread=result.registers_per_thread,
-        registers_source=result.registers_source,
-        shared_bytes_per_block=result.shared_bytes_per_block,
         predicted_cycles=e.kernel_exec_cycle,
-        predicted_time_us=result.predicted_time_us,
         clock_mhz=clock_mhz,
+        # the launch (kernel, n_b, n_t, registers, shared bytes) and the time, as analysed
+        **shared_fields(PredictKernelResponse, result, besides=("warnings", "block_classes")),
         **shared_fields(PredictKernelResponse, e),
         **page,
         warnings=_bounded(result.warnings),

@@ -352,7 +352,7 @@ class ProfileStore:
             )
         except Unmet:
             raise DeviceGone(record_id) from None
-        added = sum(1 for p in puts[:-1] if (p.namespace, p.key) in outcome.written)
+        added = sum(1 for p in puts[:-1] if p.slot in outcome.written)
         return Appended(batch, added, outcome.totals[runs_counter_key(record_id)])
 
     def run_count(self, record_id: str) -> int:

@@ -219,26 +219,23 @@ class MemoryStore(Store):
     def commit(self, txn: Transaction) -> Outcome:
         now = time.monotonic()
         with self._lock:
-            slots = {(p.namespace, p.key) for p in txn.puts}
-            slots |= {(d.namespace, d.key) for d in txn.deletes}
             existing = {}
-            for slot in slots:
+            for slot in txn.written_slots:
                 value = self._live(slot, now)
                 existing[slot] = None if value is None else len(value)
-            expected = [(e.namespace, e.key) for e in txn.expects]
-            found = {slot: self._live(slot, now) for slot in expected}
+            found = {e.slot: self._live(e.slot, now) for e in txn.expects}
             current = {c.key: self._count(c.key, now) for c in txn.counters}
             totals, writing = plan(txn, current, existing, found)
             for put in writing:
                 self._data[(put.namespace, put.key)] = (bytes(put.value), None)
             for d in txn.deletes:
-                self._data.pop((d.namespace, d.key), None)
+                self._data.pop(d.slot, None)
             for key, total in totals.items():
                 if total:
                     self._data[(COUNTERS, key)] = (str(total).encode(), None)
                 else:  # a counter of nothing leaves no key behind
                     self._data.pop((COUNTERS, key), None)
-            return Outcome(totals, frozenset((p.namespace, p.key) for p in writing))
+            return Outcome(totals, frozenset(p.slot for p in writing))
 
     def _count(self, key: str, now: float) -> int:
         raw = self._live((COUNTERS, key), now)

@@ -259,11 +259,8 @@ class SqliteStore(Store):
             # between this check and these writes
             with _transaction(conn, "BEGIN IMMEDIATE"):
                 now = time.time()
-                slots = {(p.namespace, p.key) for p in txn.puts} | {
-                    (d.namespace, d.key) for d in txn.deletes
-                }
                 existing: dict[tuple[str, str], int | None] = {}
-                for namespace, key in slots:
+                for namespace, key in txn.written_slots:
                     row = conn.execute(
                         "SELECT length(value) FROM store_entries "
                         f"WHERE namespace = ? AND key = ? AND {_LIVE}",
@@ -277,7 +274,7 @@ class SqliteStore(Store):
                         f"WHERE namespace = ? AND key = ? AND {_LIVE}",
                         (e.namespace, e.key, now),
                     ).fetchone()
-                    found[(e.namespace, e.key)] = None if row is None else bytes(row[0])
+                    found[e.slot] = None if row is None else bytes(row[0])
                 current = {c.key: _count(conn, c.key, now) for c in txn.counters}
                 totals, writing = plan(txn, current, existing, found)
                 conn.executemany(
@@ -289,10 +286,10 @@ class SqliteStore(Store):
                 # a counter of nothing leaves no row behind
                 conn.executemany(
                     "DELETE FROM store_entries WHERE namespace = ? AND key = ?",
-                    [(d.namespace, d.key) for d in txn.deletes]
+                    [d.slot for d in txn.deletes]
                     + [(COUNTERS, k) for k, t in totals.items() if not t],
                 )
-                return Outcome(totals, frozenset((p.namespace, p.key) for p in writing))
+                return Outcome(totals, frozenset(p.slot for p in writing))
 
         return self._run(step)
 

@@ -27,18 +27,27 @@ COUNTERS = "counters"
 
 
 @dataclass(frozen=True, slots=True)
-class Put:
+class Keyed:
+    """One key of one namespace: what a put, a delete and an expectation address."""
+
     namespace: str
     key: str
+
+    @property
+    def slot(self) -> tuple[str, str]:
+        return (self.namespace, self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Put(Keyed):
     value: bytes
     #: write only when no value exists (identical content posted twice is stored once)
     if_absent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class Delete:
-    namespace: str
-    key: str
+class Delete(Keyed):
+    """Remove the key's value (an absent one is no error)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +63,9 @@ class Counter:
 
 
 @dataclass(frozen=True, slots=True)
-class Expect:
+class Expect(Keyed):
     """The step applies only while ``key`` holds a live value (``value``: exactly that one)."""
 
-    namespace: str
-    key: str
     value: bytes | None = None
 
 
@@ -75,6 +82,11 @@ class Transaction:
     counters: Sequence[Counter] = ()
     expects: Sequence[Expect] = ()
 
+    @property
+    def written_slots(self) -> set[tuple[str, str]]:
+        """The slots its puts and deletes write: the sizes there decide its counters."""
+        return {p.slot for p in self.puts} | {d.slot for d in self.deletes}
+
 
 class Unmet(Exception):
     """An expectation of the step did not hold (what it was planned on changed meanwhile);
@@ -88,7 +100,7 @@ class Unmet(Exception):
 def check_expects(expects: Sequence[Expect], found: Mapping[tuple[str, str], bytes | None]) -> None:
     """Unmet unless every expectation holds on ``found`` (the live value of each key)."""
     for e in expects:
-        value = found.get((e.namespace, e.key))
+        value = found.get(e.slot)
         if value is None or (e.value is not None and value != e.value):
             raise Unmet(f"{e.namespace}/{e.key} changed")
 
@@ -147,10 +159,10 @@ def plan(
             if old is not None:
                 adds[c.key] -= delta(c, put.namespace, old)
     for d in txn.deletes:
-        old = sizes.get((d.namespace, d.key))
+        old = sizes.get(d.slot)
         if old is None:
             continue
-        sizes[(d.namespace, d.key)] = None
+        sizes[d.slot] = None
         for c in counters:
             adds[c.key] -= delta(c, d.namespace, old)
     totals: dict[str, int] = {}

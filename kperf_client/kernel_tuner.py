@@ -21,29 +21,30 @@ How it searches:
 
 1. The tune parameters naming the work-group tile (``MWG``/``NWG``/``KWG`` for CLBlast's
    Xgemm by default, :class:`KernelTunerNames`) and the buffer depth (a parameter, or a fixed
-   ``buffer_depth``) group the search space by tiling; every other parameter (thread shapes,
-   vector widths, ...) is one the model does not see.
-2. ``/optimize-tiling`` ranks the tilings (explicit ``candidates``, one per tiling) with each
-   one's ``probability_best``. The tilings holding ``probability_mass`` of it (at least
-   ``min_tilings``) are probed with ``probes`` random configurations each.
-3. Then tiling by tiling, a first-improvement local search over the parameters kperf does
-   not model (neighbours differ in one such parameter), from the tiling's fastest
-   configuration not yet a start (after a climb that did not improve the tiling, from a
-   random new one). The next tiling: the one probed next in rank order; else the one with
-   the fastest time found whose last ``PATIENCE`` climbs still improved it; else the next
-   tiling in rank order whose ``probability_best`` is at least ``MIN_PROBABILITY``; else the
-   fastest again.
+   ``buffer_depth``) give each configuration its tiling; every other parameter (thread
+   shapes, vector widths, ...) is one the model does not see.
+2. ``/optimize-tiling`` predicts each tiling's time (explicit ``candidates``, one per
+   tiling). That prediction is the prior of a surrogate of the whole space
+   (:mod:`kperf_client.kernel_tuner_surrogate`): log time = kperf's log time + a per-tiling
+   correction + one effect per value of each other parameter, shared by all tilings, fitted
+   to the runs (Bayesian linear regression).
+3. The first configuration is the prior's fastest. Then each evaluation draws one model
+   from the posterior (Thompson sampling) and measures, most of the time, the unmeasured
+   one-parameter neighbour of the fastest configuration so far that the draw predicts
+   fastest; ``explore`` of the time (or with no neighbour left) the unmeasured
+   configuration it predicts fastest anywhere. Failed configurations teach the surrogate
+   they are slow.
 4. Every ``recalibrate_every`` evaluations, each tiling's fastest time so far (the model
    predicts what a tiling reaches with its best inner parameters), when new, is posted as a
    GeMM-WS run of the device (``POST /devices/{id}/measurements``, Kernel Tuner's ``time``
    in ms x 1000 = ``measured_time_us``); once ``MIN_RUNS_TO_FIT`` runs have been posted the
-   device is refit (``POST /devices/{id}/recalibrate``) and the tilings are ranked again by
-   the refit profile: tilings that enter the top mass are probed. What is left is posted
-   when the tuning ends (no refit then).
+   device is refit (``POST /devices/{id}/recalibrate``) and the refit profile's predictions
+   become the surrogate's prior. What is left is posted when the tuning ends (no refit then).
 
-The service down, slow (past ``timeout_s``) or refusing never fails the tuning: the tilings
-are then probed in a random order, every one, and the search goes on without kperf; one
-warning per kind of trouble (logger ``kperf_client.kernel_tuner``, through :mod:`logging`).
+The service down, slow (past ``timeout_s``) or refusing never fails the tuning: one random
+configuration of every tiling is measured first, in a random order, and the surrogate goes
+on without kperf's prior; one warning per kind of trouble (logger
+``kperf_client.kernel_tuner``, through :mod:`logging`).
 ``kernel_tuner`` itself is imported when the strategy runs, not with this module.
 """
 
@@ -92,13 +93,16 @@ class KernelTunerNames:
 
 
 class KperfStrategy(KperfSession):
-    """A Kernel Tuner strategy (``tune_kernel(..., strategy=KperfStrategy(...))``) that ranks
-    tilings with kperf, measures through Kernel Tuner, feeds the times back to ``device``
-    and searches the other parameters within the best tilings. See the module docstring.
+    """A Kernel Tuner strategy (``tune_kernel(..., strategy=KperfStrategy(...))``) that
+    starts from kperf's predictions for the tilings, learns the other parameters from the
+    runs, measures through Kernel Tuner and feeds the times back to ``device``. See the
+    module docstring.
 
     ``m``, ``n``, ``k``, ``dtype``: the GEMM tuned (Kernel Tuner's ``problem_size`` rarely
-    holds all three). ``url`` None: an in-process service (``kperf[server]``). ``seed``: the
-    strategy's own random choices (probes, neighbour order, the fallback order).
+    holds all three). ``url`` None: an in-process service (``kperf[server]``). ``explore``:
+    the share of draws from the whole space instead of the fastest configuration's
+    neighbours. ``seed``: the strategy's own random choices (posterior draws, ties, the
+    fallback order).
     """
 
     log = logger

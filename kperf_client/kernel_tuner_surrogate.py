@@ -20,8 +20,9 @@ ranking; ties broken at random).
 
 Only the fast region matters for the search, and an additive model cannot fit the slow
 configurations' interactions (a 5x slow thread shape is not the sum of its parameters):
-measured times are clipped at ``CLIP`` x the fastest so far, and a failed (invalid)
-configuration counts as that clip.
+measured times are clipped at ``CLIP`` x the fastest so far. A failed (invalid)
+configuration counts as ``CLIP`` x slower again: worse than any run, so that the draws soon
+leave the parameter values that fail.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ class Surrogate:
 
     def _target(self, time: float) -> float:
         ceiling = math.log(CLIP * self.fastest)
-        return ceiling if not math.isfinite(time) else min(math.log(time), ceiling)
+        return ceiling + math.log(CLIP) if not math.isfinite(time) else min(math.log(time), ceiling)
 
     def _fit(self) -> tuple[Float, Float]:
         """The posterior's mean and its precision's Cholesky factor, from the runs."""

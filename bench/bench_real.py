@@ -266,7 +266,11 @@ def evaluate(
     rows = []
     # uncalibrated: configuration-less optimum where the dataset has none, else as run
     chosen = case.uncalibrated if case.uncalibrated is not None else list(range(len(runs)))
-    bare = [dataclasses.replace(runs[i], config=None) for i in chosen]
+    # the optimum over the default space: no configuration, and no kernel named either
+    bare = [
+        dataclasses.replace(runs[i], config=None, threads_per_cta=None, registers_per_thread=None)
+        for i in chosen
+    ]
     optimum = [RunModel(r, case.device, i) for i, r in enumerate(bare)]
     ratios = [m.predict_us(base) / r.measured_time_us for m, r in zip(optimum, bare, strict=True)]
     points += [

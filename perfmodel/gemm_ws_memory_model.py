@@ -14,9 +14,13 @@ A stage's MATH is also bounded by the shared-memory reads of its A and B tiles, 
 element bytes at the SM's shared-memory bandwidth (32 banks x 4 bytes per clock): a 64 x 32
 tf32 tile on an H100 reaches 72 % of the tensor rate, a 128 x 128 one all of it.
 
-Each wave's epilogue also stores its C tiles: T_EPILOGUE + the wave's C bytes at DRAM
-bandwidth (a 4096 x 4096 fp32 C is 64 MB, 20 us on an H100: the paper's fixed T_EPILOGUE,
-measured on one small output, leaves it out).
+Each wave's epilogue also stores its C tiles: the wave's C bytes at DRAM bandwidth (a 4096 x
+4096 fp32 C is 64 MB, 20 us on an H100: the paper's fixed T_EPILOGUE, measured on one small
+output, leaves it out). Stores do not hold the threads that issue them, so a wave's store
+drains while the next wave runs; the kernel ends when the last wave's store has landed.
+
+The kernel starts with L2 cold: its first stage's loads wait DRAM's latency, not the hit-rate
+mix. Resident CTAs per SM are bounded by the accumulators' registers as well as shared memory.
 
 Split-K runs S = ceil(ceil(k / split_k) / TK) stages on tiles x split_k CTAs and adds the
 reduction of perfmodel.gemm_ws_traffic. Derivation and limits: docs/model-notes.md, "Memory
@@ -120,11 +124,18 @@ class Space:
 
 
 def ctas_per_sm(space: Space, element_bytes: int, limits: SmLimits) -> IntArray:
-    """Resident CTAs per SM of every configuration (0: its buffer does not fit one SM)."""
+    """Resident CTAs per SM of every configuration (0: it does not fit one SM): the block cap,
+    shared memory for the buffer and the register file for the accumulators. Tensor-core MMAs
+    (mma.sync, wgmma) and FFMA tiles alike accumulate C in 32-bit registers, one per element of
+    the CTA's TM x TN tile (fp32 accumulation); the file must also hold the threads' addresses
+    and loop state, so the accumulators take strictly fewer registers than the SM has (a
+    256 x 256 tile's 65,536 fill an SM's whole file: not resident)."""
     smem = space.buffer_depth * (space.tile_m + space.tile_n) * space.tile_k * element_bytes
     ctas = np.full(space.count, limits.ctas_per_sm(1), dtype=np.int64)
     if limits.shared_memory_per_sm_bytes is not None:
         ctas = np.minimum(ctas, limits.shared_memory_per_sm_bytes // smem)
+    if limits.registers_per_sm is not None:
+        ctas = np.minimum(ctas, (limits.registers_per_sm - 1) // (space.tile_m * space.tile_n))
     return ctas
 
 
@@ -268,6 +279,10 @@ class ShapeModel:
             sm_count=self.sm_count,
         )
         total = _CLOSED_FORMS[self.pipeline](stage)
+        # the kernel starts with L2 cold: its first stage's loads wait DRAM's latency, not the
+        # hit-rate mix the other stages see
+        cold = _COLD_LOADS[self.pipeline] * np.maximum(figures.memory.dram_latency_us - lam, 0.0)
+        total = total + cold
         reduction = split_k_reduction_us(traffic, figures.memory, figures.reduction_overhead_us)
         out: FloatArray = figures.t_init_us + total + reduction
         return out, traffic
@@ -292,30 +307,44 @@ class _Stage:
 
 
 def _async_copy_total_us(s: _Stage) -> FloatArray:
-    """Full waves of c CTAs sharing the SM, then the partial wave (async-copy 2)."""
+    """Full waves of c CTAs sharing the SM, then the partial wave (async-copy 2); each wave's C
+    store drains during the next wave (:func:`_overlapped_stores_us`)."""
     per_sm = np.minimum(s.ctas_per_sm, s.busiest)
     full, partial = np.divmod(s.busiest, per_sm)
 
-    def wave(share: IntArray) -> FloatArray:
+    def wave(share: IntArray) -> tuple[FloatArray, FloatArray]:
         d = share * s.load_us
         t = share * s.math_us + s.math_startup_us
         last: FloatArray = last_math_start_formula(
             d, s.latency_us, t, s.stages, s.depth, np.maximum
         )
         stored = np.minimum(share * s.sm_count, s.ctas) * s.store_per_cta_us
-        return last + t + s.epilogue_us + stored
+        return last + t + s.epilogue_us, stored
 
-    out: FloatArray = full * wave(per_sm) + np.where(partial > 0, wave(np.maximum(partial, 1)), 0.0)
+    main_full, store_full = wave(per_sm)
+    main_partial, store_partial = wave(np.maximum(partial, 1))
+    has_partial = partial > 0
+    # waves in order: `full` full ones, then the partial one if any
+    first_main = np.where(full > 0, main_full, main_partial)
+    later_full = np.maximum(full - 1, 0) * np.maximum(main_full, store_full)
+    after_full = np.where(full > 0, np.maximum(main_partial, store_full), main_partial)
+    out: FloatArray = np.where(
+        has_partial,
+        np.where(full > 0, first_main + later_full + after_full, main_partial) + store_partial,
+        first_main + later_full + store_full,
+    )
     return out
 
 
 def _paper_total_us(s: _Stage) -> FloatArray:
-    """W waves of Sm(S) + T_EPILOGUE (GeMM-WS 7), A and B each paying the latency (eq. (4))."""
+    """W waves of Sm(S) + T_EPILOGUE (GeMM-WS 7), A and B each paying the latency (eq. (4));
+    each wave's C store drains during the next wave (:func:`_async_copy_total_us`)."""
     load = s.load_us + 2 * s.latency_us
     t = s.math_us + s.math_startup_us
     per_stage = np.where(s.depth == 1, load + t, np.maximum(load, t))
     stored = np.minimum(s.sm_count, s.ctas) * s.store_per_cta_us
-    out: FloatArray = s.busiest * (load + (s.stages - 1) * per_stage + s.epilogue_us + stored)
+    main = load + (s.stages - 1) * per_stage + s.epilogue_us
+    out: FloatArray = main + (s.busiest - 1) * np.maximum(main, stored) + stored
     return out
 
 
@@ -324,3 +353,6 @@ _CLOSED_FORMS: dict[str, Callable[[_Stage], FloatArray]] = {
     "async-copy": _async_copy_total_us,
 }
 _SHARES_SM: dict[str, bool] = {"paper": False, "async-copy": True}
+#: loads of a stage that each pay the startup latency: A and B in turn under eq. (4), one
+#: asynchronous copy of both under async-copy
+_COLD_LOADS: dict[str, int] = {"paper": 2, "async-copy": 1}

@@ -14,8 +14,11 @@ Derivation: docs/model-notes.md, "L2 reuse and split-K".
   distinct A row panel (tile_m x k/s) and B column panel (k/s x tile_n) of its CTAs from DRAM
   once; its other CTAs hit L2. A panel also used by the previous wave is still in L2 when the
   two waves' panels together fit the L2 (a fraction ``L2 / footprint`` of it when they do not).
-- Bandwidth: a wave's loads take max(DRAM bytes / DRAM bandwidth, requested bytes / L2
-  bandwidth); every byte a CTA loads passes through L2.
+- SMs: the block scheduler spreads a wave's CTAs over the SMs before it doubles any up, so a
+  wave of n CTAs occupies min(SMs, n) SMs whatever the CTAs per SM that fit.
+- Bandwidth: a wave's loads take max(DRAM bytes / DRAM bandwidth, requested bytes / its SMs'
+  share of the L2 bandwidth); every byte a CTA loads passes through L2, and the L2 figure is
+  what all SMs draw together (an SM's fill path carries its share).
 """
 
 from __future__ import annotations
@@ -179,10 +182,11 @@ class WavePanels:
     def traffic(self, figures: MemoryFigures) -> Traffic:
         kept = np.minimum(1.0, figures.l2_size_bytes / np.maximum(self.footprint, 1.0))
         dram = self.distinct - kept * self.shared
-        # a wave's loads: DRAM and L2 bandwidth bounds (bytes per us = GB/s x 1e3)
+        # a wave's loads: DRAM and L2 bandwidth bounds (bytes per us = GB/s x 1e3), L2's the
+        # share of the SMs the wave occupies
+        l2_share = figures.l2_bandwidth_gb_per_s * 1e3 * self.sms / figures.sm_count
         load_us = np.maximum(
-            dram / (figures.dram_bandwidth_gb_per_s * 1e3),
-            self.requested / (figures.l2_bandwidth_gb_per_s * 1e3),
+            dram / (figures.dram_bandwidth_gb_per_s * 1e3), self.requested / l2_share
         )
         dram_total = (self.weight * dram).sum(axis=1)
         requested_total = (self.weight * self.requested).sum(axis=1)
@@ -265,7 +269,8 @@ def wave_panels(
 
     a_panel = col(tm * k_loaded * element_bytes).astype(np.float64)
     b_panel = col(tn * k_loaded * element_bytes).astype(np.float64)
-    sms = np.minimum(sm_count, -(-(end - start) // col(grid.ctas_per_sm)))
+    # the block scheduler places a wave's CTAs one per SM first (module docstring)
+    sms = np.minimum(sm_count, end - start)
     reduction = np.where(
         grid.split_k > 1, 2.0 * grid.split_k * batch * m * n * PARTIAL_SUM_BYTES, 0.0
     ).astype(np.float64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -147,8 +148,9 @@ def test_hit_rate_bounds_and_no_reuse_alone() -> None:
 
 def test_grouping_raises_reuse_on_a_wide_grid() -> None:
     # 64 x 64 tiles, 132 CTAs a wave: row-major waves share 2-3 rows but 64 columns; groups of
-    # 8 rows share 8 rows and ~17 columns
-    fig = figures(132, 5e7)
+    # 8 rows share 8 rows and ~17 columns. L2 fast enough that DRAM bounds both waves (under
+    # the L2 bound alone the two rasters request the same bytes and load equally fast)
+    fig = dataclasses.replace(figures(132, 5e7), l2_bandwidth_gb_per_s=20000.0)
     plain, grouped = (
         gemm_traffic(8192, 8192, 8192, 2, Grid.of(128, 128, 64, g), fig) for g in (1, 8)
     )
@@ -175,3 +177,23 @@ def test_more_l2_never_costs_dram_bytes() -> None:
         m, n, k = (rng.randint(256, 4096) for _ in range(3))
         small, large = (gemm_traffic(m, n, k, 2, grid, figures(20, l2)) for l2 in (1e5, 1e7))
         assert large.dram_bytes[0] <= small.dram_bytes[0] + 1e-6
+
+
+def test_a_wave_smaller_than_the_gpu_spreads_one_cta_per_sm() -> None:
+    """40 CTAs on 132 SMs: each has an SM of its own whether 1 or 4 CTAs would fit one, so
+    the per-SM load throughput (and a CTA's load time) does not depend on the CTAs per SM."""
+    fig = figures(132, 5e7)
+    t = gemm_traffic(640, 1024, 2048, 2, Grid.of(128, 128, 64, 1, 1, [1, 4]), fig)
+    assert t.ctas.tolist() == [40, 40]
+    throughput = t.load_throughput_elements_per_us
+    assert throughput[1] == pytest.approx(throughput[0])
+
+
+def test_an_l2_bound_wave_draws_its_sms_share_of_the_l2_bandwidth() -> None:
+    """DRAM too fast to bind: a wave on any number of SMs loads at L2 bandwidth / all SMs per
+    SM, so 40 CTAs load as fast per SM as a full wave of 132."""
+    fig = dataclasses.replace(figures(132, 5e7), dram_bandwidth_gb_per_s=1e6)
+    per_sm_elements = fig.l2_bandwidth_gb_per_s * 1e3 / fig.sm_count / 2
+    for m, n in ((640, 1024), (1408, 1536)):  # 5 x 8 = 40 CTAs; 11 x 12 = 132 CTAs
+        t = gemm_traffic(m, n, 2048, 2, Grid.of(128, 128, 64), fig)
+        assert t.load_throughput_elements_per_us[0] == pytest.approx(per_sm_elements)

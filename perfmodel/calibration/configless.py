@@ -216,8 +216,10 @@ class Objective:
         return out
 
 
-def fit(runs: Sequence[LibraryRun], device: Device) -> FitResult:
-    """MAP fit of the eight figures to ``runs`` (module docstring)."""
+def fit(runs: Sequence[LibraryRun], device: Device, *, envelope_jacobian: bool = True) -> FitResult:
+    """MAP fit of the eight figures to ``runs`` (module docstring). ``envelope_jacobian``
+    False: scipy's own differences of the whole objective (every shortlist scored once per
+    figure), for the speed bench's comparison."""
     if not runs:
         raise CalibrationInputError("measurements", "at least one run is needed")
     models = [RunModel(r, device, i) for i, r in enumerate(runs)]
@@ -227,9 +229,14 @@ def fit(runs: Sequence[LibraryRun], device: Device) -> FitResult:
         figures = scaled(device.base, x)
         for m in models:
             m.shortlist(figures)
-        x = least_squares(
-            objective.residuals, x, jac=objective.jacobian, loss="soft_l1", method="trf"
-        ).x
+        if envelope_jacobian:
+            x = least_squares(
+                objective.residuals, x, jac=objective.jacobian, loss="soft_l1", method="trf"
+            ).x
+        else:
+            x = least_squares(
+                objective.residuals, x, loss="soft_l1", method="trf", diff_step=DIFF_STEP
+            ).x
     figures = scaled(device.base, x)
     errors = [abs(m.predict_us(figures) / m.measured - 1) for m in models]
     return FitResult(figures, tuple(float(v) for v in x), float(np.median(errors)))

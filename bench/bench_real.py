@@ -34,6 +34,7 @@ import argparse
 import csv
 import dataclasses
 import functools
+import itertools
 import random
 import re
 import time
@@ -242,6 +243,27 @@ def _calibrated(case: Case, seed: int) -> tuple[list[int], list[float], FitResul
     return test_ids, errors, result, fit_s
 
 
+#: reduction lengths of the --by-k rows: [lower, upper) bounds of k
+K_BINS = (0, 1024, 4096, 8192, 16384, 32768, 1 << 20)
+
+
+def _by_k(case: Case, test_ids: Sequence[int], errors: Sequence[float]) -> list[str]:
+    """Held-out signed median error per k range: a residual the fit cannot remove shows as a
+    trend in k."""
+    out = []
+    k = np.array([case.runs[i].k for i in test_ids])
+    signed = np.asarray(errors)
+    for lo, hi in itertools.pairwise(K_BINS):
+        keep = (k >= lo) & (k < hi)
+        if keep.any():
+            out.append(
+                f"| {case.dataset} | {case.gpu}, {lo} <= k < {hi} | {int(keep.sum())} held out "
+                f"| - | - | signed median {np.median(signed[keep]) * 100:+.1f} %, "
+                f"{_stats(signed[keep].tolist())} | - | - |"
+            )
+    return out
+
+
 def _every(index: int) -> bool:
     return True
 
@@ -259,6 +281,7 @@ def evaluate(
     seed: int,
     points: list[tuple[str, float, float]],
     other_seeds: Sequence[int] = (),
+    by_k: bool = False,
 ) -> list[str]:
     started = time.perf_counter()
     runs = case.runs
@@ -314,6 +337,8 @@ def evaluate(
             f"| {case.dataset} | {case.gpu}, {label} | {len(sub)} held out | - | - "
             f"| {_stats(sub)} | {_medians(others, keep)} | - |"
         )
+    if by_k:
+        rows += _by_k(case, test_ids, calibrated)
     elapsed = time.perf_counter() - started
     scales = ", ".join(f"{v:.2f}" for v in result.log_scale)
     rows.append(
@@ -362,6 +387,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--neusight-test", type=int, default=1000)
     parser.add_argument(
+        "--by-k", action="store_true", help="also the held-out error per range of k"
+    )
+    parser.add_argument(
         "--train",
         type=int,
         default=None,
@@ -397,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         case = build()
         if args.train is not None and len(case.runs) > 2 * args.train:
             case.train = args.train
-        for row in evaluate(case, args.seed, points, other_seeds):
+        for row in evaluate(case, args.seed, points, other_seeds, args.by_k):
             print(row, flush=True)
     if args.svg is not None and points:
         picture(points, args.svg)

@@ -25,10 +25,16 @@ import httpx
 
 from bench.bench_large_answers import start_server, stop_server
 from bench.common import command_line, median_seconds
-from perfmodel.gemm_ws import GemmShape, Tiling
+from perfmodel.gemm_ws import GemmShape
+from perfmodel.pipeline import Prediction
 from solver import SolverMode, TilingProblem, optimize_tiling
-from solver.bounds import triple_bounds
-from solver.optimize import _score_space, _simulate, certify
+from solver.per_configuration import (
+    Instance,
+    ScoredRanking,
+    certify,
+    rank_scored,
+    space_configurations,
+)
 from tests.gemm_ws_cases import A6000, ISSUE_19_SPACE, TABLE_1, TABLE_1_SPACE
 
 
@@ -37,19 +43,22 @@ def _solve(problem: TilingProblem, top_k: int, mode: SolverMode) -> None:
     assert result.status == "optimal"
 
 
+def space_ranking(
+    problem: TilingProblem, deadline: float
+) -> tuple[Instance, ScoredRanking, Prediction]:
+    """The exact scorer over the space, as the certified path enumerates it; its best
+    simulated stage by stage."""
+    instance = Instance(problem.model, problem)
+    ranking = rank_scored(instance, space_configurations(problem), 1, deadline)
+    return instance, ranking, instance.simulate(ranking.configs.tilings()[0])
+
+
 def _enumerate_and_certify(problem: TilingProblem) -> None:
     """The floor the certified path is held to: score the space, certify the best."""
     deadline = time.perf_counter() + 60
-    ranking = _score_space(problem, 1, deadline)
-    c = ranking.configs
-    best = _simulate(
-        problem,
-        Tiling(int(c.tile_m[0]), int(c.tile_n[0]), int(c.tile_k[0]), int(c.buffer_depth[0])),
-    )
-    bounds = triple_bounds(
-        problem.shape, problem.machine, problem.space, problem.element_bytes, problem.wave_model
-    )
-    assert certify(problem, best, bounds, deadline).better is None
+    instance, ranking, best = space_ranking(problem, deadline)
+    floors = ranking.hopeful_floors
+    assert certify(instance, best, ranking.hopeful, deadline, floors).better is None
 
 
 def in_process(repeats: int) -> None:
@@ -80,7 +89,7 @@ def in_process(repeats: int) -> None:
         f"\nIssue 19's space (tile_m, tile_n 1..332, tile_k 64, depth 1..8: {space.size} "
         f"configurations, {result.statistics.configurations_scored} feasible), 8192^3, top_k 5: "
         f"{result.status} in {elapsed * 1e3:.0f} ms (one run), "
-        f"{result.statistics.encoded_tile_triples} tile triples encoded for the certificate\n"
+        f"{result.statistics.encoded_configurations} configurations encoded for the certificate\n"
     )
 
 

@@ -27,15 +27,16 @@ from app.convert.beliefs import gemm_ws_belief
 from app.convert.candidates import prepare
 from app.jobs import optimize_job
 from app.schemas.optimize import OptimizeTilingRequest
-from bench.bench_certified import _body
+from bench.bench_certified import _body, space_ranking
 from bench.common import command_line
-from perfmodel.gemm_ws import GemmShape, Simulation, Tiling
+from perfmodel.gemm_ws import GemmShape, Simulation
 from solver import TilingProblem
 from solver.bounds import triple_bounds
-from solver.encoding import encode
+from solver.encoding import encode_text
 from solver.explore import explore_problem
 from solver.factory import make_solver
-from solver.optimize import _score_space, _simulate, better_than, certify
+from solver.per_configuration import Instance, ScoredRanking, certify
+from solver.problem import better_than
 from solver.shortlist import ShortlistMode
 from tests.gemm_ws_cases import A6000, TABLE_1, TABLE_1_SPACE
 
@@ -46,17 +47,18 @@ def _fresh_check(problem: TilingProblem, incumbent: Simulation) -> str:
         problem.shape, problem.machine, problem.space, problem.element_bytes, problem.wave_model
     )
     hopeful = [b for b in bounds if b.overall_time_floor_ns <= incumbent.overall_time_ns]
-    enc = encode(hopeful, problem.space, problem.machine, problem.wave_model)
+    enc = encode_text(hopeful, problem.space, problem.machine, problem.wave_model).parse()
     solver = make_solver(timeout_ms=30_000)
     solver.from_string(enc.smtlib)
     solver.add(better_than(enc, incumbent))
     return str(solver.check())
 
 
-def _session_check(problem: TilingProblem, incumbent: Simulation) -> str:
+def _session_check(instance: Instance, ranking: ScoredRanking, incumbent: Simulation) -> str:
     """The certificate check now: certify() through this thread's Z3 session."""
-    bounds = triple_bounds(problem.shape, problem.machine, problem.space, 2, problem.wave_model)
-    return certify(problem, incumbent, bounds, time.perf_counter() + 30).checks[0].outcome
+    deadline = time.perf_counter() + 30
+    certificate = certify(instance, incumbent, ranking.hopeful, deadline, ranking.hopeful_floors)
+    return certificate.checks[0].outcome
 
 
 def _timed(times: dict[str, list[float]], name: str, fn: Callable[[], object]) -> object:
@@ -84,16 +86,10 @@ def main() -> None:
             machine = dataclasses.replace(A6000, t_init_us=t_init)
             problem = TilingProblem(GemmShape(*dims), machine, TABLE_1_SPACE)
             deadline = time.perf_counter() + 30
-            ranking = _timed(times, "scorer", partial(_score_space, problem, 1, deadline))
-            c = ranking.configs  # type: ignore[attr-defined]
-            best = _simulate(
-                problem,
-                Tiling(
-                    int(c.tile_m[0]), int(c.tile_n[0]), int(c.tile_k[0]), int(c.buffer_depth[0])
-                ),
-            )
+            scored = _timed(times, "scorer", partial(space_ranking, problem, deadline))
+            instance, ranking, best = scored  # type: ignore[misc]
             before = _timed(times, "before", partial(_fresh_check, problem, best))
-            after = _timed(times, "certificate", partial(_session_check, problem, best))
+            after = _timed(times, "certificate", partial(_session_check, instance, ranking, best))
             assert before == after == "unsat", (before, after)
             _, belief = gemm_ws_belief(None, machine)
             _timed(

@@ -68,7 +68,7 @@ def layouts(repeats: int) -> None:
             solve = partial(optimize_tiling, problem, top_k=5)
             result = solve()
             assert result.status == "optimal"
-            encoded = result.statistics.encoded_tile_triples
+            encoded = result.statistics.encoded_configurations
             cells.append(f"{median_seconds(solve, repeats) * 1000:.1f}")
         encoding.encode_async = encode_async
         print(f"| {m}x{n}x{k} | " + " | ".join(cells) + f" | {encoded} |")

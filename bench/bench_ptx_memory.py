@@ -10,7 +10,11 @@ most statements the limit admits: one per ``BYTES_PER_STATEMENT`` bytes (app/con
 - ``branches``: a chain of labels and branches (a basic block each);
 - ``loops``: three-statement loops (padded to four statements' bytes), each its own natural
   loop with an unknown trip count;
-- ``nested``: loops nested in one another, as deep as the module admits.
+- ``nested``: loops nested in one another, as deep as the module admits;
+- ``reads``: one basic block of ``or.b32`` each reading the register the head defined, ended
+  by a branch on their result (the thread-value walk finds each read's definition);
+- ``guards``: a chain of branches all guarded by one predicate defined at the top (each
+  branch's predicate found for the block classes).
 
 Each run is a fresh interpreter that first answers a small module (imports and caches warm, as
 in a worker), then answers the shape as the worker job does (``app.jobs.predict_job``: parse,
@@ -72,6 +76,10 @@ def _unit(shape: str, i: int) -> tuple[str, int]:
         return _pad(f"ld.global.u32 %r{4 + i % 8},[%rd3+{4 * (i % 16)}];\n", 2), 1
     if shape == "branches":
         return _pad(f"B{i}:bra B{i + 1};\n", 1), 1
+    if shape == "reads":
+        return _pad("or.b32 %r2,%r2,%r1;\n", 1), 1
+    if shape == "guards":
+        return _pad(f"B{i}:@%p1 bra B{i + 1};\n", 2), 1
     if shape == "loops":
         text = f"L{i}:add.s32 %r2,%r2,1;\nsetp.lt.s32 %p1,%r2,9;\n@%p1 bra L{i};\n"
         return _pad(text, 4), 3  # a label, two operands and a guard: 4 statements' bytes
@@ -86,15 +94,19 @@ def _nested(i: int, n: int) -> tuple[str, int]:
     return _pad(f"@%p1 bra N{2 * n - 1 - i};\n", 1), 1
 
 
-SHAPES = ("alu", "barrier", "load", "branches", "loops", "nested")
+SHAPES = ("alu", "barrier", "load", "branches", "loops", "nested", "reads", "guards")
+#: statements a shape opens (first) and closes (last) with, besides HEAD and TAIL
+_OPEN = {"guards": "setp.lt.s32 %p1,%r1,9;\n"}
+_CLOSE = {"reads": "setp.lt.s32 %p1,%r2,9;\n@%p1 bra E;\nE:\n"}
 
 
 def module(shape: str, limit_bytes: int = LIMIT_BYTES) -> str:
     """A module of ``shape`` with as many statements as ``limit_bytes`` admits, within it."""
     cap = limit_bytes // BYTES_PER_STATEMENT
-    parts = [HEAD]
-    size = len(HEAD) + len(TAIL) + 16
-    statements = HEAD.count(";") + TAIL.count(";")
+    opening, closing = _OPEN.get(shape, ""), _CLOSE.get(shape, "")
+    parts = [HEAD, opening]
+    size = len(HEAD) + len(TAIL) + len(opening) + len(closing) + 16
+    statements = sum(part.count(";") for part in (HEAD, TAIL, opening, closing))
     i = 0
     # nested: as many loops as the bytes and statements admit, each a header and a latch
     n = min(cap // 2, (limit_bytes - size) // (3 * BYTES_PER_STATEMENT))
@@ -108,8 +120,9 @@ def module(shape: str, limit_bytes: int = LIMIT_BYTES) -> str:
         size += len(text)
         statements += count
         i += 1
-    if shape == "branches":
+    if shape in ("branches", "guards"):
         parts.append(f"B{i}:\n")
+    parts.append(closing)
     parts.append(TAIL)
     return "".join(parts)
 

@@ -347,18 +347,6 @@ def last_math_start_closed_form_ns(
     return load + (stages - 1) * per_stage
 
 
-def overall_time_closed_form_ns(
-    shape: GemmShape,
-    tiling: Tiling,
-    machine: GemmWsMachine,
-    wave_model: WaveTimeModel = WaveTimeModel.PAPER,
-    table: DurationTable | None = None,
-) -> int:
-    """:func:`simulate`'s ``overall_time_ns`` in O(1): the closed form of Sm(S), then the wave
-    and overall times of §2.1.1/§2.2. ``table`` reuses one machine's duration table."""
-    return simulate_closed_form(shape, tiling, machine, wave_model, table).overall_time_ns
-
-
 def simulate_closed_form(
     shape: GemmShape,
     tiling: Tiling,

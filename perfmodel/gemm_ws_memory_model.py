@@ -22,6 +22,10 @@ drains while the next wave runs; the kernel ends when the last wave's store has 
 The kernel starts with L2 cold: its first stage's loads wait DRAM's latency, not the hit-rate
 mix. Resident CTAs per SM are bounded by the accumulators' registers as well as shared memory.
 
+The closed forms (:func:`kernel_times`) are one function over float us (the benches, the
+fits) and integer ticks (:meth:`ShapeModel.times_ns`, the optimizer's
+perfmodel/pipelines/l2_reuse.py): one model in one place.
+
 Split-K runs S = ceil(ceil(k / split_k) / TK) stages on tiles x split_k CTAs and adds the
 reduction of perfmodel.gemm_ws_traffic. Derivation and limits: docs/model-notes.md, "Memory
 hierarchy, L2 reuse, split-K and tf32" 3.
@@ -32,9 +36,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -245,17 +249,21 @@ class ShapeModel:
             reduction_bytes=t.reduction_bytes[i],
         )
 
-    def times_us(self, figures: MemoryModelFigures) -> tuple[FloatArray, Traffic]:
-        """Predicted time of every configuration (us) and its traffic."""
+    def stage_times_us(self, figures: MemoryModelFigures) -> tuple[StageTimes, Traffic]:
+        """Per configuration, the stage quantities of both closed forms (us) and the traffic.
+
+        Both pipeline models are the async-copy recurrences (A1)-(A3) on a stage of issue d,
+        latency lambda and MATH T: async-copy with d = (TM + TN) TK / theta_eff and lambda =
+        lambda_eff, c CTAs sharing an SM; the paper's eq. (1)-(3) with d = L = (TM + TN) TK /
+        theta_eff + 2 lambda_eff (eq. (4): A and B each pay the latency) and lambda = 0, one
+        CTA per SM. With lambda = 0 and D >= 2, (A1)-(A3) give M(S) = L + (S - 1) max(L, T)
+        (GeMM-WS 7); at D = 1 every stage takes L + T, as eq. (1)-(3) do."""
         s = self.space
         traffic = self.traffic(figures.memory)
         theta = traffic.load_throughput_elements_per_us
         lam = traffic.load_latency_us
         elements = ((s.tile_m + s.tile_n) * s.tile_k).astype(np.float64)
         macs = (s.tile_m * s.tile_n * s.tile_k).astype(np.float64)
-        stages = -(-traffic.k_per_cta // s.tile_k)
-        busiest = -(-traffic.ctas // self.sm_count)  # q = ceil(CTAs / SMs), §2.1.1
-        math_startup = figures.compute_startup_latency_us
         # the epilogue stores the wave's C tiles: at least their bytes at DRAM bandwidth
         store_per_cta = (s.tile_m * s.tile_n * self.output_bytes) / (
             figures.memory.dram_bandwidth_gb_per_s * 1e3
@@ -264,40 +272,75 @@ class ShapeModel:
         # tiles, whichever is slower
         smem_us = elements * self.element_bytes / figures.shared_memory_bytes_per_us
         math_us = np.maximum(macs / figures.compute_throughput_macs_per_us, smem_us)
-        stage = _Stage(
-            load_us=elements / theta,
-            latency_us=lam,
-            math_us=math_us,
-            math_startup_us=math_startup,
-            epilogue_us=figures.t_epilogue_us,
-            store_per_cta_us=store_per_cta,
-            stages=stages,
+        loads = _COLD_LOADS[self.pipeline]
+        serial = not _SHARES_SM[self.pipeline]
+        issue = elements / theta + (loads * lam if serial else 0.0)
+        # the kernel starts with L2 cold: its first stage's loads wait DRAM's latency, not the
+        # hit-rate mix the other stages see
+        cold = loads * np.maximum(figures.memory.dram_latency_us - lam, 0.0)
+        reduction = split_k_reduction_us(traffic, figures.memory, figures.reduction_overhead_us)
+        stage = StageTimes(
+            issue=issue,
+            latency=np.zeros_like(lam) if serial else lam,
+            math=math_us,
+            math_startup=np.full_like(lam, figures.compute_startup_latency_us),
+            epilogue=np.full_like(lam, figures.t_epilogue_us),
+            store_per_cta=store_per_cta,
+            fixed=figures.t_init_us + cold + reduction,
+            tail_math=not serial,
+            stages=-(-traffic.k_per_cta // s.tile_k),
             depth=s.buffer_depth,
-            busiest=busiest,
+            busiest=-(-traffic.ctas // self.sm_count),  # q = ceil(CTAs / SMs), §2.1.1
             ctas=traffic.ctas,
             ctas_per_sm=self.ctas_per_sm,
             sm_count=self.sm_count,
         )
-        total = _CLOSED_FORMS[self.pipeline](stage)
-        # the kernel starts with L2 cold: its first stage's loads wait DRAM's latency, not the
-        # hit-rate mix the other stages see
-        cold = _COLD_LOADS[self.pipeline] * np.maximum(figures.memory.dram_latency_us - lam, 0.0)
-        total = total + cold
-        reduction = split_k_reduction_us(traffic, figures.memory, figures.reduction_overhead_us)
-        out: FloatArray = figures.t_init_us + total + reduction
-        return out, traffic
+        return stage, traffic
+
+    def times_us(self, figures: MemoryModelFigures) -> tuple[FloatArray, Traffic]:
+        """Predicted time of every configuration (us) and its traffic."""
+        stage, traffic = self.stage_times_us(figures)
+        total, _ = kernel_times(stage)
+        return total, traffic
+
+    def times_ns(
+        self, figures: MemoryModelFigures
+    ) -> tuple[IntArray, IntArray, StageTimes, Traffic]:
+        """The same model in exact integer arithmetic, the optimizer's: each stage quantity of
+        one CTA rounded to a tick (TICKS_PER_NS per ns), the closed forms on ticks (c CTAs
+        sharing an SM multiply the rounded work by exactly c), overall time and total MATH
+        wait rounded to ns at the end (:func:`ticks_to_ns`). With ticks of 1 ps the rounding
+        stays far below a ns where ns durations would not (a 16 x 16 x 16 stage's loads take
+        under 1 ns on an H100). Also the stage quantities in ticks and the traffic."""
+        stage, traffic = self.stage_times_us(figures)
+        ticks = stage.in_ticks()
+        total, wait = kernel_times(ticks)
+        return ticks_to_ns(total), ticks_to_ns(wait), ticks, traffic
+
+
+#: the integer time unit of :meth:`ShapeModel.times_ns`: 1 ps
+TICKS_PER_NS = 1000
+
+
+def ticks_to_ns(ticks: Any) -> Any:
+    """Ticks to ns, rounded half up (int64 arrays or ints alike)."""
+    return (ticks + TICKS_PER_NS // 2) // TICKS_PER_NS
 
 
 @dataclass(frozen=True, slots=True)
-class _Stage:
-    """Per configuration, the effective stage quantities both closed forms read (us)."""
+class StageTimes:
+    """Per configuration, the stage quantities the closed forms read: us as float64, or ticks
+    as int64 (:meth:`in_ticks`); the closed forms are the same functions on either."""
 
-    load_us: FloatArray  # one CTA's A and B elements at the effective load throughput
-    latency_us: FloatArray
-    math_us: FloatArray
-    math_startup_us: float
-    epilogue_us: float
-    store_per_cta_us: FloatArray
+    issue: npt.NDArray[Any]  # d of one CTA alone on its SM
+    latency: npt.NDArray[Any]  # lambda
+    math: npt.NDArray[Any]  # T of one CTA alone, without the MATH startup
+    math_startup: npt.NDArray[Any]
+    epilogue: npt.NDArray[Any]
+    store_per_cta: npt.NDArray[Any]  # one CTA's C tile at DRAM bandwidth
+    fixed: npt.NDArray[Any]  # T_INIT + the cold first stage + split-K's reduction
+    #: the wave ends after its last MATH (async-copy), or when it starts (the paper's Sm(S))
+    tail_math: bool
     stages: IntArray
     depth: IntArray
     busiest: IntArray  # q = ceil(CTAs / SMs), §2.1.1
@@ -305,53 +348,83 @@ class _Stage:
     ctas_per_sm: IntArray
     sm_count: int
 
+    def in_ticks(self) -> StageTimes:
+        """The same quantities as int64 ticks (TICKS_PER_NS per ns), each rounded."""
 
-def _async_copy_total_us(s: _Stage) -> FloatArray:
-    """Full waves of c CTAs sharing the SM, then the partial wave (async-copy 2); each wave's C
-    store drains during the next wave (:func:`_overlapped_stores_us`)."""
-    per_sm = np.minimum(s.ctas_per_sm, s.busiest)
-    full, partial = np.divmod(s.busiest, per_sm)
+        def ns(us: npt.NDArray[Any]) -> IntArray:
+            scaled = np.asarray(us, dtype=np.float64) * (1000.0 * TICKS_PER_NS)
+            return np.rint(scaled).astype(np.int64)
 
-    def wave(share: IntArray) -> tuple[FloatArray, FloatArray]:
-        d = share * s.load_us
-        t = share * s.math_us + s.math_startup_us
-        last: FloatArray = last_math_start_formula(
-            d, s.latency_us, t, s.stages, s.depth, np.maximum
-        )
-        stored = np.minimum(share * s.sm_count, s.ctas) * s.store_per_cta_us
-        return last + t + s.epilogue_us, stored
+        ticks: dict[str, Any] = {
+            name: ns(getattr(self, name))
+            for name in (
+                "issue",
+                "latency",
+                "math",
+                "math_startup",
+                "epilogue",
+                "store_per_cta",
+                "fixed",
+            )
+        }
+        return dataclasses.replace(self, **ticks)
 
-    main_full, store_full = wave(per_sm)
-    main_partial, store_partial = wave(np.maximum(partial, 1))
+    def take(self, index: IntArray) -> StageTimes:
+        arrays: dict[str, Any] = {
+            f.name: getattr(self, f.name)[index]
+            for f in dataclasses.fields(self)
+            if f.name not in ("tail_math", "sm_count")
+        }
+        return dataclasses.replace(self, **arrays)
+
+    def wave_shares(self) -> tuple[IntArray, IntArray, IntArray]:
+        """(CTAs sharing an SM in a full wave, full waves, CTAs sharing the busiest SM in the
+        partial wave (0: none))."""
+        per_sm = np.minimum(self.ctas_per_sm, self.busiest)
+        full, partial = np.divmod(self.busiest, per_sm)
+        return per_sm, full, partial
+
+    def wave(self, share: IntArray) -> tuple[Any, Any, Any]:
+        """(d, lambda, T) of a stage when ``share`` CTAs share the SM."""
+        return share * self.issue, self.latency, share * self.math + self.math_startup
+
+    def wave_end(self, last_math_start: Any, t: Any) -> Any:
+        """A wave's main part: its last MATH start, that MATH (async-copy), T_EPILOGUE."""
+        return last_math_start + (t if self.tail_math else 0) + self.epilogue
+
+    def stored(self, share: IntArray) -> Any:
+        """The C store of a wave of ``share`` CTAs per SM."""
+        return np.minimum(share * self.sm_count, self.ctas) * self.store_per_cta
+
+
+def kernel_times(s: StageTimes) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """(overall time, total MATH wait) of every configuration: full waves of c CTAs sharing
+    the SM, then the partial wave (async-copy 2); each wave's C store drains during the next
+    wave, the kernel ends when the last store has landed. The MATH wait sums the busiest
+    SM's CTAs' waits, M(S) - (S - 1) T per CTA (GeMM-WS 8)."""
+    per_sm, full, partial = s.wave_shares()
+
+    def wave(share: IntArray) -> tuple[Any, Any, Any]:
+        d, lam, t = s.wave(share)
+        last = last_math_start_formula(d, lam, t, s.stages, s.depth, np.maximum)
+        return s.wave_end(last, t), s.stored(share), share * (last - (s.stages - 1) * t)
+
+    main_full, store_full, wait_full = wave(per_sm)
+    main_partial, store_partial, wait_partial = wave(np.maximum(partial, 1))
     has_partial = partial > 0
     # waves in order: `full` full ones, then the partial one if any
     first_main = np.where(full > 0, main_full, main_partial)
     later_full = np.maximum(full - 1, 0) * np.maximum(main_full, store_full)
     after_full = np.where(full > 0, np.maximum(main_partial, store_full), main_partial)
-    out: FloatArray = np.where(
+    total = np.where(
         has_partial,
         np.where(full > 0, first_main + later_full + after_full, main_partial) + store_partial,
         first_main + later_full + store_full,
     )
-    return out
+    wait = full * wait_full + np.where(has_partial, wait_partial, 0)
+    return s.fixed + total, wait
 
 
-def _paper_total_us(s: _Stage) -> FloatArray:
-    """W waves of Sm(S) + T_EPILOGUE (GeMM-WS 7), A and B each paying the latency (eq. (4));
-    each wave's C store drains during the next wave (:func:`_async_copy_total_us`)."""
-    load = s.load_us + 2 * s.latency_us
-    t = s.math_us + s.math_startup_us
-    per_stage = np.where(s.depth == 1, load + t, np.maximum(load, t))
-    stored = np.minimum(s.sm_count, s.ctas) * s.store_per_cta_us
-    main = load + (s.stages - 1) * per_stage + s.epilogue_us
-    out: FloatArray = main + (s.busiest - 1) * np.maximum(main, stored) + stored
-    return out
-
-
-_CLOSED_FORMS: dict[str, Callable[[_Stage], FloatArray]] = {
-    "paper": _paper_total_us,
-    "async-copy": _async_copy_total_us,
-}
 _SHARES_SM: dict[str, bool] = {"paper": False, "async-copy": True}
 #: loads of a stage that each pay the startup latency: A and B in turn under eq. (4), one
 #: asynchronous copy of both under async-copy

@@ -19,6 +19,7 @@ another pipeline model's closed form can sit beside it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -316,12 +317,8 @@ def _score(
     wave_model: WaveTimeModel,
 ) -> Scores:
     """:func:`score_configurations` of every column as given (``columns``: the figures')."""
-    tables: dict[int, DurationTable] = {}
-
-    def table(draw: int) -> DurationTable:
-        if draw not in tables:
-            tables[draw] = DurationTable(figures._machine(columns, draw))
-        return tables[draw]
+    # one duration table per draw, built when first read (exact rationals are slow)
+    table = functools.cache(lambda draw: DurationTable(figures._machine(columns, draw)))
 
     tm, tn, tk, depth = configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
 

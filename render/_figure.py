@@ -12,7 +12,7 @@ import io
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -78,10 +78,19 @@ def bottom_legend(fig: Any, handles: list[Any]) -> None:
     )
 
 
-def timeline_heading(model: str, sim: Any, device: str, dtype: str, rank: int | None) -> str:
+class TimelineLabels(TypedDict, total=False):
+    """What only labels a timeline picture: the device, the dtype, the candidate's rank."""
+
+    device: str
+    dtype: str
+    rank: int | None
+
+
+def timeline_heading(model: str, sim: Any, labels: TimelineLabels) -> str:
     """The first title line of a pipeline timeline: the model, the GEMM, the device, the tiling
-    and the rank (``device``, ``dtype`` and ``rank`` only label the picture)."""
+    and the rank."""
     shape, t = sim.shape, sim.tiling
+    device, dtype, rank = labels.get("device", ""), labels.get("dtype", ""), labels.get("rank")
     where = f" on {device}" if device else ""
     kind = f" ({dtype})" if dtype else ""
     ranked = f", rank {rank}" if rank is not None else ""

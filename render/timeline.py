@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from perfmodel.gemm_ws import GemmWsMachine, Simulation, StageEvents, us_to_ns
 from render._figure import (
+    TimelineLabels,
     bottom_legend,
     figure,
     fmt_us,
@@ -46,8 +47,12 @@ from render._figure import (
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
     from perfmodel.pipelines.async_copy.recurrences import AsyncSimulation
+
+#: a panel's place in its figure: left, bottom, width, height (fractions of the figure)
+Rect = tuple[float, float, float, float]
 
 #: stages drawn at the start and at the end of a long pipeline
 FIRST_STAGES = 8
@@ -517,17 +522,9 @@ def _legend(fig: Any) -> None:
 
 
 def timeline_svg(
-    sim: Simulation,
-    machine: GemmWsMachine,
-    *,
-    device: str = "",
-    dtype: str = "",
-    rank: int | None = None,
+    sim: Simulation, machine: GemmWsMachine, **labels: Unpack[TimelineLabels]
 ) -> bytes:
-    """The timeline of ``sim`` (one tiling simulated on ``machine``) as SVG bytes.
-
-    ``device``, ``dtype`` and ``rank`` only label the picture.
-    """
+    """The timeline of ``sim`` (one tiling simulated on ``machine``) as SVG bytes."""
     d = sim.durations
     wave_end_ns = sim.wave_time_ns
     load = d.t_load_a_ns + d.t_load_b_ns
@@ -538,22 +535,41 @@ def timeline_svg(
         else f"MATH-bound: T_MATH {fmt_us(d.t_math_ns / 1000)} ≥ T_LOAD-A + T_LOAD-B "
         f"{fmt_us(load / 1000)}"
     )
-    # a fixed layout: constrained layout would cost a third of the drawing time
-    with figure(11.0, 5.6, layout=None) as fig:
-        top = fig.add_axes((0.095, 0.72, 0.88, 0.11))
-        bottom = fig.add_axes((0.095, 0.2, 0.88, 0.38))
-        fig.suptitle(
-            timeline_heading("GeMM-WS timeline", sim, device, dtype, rank) + "\n"
-            f"{bound}; {sim.stages} stages × {sim.waves} waves; MATH wait "
-            f"{fmt_us(sim.total_math_wait_ns / 1000)} in all (W × Σ Wait(i))",
-            fontsize=9.5,
-        )
-        _draw_kernel(top, sim, machine)
-        top.set_title("kernel: T_INIT, then W identical waves (§2.1.1)", loc="left", fontsize=8.5)
-        bottom.set_title(
-            _draw_wave(bottom, sim, machine, wave_end_ns) + " (eq. 1–3)", loc="left", fontsize=8.5
-        )
-        _legend(fig)
+    return _timeline_figure(
+        5.6,
+        ((0.095, 0.72, 0.88, 0.11), (0.095, 0.2, 0.88, 0.38)),
+        timeline_heading("GeMM-WS timeline", sim, labels) + "\n"
+        f"{bound}; {sim.stages} stages × {sim.waves} waves; MATH wait "
+        f"{fmt_us(sim.total_math_wait_ns / 1000)} in all (W × Σ Wait(i))",
+        (
+            lambda ax: _draw_kernel(ax, sim, machine),
+            "kernel: T_INIT, then W identical waves (§2.1.1)",
+        ),
+        lambda ax: _draw_wave(ax, sim, machine, wave_end_ns) + " (eq. 1–3)",
+        _legend,
+    )
+
+
+def _timeline_figure(
+    height_in: float,
+    panels: tuple[Rect, Rect],
+    heading: str,
+    kernel: tuple[Callable[[Axes], None], str],
+    wave: Callable[[Axes], str],
+    legend: Callable[[Figure], None],
+) -> bytes:
+    """A timeline picture as SVG bytes: ``heading`` over the kernel panel (drawn, then titled)
+    and the wave panel below it (its drawing returns its title), then the ``legend``. A fixed
+    layout (``panels``: figure fractions): constrained layout would cost a third of the
+    drawing time."""
+    with figure(11.0, height_in, layout=None) as fig:
+        top, bottom = (fig.add_axes(rect) for rect in panels)
+        fig.suptitle(heading, fontsize=9.5)
+        draw_kernel, kernel_title = kernel
+        draw_kernel(top)
+        top.set_title(kernel_title, loc="left", fontsize=8.5)
+        bottom.set_title(wave(bottom), loc="left", fontsize=8.5)
+        legend(fig)
         return svg_bytes(fig)
 
 
@@ -721,38 +737,28 @@ def _async_legend(fig: Any) -> None:
 
 
 def async_timeline_svg(
-    sim: AsyncSimulation,
-    machine: GemmWsMachine,
-    *,
-    device: str = "",
-    dtype: str = "",
-    rank: int | None = None,
+    sim: AsyncSimulation, machine: GemmWsMachine, **labels: Unpack[TimelineLabels]
 ) -> bytes:
     """The async-copy timeline of ``sim`` (one tiling simulated on ``machine`` by
-    :func:`perfmodel.pipelines.async_copy.recurrences.simulate_async`) as SVG bytes.
-
-    ``device``, ``dtype`` and ``rank`` only label the picture.
-    """
+    :func:`perfmodel.pipelines.async_copy.recurrences.simulate_async`) as SVG bytes."""
     dur = sim.durations
     height = 3.2 + 0.22 * (min(sim.stages, MAX_ASYNC_STAGES_DRAWN) + 1)
-    with figure(11.0, height, layout=None) as fig:
-        # fixed layout in inches from the top and the bottom, whatever the stage count
-        top = fig.add_axes((0.095, 1 - 1.55 / height, 0.88, 0.42 / height))
-        bottom = fig.add_axes((0.095, 0.95 / height, 0.88, 1 - 0.95 / height - 2.25 / height))
-        fig.suptitle(
-            timeline_heading("GeMM-WS async-copy timeline", sim, device, dtype, rank) + "\n"
-            f"{sim.ctas_per_sm} CTA(s) per SM sharing it: issue d {fmt_us(dur.issue_ns / 1000)}, "
-            f"latency λ {fmt_us(dur.latency_ns / 1000)}, MATH T {fmt_us(dur.math_ns / 1000)}; "
-            f"{sim.bound.value}-bound, {sim.stages_in_flight} stage(s) in flight; "
-            f"{sim.stages} stages × {sim.waves} waves",
-            fontsize=9.5,
-        )
-        _draw_async_kernel(top, sim, machine)
-        top.set_title(
+    # fixed layout in inches from the top and the bottom, whatever the stage count
+    return _timeline_figure(
+        height,
+        (
+            (0.095, 1 - 1.55 / height, 0.88, 0.42 / height),
+            (0.095, 0.95 / height, 0.88, 1 - 0.95 / height - 2.25 / height),
+        ),
+        timeline_heading("GeMM-WS async-copy timeline", sim, labels) + "\n"
+        f"{sim.ctas_per_sm} CTA(s) per SM sharing it: issue d {fmt_us(dur.issue_ns / 1000)}, "
+        f"latency λ {fmt_us(dur.latency_ns / 1000)}, MATH T {fmt_us(dur.math_ns / 1000)}; "
+        f"{sim.bound.value}-bound, {sim.stages_in_flight} stage(s) in flight; "
+        f"{sim.stages} stages × {sim.waves} waves",
+        (
+            lambda ax: _draw_async_kernel(ax, sim, machine),
             "kernel: T_INIT, full waves of c CTAs per SM, then the partial wave",
-            loc="left",
-            fontsize=8.5,
-        )
-        bottom.set_title(_draw_async_wave(bottom, sim, machine), loc="left", fontsize=8.5)
-        _async_legend(fig)
-        return svg_bytes(fig)
+        ),
+        lambda ax: _draw_async_wave(ax, sim, machine),
+        _async_legend,
+    )

@@ -1,17 +1,17 @@
 """Z3 optimizer for GeMM-WS tilings (warp-specialization-gemm-model.txt §3.2)."""
 
+from perfmodel.gemm_ws import ELEMENT_BYTES
 from perfmodel.pipelines.paper import serve_encoding
-from solver.candidates import encode_listed
+from solver.encoding import encode_listed
 from solver.errors import InfeasibleSearchSpace, InvalidSearchSpace, SolverTimeout
-from solver.optimize import (
-    ELEMENT_BYTES,
+from solver.optimize import optimize_tiling
+from solver.problem import (
     MAX_Z3_SEARCH_TILE_TRIPLES,
     CertificateCheck,
     SolverMode,
     SolverStatistics,
     TilingProblem,
     TilingResult,
-    optimize_tiling,
 )
 from solver.search_space import SearchSpace, SearchSummary, values_from_range
 

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfmodel.gemm_ws import (
-    DurationTable,
     GemmShape,
     GemmWsMachine,
     Tiling,
@@ -31,8 +30,8 @@ from perfmodel.gemm_ws import (
     us_to_ns,
     wave_count,
 )
-from solver.errors import InfeasibleSearchSpace
-from solver.search_space import SearchSpace, SearchSummary
+from perfmodel.pipelines.paper import duration_table
+from solver.search_space import SearchSpace
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +50,6 @@ class TripleBound:
     overall_time_floor_ns: int
     total_math_wait_floor_ns: int
 
-    def feasible_depths(self, depths: tuple[int, ...]) -> tuple[int, ...]:
-        limit = self.max_buffer_depth
-        return depths if limit is None else tuple(d for d in depths if d <= limit)
-
 
 def triple_bounds(
     shape: GemmShape,
@@ -66,7 +61,7 @@ def triple_bounds(
 ) -> list[TripleBound]:
     """Bounds for every (TM, TN, TK) of ``space``; ``check_deadline`` is called now and then
     so a caller can abandon a large space by raising."""
-    table = DurationTable(machine)
+    table = duration_table(machine)
     limit = machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
     t_epilogue = us_to_ns(machine.t_epilogue_us)
     t_init = us_to_ns(machine.t_init_us)
@@ -123,23 +118,3 @@ def triple_bounds(
             )
         )
     return bounds
-
-
-def summarize(space: SearchSpace, bounds: list[TripleBound]) -> SearchSummary:
-    """Count the candidates each hardware constraint rejects; refuse an empty result."""
-    rejected_shared = sum(
-        len(space.buffer_depth) - len(b.feasible_depths(space.buffer_depth)) for b in bounds
-    )
-    summary = SearchSummary(
-        candidates_considered=space.size,
-        feasible=space.size - rejected_shared,
-        rejected={"shared_memory_per_block": rejected_shared},
-    )
-    if summary.feasible == 0:
-        raise InfeasibleSearchSpace(
-            f"all {space.size} candidates need more shared memory per CTA than the device "
-            "allows; allow smaller tiles or buffer depths, or set "
-            "search_space.enforce_shared_memory to false",
-            summary.rejected,
-        )
-    return summary

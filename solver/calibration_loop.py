@@ -24,7 +24,8 @@ from perfmodel.calibration.gemm_ws import default_priors
 from perfmodel.errors import CalibrationInputError
 from perfmodel.gemm_ws import ELEMENT_BYTES, GemmShape, GemmWsMachine, Tiling
 from solver.explore import explore_problem
-from solver.optimize import TilingProblem, optimize_tiling
+from solver.optimize import optimize_tiling
+from solver.problem import TilingProblem
 from solver.shortlist import ShortlistMode
 
 #: measured time in microseconds of one run of ``shape`` with ``tiling``

@@ -8,6 +8,12 @@ from dataclasses import dataclass, field
 from solver.errors import SolverTimeout
 
 
+def ms_until(at: float) -> int:
+    """What is left until ``at`` (perf_counter seconds), in whole milliseconds, at least 1 (a
+    Z3 timeout of 0 means none)."""
+    return max(1, int((at - time.perf_counter()) * 1000))
+
+
 @dataclass(frozen=True, slots=True)
 class Deadline:
     """``time_limit_s`` from ``started`` (perf_counter seconds; default: now)."""
@@ -23,8 +29,7 @@ class Deadline:
         return time.perf_counter() > self.at
 
     def remaining_ms(self) -> int:
-        """What is left, in whole milliseconds, at least 1 (a Z3 timeout of 0 means none)."""
-        return max(1, int((self.at - time.perf_counter()) * 1000))
+        return ms_until(self.at)
 
     def check(self) -> None:
         """SolverTimeout once the limit has passed."""

@@ -30,9 +30,14 @@ from dataclasses import dataclass
 
 import z3
 
-from perfmodel.gemm_ws import GemmWsMachine, Tiling, WaveTimeModel, us_to_ns
-from solver.bounds import TripleBound
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, WaveTimeModel, us_to_ns
+from solver.bounds import TripleBound, triple_bounds
 from solver.search_space import SearchSpace
+
+#: the variables every encoding declares, as Z3 terms of Z3's main context (made once: terms
+#: are immutable, and making them costs more than a small certificate's other Python work)
+_TILE_M, _TILE_N, _TILE_K, _BUFFER_DEPTH = z3.Ints("tile_m tile_n tile_k buffer_depth")
+_OVERALL_TIME, _TOTAL_MATH_WAIT = z3.Ints("overall_time total_math_wait")
 
 
 @dataclass(frozen=True)
@@ -50,22 +55,30 @@ class Encoding:
     smtlib: str
     #: min over all triples of the overall-time cut: no configuration can be faster
     overall_time_floor_ns: int
+    #: the leading part of ``smtlib`` that problems of a kind share (:class:`EncodingText`;
+    #: empty: none), which solver/z3_session.py keeps asserted between certificate checks
+    shared: str = ""
 
     @classmethod
-    def parse(cls, smtlib: str, overall_time_floor_ns: int) -> Encoding:
+    def parse(cls, smtlib: str, overall_time_floor_ns: int, shared: str = "") -> Encoding:
         """The encoding of SMT-LIB text declaring tile_m, tile_n, tile_k, buffer_depth,
-        overall_time and total_math_wait."""
-        tm_v, tn_v, tk_v, depth_v = z3.Ints("tile_m tile_n tile_k buffer_depth")
+        overall_time and total_math_wait (``shared``: a leading part of it, see above)."""
         return cls(
-            tile_m=tm_v,
-            tile_n=tn_v,
-            tile_k=tk_v,
-            buffer_depth=depth_v,
-            overall_time_ns=z3.Int("overall_time"),
-            total_math_wait_ns=z3.Int("total_math_wait"),
-            smtlib=smtlib,
-            overall_time_floor_ns=overall_time_floor_ns,
+            _TILE_M,
+            _TILE_N,
+            _TILE_K,
+            _BUFFER_DEPTH,
+            _OVERALL_TIME,
+            _TOTAL_MATH_WAIT,
+            smtlib,
+            overall_time_floor_ns,
+            shared,
         )
+
+    @property
+    def specific(self) -> str:
+        """What ``smtlib`` holds beyond :attr:`shared`."""
+        return self.smtlib[len(self.shared) :]
 
     def tiling_of(self, model: z3.ModelRef) -> Tiling:
         def value(v: z3.ArithRef) -> int:
@@ -117,17 +130,8 @@ class EncodingText:
     def smtlib(self) -> str:
         return self.shared + "\n" + self.specific
 
-
-def encode(
-    triples: Sequence[TripleBound],
-    space: SearchSpace,
-    machine: GemmWsMachine,
-    wave_model: WaveTimeModel,
-) -> Encoding:
-    """Encode the candidates whose tile triple is in ``triples`` (all, or the survivors of a
-    bound-based presolve) with every buffer depth of ``space`` that fits."""
-    text = encode_text(triples, space, machine, wave_model)
-    return Encoding.parse(text.smtlib, overall_time_floor_ns=text.overall_time_floor_ns)
+    def parse(self) -> Encoding:
+        return Encoding.parse(self.smtlib, self.overall_time_floor_ns, shared=self.shared)
 
 
 def encode_text(
@@ -220,4 +224,34 @@ def encode_text(
         "\n".join(shared),
         "\n".join(out),
         overall_time_floor_ns=min(t.overall_time_floor_ns for t in triples),
+    )
+
+
+def encode_listed(
+    shape: GemmShape,
+    machine: GemmWsMachine,
+    tilings: Sequence[Tiling],
+    element_bytes: int,
+    wave_model: WaveTimeModel,
+) -> Encoding:
+    """Eq. (1)-(3) over exactly ``tilings`` (each already checked against the hardware): the
+    encoding over their tile triples, each triple's buffer depth restricted to the depths
+    listed with it. Each triple's cuts (solver/bounds.py) are taken over its own depths, so
+    they hold for every configuration it is encoded with."""
+    depths: dict[tuple[int, int, int], set[int]] = {}
+    for t in tilings:
+        depths.setdefault((t.tile_m, t.tile_n, t.tile_k), set()).add(t.buffer_depth)
+    bounds: list[TripleBound] = []
+    only: list[str] = []
+    for (tm, tn, tk), listed in depths.items():
+        space = SearchSpace((tm,), (tn,), (tk,), tuple(sorted(listed)), False)
+        bounds += triple_bounds(shape, machine, space, element_bytes, wave_model)
+        allowed = " ".join(f"(= buffer_depth {d})" for d in space.buffer_depth)
+        triple = f"(and (= tile_m {tm}) (= tile_n {tn}) (= tile_k {tk}))"
+        only.append(f"(assert (=> {triple} (or {allowed})))")
+    every_depth = tuple(sorted({t.buffer_depth for t in tilings}))
+    space = SearchSpace((tm,), (tn,), (tk,), every_depth, False)
+    text = encode_text(bounds, space, machine, wave_model)
+    return Encoding.parse(
+        "\n".join((text.smtlib, *only)), text.overall_time_floor_ns, shared=text.shared
     )

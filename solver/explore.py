@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
 
@@ -21,10 +22,10 @@ from perfmodel.gemm_ws_scoring import (
     Figures,
     ScoreOverflow,
     Scores,
-    enumerate_configurations,
     lexicographic_order,
 )
 from perfmodel.pipeline import PipelineModel
+from solver.per_configuration import space_configurations
 from solver.problem import TilingProblem
 from solver.shortlist import Shortlist, ShortlistMode, shortlist
 
@@ -49,18 +50,9 @@ def feasible_configurations(problem: TilingProblem) -> Configurations | None:
     """Every configuration of the space that fits the shared memory per CTA (when enforced)
     and, under the problem's model, an SM; None above MAX_EXPLORE_CONFIGURATIONS or when
     none does."""
-    space = problem.space
-    per_block = problem.machine.shared_memory_per_block_bytes
     chunks = []
     count = 0
-    for chunk in enumerate_configurations(
-        space.tile_m,
-        space.tile_n,
-        space.tile_k,
-        space.buffer_depth,
-        problem.element_bytes,
-        per_block if space.enforce_shared_memory else None,
-    ):
+    for chunk in space_configurations(problem):
         chunk = chunk.take(np.flatnonzero(problem.model.resident(chunk, problem.element_bytes)))
         count += chunk.count
         if count > MAX_EXPLORE_CONFIGURATIONS:
@@ -98,19 +90,25 @@ def _with_point(machine: GemmWsMachine, figures: Figures, count: int) -> Figures
     return Figures(**fields)  # type: ignore[arg-type]
 
 
+class ExploreOptions(TypedDict, total=False):
+    """:func:`explore_scored`'s keyword options, as :func:`explore_problem` passes them on."""
+
+    ratios: tuple[float, float]
+    draws: int
+    seed: int
+
+
 def explore_problem(
     problem: TilingProblem,
     belief: FigureBelief,
     top_k: int,
     mode: ShortlistMode,
-    *,
-    ratios: tuple[float, float] = (1.0, 1.0),
-    draws: int = DRAWS,
-    seed: int = 0,
+    **options: Unpack[ExploreOptions],
 ) -> ExploredShortlist | None:
     """The shortlist of ``problem``'s space under ``belief`` (rank 1: the point optimum);
     None when the space has more than MAX_EXPLORE_CONFIGURATIONS feasible configurations, or a
-    draw's times overflow the scorer (figures far beyond any GPU)."""
+    draw's times overflow the scorer (figures far beyond any GPU). ``options``: those of
+    :func:`explore_scored`."""
     configs = feasible_configurations(problem)
     if configs is None:
         return None
@@ -121,9 +119,7 @@ def explore_problem(
         belief,
         top_k,
         mode,
-        ratios=ratios,
-        draws=draws,
-        seed=seed,
+        **options,
     )
 
 

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import ParamSpec
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +45,7 @@ from perfmodel.gemm_ws_scoring import (
 )
 from perfmodel.pipeline import PipelineModel, Prediction
 from solver import problem as _problem
-from solver.deadline import Deadline
+from solver.deadline import Deadline, ms_until
 from solver.encoding import Encoding
 from solver.errors import CertificateMismatch, InfeasibleSearchSpace, SolverTimeout
 from solver.factory import make_solver
@@ -52,7 +53,6 @@ from solver.lexicographic import Objective, Ranking, rank_by_blocking
 from solver.problem import (
     CERTIFICATE_CLAIM,
     SHARED_MEMORY_CONSTRAINT,
-    SHARED_MEMORY_PER_SM_CONSTRAINT,
     CandidateProblem,
     Certificate,
     CertificateCheck,
@@ -60,14 +60,17 @@ from solver.problem import (
     TilingProblem,
     TilingResult,
     better_than,
+    better_than_smtlib,
     certified_result_of,
     objective_key,
     result_of,
     tie_break_key,
 )
-from solver.search_space import SearchSpace, SearchSummary
+from solver.search_space import SearchSpace, SearchSummary, shared_memory_fits
+from solver.z3_session import CheckOutcome, session
 
 _log = logging.getLogger(__name__)
+_P = ParamSpec("_P")
 
 #: the constraint of a configuration whose split_k exceeds its k tiles, ceil(k / tile_k)
 SPLIT_K_CONSTRAINT = "split_k_per_k_tiles"
@@ -129,6 +132,8 @@ class ScoredRanking:
     overall_time_ns: IntArray
     total_math_wait_ns: IntArray
     hopeful: Configurations
+    #: the model's bounds of ``hopeful`` (overall time, total MATH wait); None: not computed
+    hopeful_floors: tuple[IntArray, IntArray] | None
     scored: int
     #: False when the deadline stopped the enumeration
     complete: bool
@@ -145,40 +150,52 @@ def rank_scored(
     figures = Figures.of_machine(p.machine)
     kept = Configurations.concat([])
     kept_time = kept_wait = np.zeros(0, dtype=np.int64)
-    hopeful: list[tuple[Configurations, IntArray]] = []
+    hopeful: list[tuple[Configurations, IntArray, IntArray]] = []
     scored, not_resident, complete = 0, 0, True
     for chunk in chunks:
         if scored and time.perf_counter() > deadline:
             complete = False
             break
         resident = instance.resident(chunk)
-        not_resident += chunk.count - resident.shape[0]
-        chunk = chunk.take(resident)
+        if resident.shape[0] < chunk.count:
+            not_resident += chunk.count - resident.shape[0]
+            chunk = chunk.take(resident)
         if not chunk.count:
             continue
         scores = instance.model.score(p.shape, chunk, figures, p.element_bytes)
         times, waits = scores.overall_time_ns[0], scores.total_math_wait_ns[0]
         scored += chunk.count
-        merged = Configurations.concat([kept, chunk])
-        all_times = np.concatenate([kept_time, times])
-        all_waits = np.concatenate([kept_wait, waits])
-        order = lexicographic_order(all_times, all_waits, merged)[:top_k]
-        kept, kept_time, kept_wait = merged.take(order), all_times[order], all_waits[order]
+        hopeful.append((chunk, *instance.bounds(chunk)))
+        top = chunk
+        if chunk.count > top_k:
+            # only configurations no slower than the chunk's k-th best can be in the top k
+            kth = np.partition(times, top_k - 1)[top_k - 1]
+            index = np.flatnonzero(times <= kth)
+            top, times, waits = chunk.take(index), times[index], waits[index]
+        if kept.count:
+            top = Configurations.concat([kept, top])
+            times, waits = np.concatenate([kept_time, times]), np.concatenate([kept_wait, waits])
+        order = lexicographic_order(times, waits, top)[:top_k]
+        kept, kept_time, kept_wait = top.take(order), times[order], waits[order]
         # the best so far bounds the final incumbent's time from above: a configuration whose
         # floor exceeds it is never encoded
         best = int(kept_time[0])
-        floors, _ = instance.bounds(chunk)
-        hopeful.append((chunk, floors))
         hopeful = [
-            (c.take(index), f[index])
-            for c, f in hopeful
+            (c.take(index), f[index], w[index])
+            for c, f, w in hopeful
             if (index := np.flatnonzero(f <= best)).shape[0]
         ]
     return ScoredRanking(
         kept,
         kept_time,
         kept_wait,
-        Configurations.concat([c for c, _ in hopeful]),
+        Configurations.concat([c for c, _, _ in hopeful]),
+        (
+            np.concatenate([f for _, f, _ in hopeful], dtype=np.int64),
+            np.concatenate([w for _, _, w in hopeful], dtype=np.int64),
+        )
+        if hopeful
+        else None,
         scored,
         complete,
         not_resident,
@@ -215,28 +232,49 @@ def may_beat(
 
 
 def certify(
-    instance: Instance, incumbent: Prediction, configs: Configurations, deadline: float
+    instance: Instance,
+    incumbent: Prediction,
+    configs: Configurations,
+    deadline: float,
+    floors: tuple[IntArray, IntArray] | None = None,
 ) -> Certificate:
     """Ask Z3 whether any of ``configs`` (each fitting an SM) beats ``incumbent``
     lexicographically over the model's encoding; "unsat" proves the incumbent optimal among
     them. Only configurations the model's bounds leave able to beat it are encoded; the
-    incumbent itself always is (an encoding is never empty)."""
-    time_floor, wait_floor = instance.bounds(configs)
+    incumbent itself always is (an encoding is never empty). Each check runs in this thread's
+    Z3 session (solver/z3_session.py): the encoding's shared part stays asserted between
+    requests, its own facts and the claim are checked in a scope of their own. ``floors``:
+    the model's bounds of ``configs`` when the caller has them."""
+    time_floor, wait_floor = floors if floors is not None else instance.bounds(configs)
     hopeful = configs.take(np.flatnonzero(may_beat(time_floor, wait_floor, configs, incumbent)))
     if incumbent.tiling not in hopeful.tilings():
         hopeful = Configurations.concat([hopeful, Configurations.of_tilings([incumbent.tiling])])
     checks: list[CertificateCheck] = []
     better = None
+    claim = better_than_smtlib(incumbent)
     for enc in instance.encodings(hopeful):
-        solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
-        solver.from_string(enc.smtlib)
-        solver.add(better_than(enc, incumbent))
-        outcome = solver.check() if time.perf_counter() < deadline else z3.unknown
-        checks.append(CertificateCheck(CERTIFICATE_CLAIM, str(outcome)))
-        if outcome == z3.sat:
-            better = enc.tiling_of(solver.model())
+        answer = CheckOutcome("unknown")
+        if time.perf_counter() < deadline:
+            answer = session().check(
+                enc.shared,
+                enc.specific + "\n" + claim,
+                timeout_ms=ms_until(deadline),
+            )
+        checks.append(CertificateCheck(CERTIFICATE_CLAIM, answer.outcome))
+        if answer.outcome == "sat":
+            better = _witness(enc, incumbent, deadline)
             break
     return Certificate(tuple(checks), better, hopeful.count, configs.count - hopeful.count)
+
+
+def _witness(enc: Encoding, incumbent: Prediction, deadline: float) -> Tiling | None:
+    """The configuration Z3 found better than ``incumbent`` (a bug), read by the encoding
+    itself (it knows the dimensions it does not encode): the claim checked once more, in a
+    solver of Z3's main context, where the encoding's variables live."""
+    solver = make_solver(timeout_ms=ms_until(deadline))
+    solver.from_string(enc.smtlib)
+    solver.add(better_than(enc, incumbent))
+    return enc.tiling_of(solver.model()) if solver.check() == z3.sat else None
 
 
 def check_scores(ranked: Sequence[Prediction], times: IntArray, waits: IntArray) -> None:
@@ -289,7 +327,7 @@ def rank_encoded(
     """Up to ``ranks`` lexicographic optima among ``configs`` (predicted in ``predictions``),
     each found by Z3 over the model's encoding with the earlier ones blocked."""
     enc = instance.encode(configs)
-    solver = make_solver(timeout_ms=max(1, int((deadline - time.perf_counter()) * 1000)))
+    solver = make_solver(timeout_ms=ms_until(deadline))
     solver.from_string(enc.smtlib)
     blocked: set[Tiling] = set()
 
@@ -360,12 +398,24 @@ def optimize_per_configuration(
 ) -> TilingResult:
     """:func:`solver.optimize.optimize_tiling` under ``problem.model`` (module docstring)."""
     instance = Instance(problem.model, problem)
+    return _answer(mode, _certified_space, z3_search_space, instance, problem, top_k, deadline)
+
+
+def _answer(
+    mode: SolverMode,
+    certified: Callable[_P, TilingResult],
+    z3_search: Callable[_P, TilingResult],
+    *args: _P.args,
+    **kwargs: _P.kwargs,
+) -> TilingResult:
+    """The answer of ``mode`` (both solves take ``args``); the Z3 search also when the scorer
+    overflows (times beyond int64 ns: only the Python-int path represents them)."""
     if SolverMode(mode) is SolverMode.CERTIFIED:
         try:
-            return _certified_space(instance, problem, top_k, deadline)
+            return certified(*args, **kwargs)
         except ScoreOverflow:
             _log.info("scorer overflow; answering with the Z3 search")
-    return z3_search_space(instance, problem, top_k, deadline)
+    return z3_search(*args, **kwargs)
 
 
 def _infeasible(total: int, rejected: dict[str, int]) -> InfeasibleSearchSpace:
@@ -374,6 +424,29 @@ def _infeasible(total: int, rejected: dict[str, int]) -> InfeasibleSearchSpace:
         "allows; allow smaller tiles or buffer depths, or set "
         "search_space.enforce_shared_memory to false",
         rejected,
+    )
+
+
+def _rejected(instance: Instance, per_block: int, per_sm: int) -> dict[str, int]:
+    """What each hardware constraint rejects: the shared memory per CTA, then the model's
+    residency on an SM (only for a model that has one)."""
+    rejected = {SHARED_MEMORY_CONSTRAINT: per_block}
+    if instance.model.residency_constraint is not None:
+        rejected[instance.model.residency_constraint] = per_sm
+    return rejected
+
+
+def space_configurations(problem: TilingProblem) -> Iterator[Configurations]:
+    """The configurations of ``problem.space`` (tile sizes and depths) whose circular buffer
+    fits the shared memory per CTA when the space enforces it, in chunks."""
+    space = problem.space
+    return enumerate_configurations(
+        space.tile_m,
+        space.tile_n,
+        space.tile_k,
+        space.buffer_depth,
+        problem.element_bytes,
+        _per_block(problem),
     )
 
 
@@ -388,16 +461,9 @@ def z3_search_space(
     """The pure Z3 search over the space: the closed form's presolve, then rank by rank."""
     tilings = list(problem.space.tilings())
     per_block = _per_block(problem)
-    fits = [
-        t
-        for t in tilings
-        if per_block is None or t.shared_memory_bytes(problem.element_bytes) <= per_block
-    ]
+    fits = [t for t in tilings if shared_memory_fits(t, problem.element_bytes, per_block)]
     feasible = [fits[int(i)] for i in instance.resident(Configurations.of_tilings(fits))]
-    rejected = {
-        SHARED_MEMORY_CONSTRAINT: len(tilings) - len(fits),
-        SHARED_MEMORY_PER_SM_CONSTRAINT: len(fits) - len(feasible),
-    }
+    rejected = _rejected(instance, len(tilings) - len(fits), len(fits) - len(feasible))
     summary = SearchSummary(len(tilings), len(feasible), rejected)
     if not feasible:
         raise _infeasible(len(tilings), rejected)
@@ -414,8 +480,8 @@ def z3_search_space(
         summary,
         deadline,
         checks=ranking.checks,
-        encoded_tile_triples=len(survivors),
-        pruned_tile_triples=len(feasible) - len(survivors),
+        encoded_configurations=len(survivors),
+        pruned_configurations=len(feasible) - len(survivors),
         mode=SolverMode.Z3_SEARCH,
     )
 
@@ -429,14 +495,7 @@ def _certified_space(
 
     def chunks() -> Iterator[Configurations]:
         nonlocal fitting, kept
-        for chunk in enumerate_configurations(
-            space.tile_m,
-            space.tile_n,
-            space.tile_k,
-            space.buffer_depth,
-            problem.element_bytes,
-            _per_block(problem),
-        ):
+        for chunk in space_configurations(problem):
             fitting += chunk.count * raster
             for part in with_raster(chunk, space, problem.shape.k):
                 kept += part.count
@@ -444,10 +503,7 @@ def _certified_space(
 
     ranking = rank_scored(instance, chunks(), top_k, deadline.at)
     if ranking.complete:
-        rejected = {
-            SHARED_MEMORY_CONSTRAINT: space.size - fitting,
-            SHARED_MEMORY_PER_SM_CONSTRAINT: ranking.not_resident,
-        }
+        rejected = _rejected(instance, space.size - fitting, ranking.not_resident)
         if fitting > kept:
             rejected[SPLIT_K_CONSTRAINT] = fitting - kept
         summary = SearchSummary(space.size, ranking.scored, rejected)
@@ -498,7 +554,9 @@ def _certified(
     check_scores(ranked, ranking.overall_time_ns, ranking.total_math_wait_ns)
     certificate = None
     if ranking.complete:
-        certificate = certify(instance, ranked[0], ranking.hopeful, deadline.at)
+        certificate = certify(
+            instance, ranked[0], ranking.hopeful, deadline.at, ranking.hopeful_floors
+        )
         if certificate.better is not None:
             return mismatch_answer(certificate, ranked[0], ranking.scored, z3_search)
     checks = certificate.checks if certificate is not None else ()
@@ -520,13 +578,17 @@ def rank_listed(
     """Rank ``feasible`` (distinct, each fitting a CTA and an SM) under ``problem.model`` and
     prove the best among them; the caller sets the summary."""
     instance = Instance(problem.model, problem)
-    if SolverMode(mode) is SolverMode.Z3_SEARCH:
-        return _z3_listed(instance, feasible, ranks, deadline)
+    return _answer(mode, _certified_listed, _z3_listed, instance, feasible, ranks, deadline)
+
+
+def _certified_listed(
+    instance: Instance, feasible: list[Tiling], ranks: int, deadline: Deadline
+) -> TilingResult:
     configs = Configurations.of_tilings(feasible)
     ranking = rank_scored(instance, [configs], ranks, deadline.at)
     placeholder = SearchSummary(0, 0, {})
     # every candidate is certified against, not only the hopeful of the space's enumeration
-    ranking = dataclasses.replace(ranking, hopeful=configs, complete=True)
+    ranking = dataclasses.replace(ranking, hopeful=configs, hopeful_floors=None, complete=True)
     return _certified(
         instance,
         ranking,
@@ -547,7 +609,7 @@ def _z3_listed(
         SearchSummary(0, 0, {}),
         deadline,
         checks=ranking.checks,
-        encoded_tile_triples=len(feasible),
-        pruned_tile_triples=0,
+        encoded_configurations=len(feasible),
+        pruned_configurations=0,
         mode=SolverMode.Z3_SEARCH,
     )

@@ -87,10 +87,9 @@ class SolverStatistics:
     elapsed_ms: float
     z3_version: str
     checks: int
-    #: tile triples (configurations, per-configuration certificates) given to Z3 after the
-    #: bound-based presolve, and those it left out
-    encoded_tile_triples: int
-    pruned_tile_triples: int
+    #: configurations given to Z3 after the bound-based presolve, and those it left out
+    encoded_configurations: int
+    pruned_configurations: int
     mode: SolverMode = SolverMode.Z3_SEARCH
     #: configurations the exact scorer evaluated (certified mode)
     configurations_scored: int = 0
@@ -116,9 +115,9 @@ class Certificate:
     checks: tuple[CertificateCheck, ...]
     #: a configuration Z3 found lexicographically better than the incumbent (a bug), or None
     better: Tiling | None
-    #: tile triples (or configurations) encoded (bound <= the incumbent's) and left out
-    encoded_tile_triples: int
-    pruned_tile_triples: int
+    #: configurations encoded (bounds able to beat the incumbent) and left out
+    encoded_configurations: int
+    pruned_configurations: int
 
 
 def result_of(
@@ -159,8 +158,8 @@ def certified_result_of(
         summary,
         deadline,
         checks=len(checks),
-        encoded_tile_triples=certificate.encoded_tile_triples if certificate else 0,
-        pruned_tile_triples=certificate.pruned_tile_triples if certificate else 0,
+        encoded_configurations=certificate.encoded_configurations if certificate else 0,
+        pruned_configurations=certificate.pruned_configurations if certificate else 0,
         mode=SolverMode.CERTIFIED,
         configurations_scored=configurations_scored,
         certificate=checks,
@@ -227,7 +226,26 @@ def better_than(enc: Any, incumbent: Prediction) -> z3.BoolRef:
     )
 
 
-#: the constraint name the space path uses in ``search.rejected`` (solver/bounds.py summarize)
+def better_than_smtlib(incumbent: Prediction) -> str:
+    """:func:`better_than` as an SMT-LIB assertion over the names every encoding declares (the
+    same formula, tests/solver/test_z3_session.py proves them equivalent): parsed with the
+    encoding, it builds no Python-side Z3 object."""
+    t = incumbent.tiling
+    time_ns, wait_ns = incumbent.overall_time_ns, incumbent.total_math_wait_ns
+    key = tie_break_key(t.tile_m, t.tile_n, t.tile_k, t.buffer_depth)
+    b = _KEY_BASE
+    enc_key = (
+        f"(+ (* (+ (* (+ (* tile_m {b}) tile_n) {b}) tile_k) {b}) "
+        f"(- {MAX_BUFFER_DEPTH} buffer_depth))"
+    )
+    return (
+        f"(assert (or (< overall_time {time_ns}) "
+        f"(and (= overall_time {time_ns}) (< total_math_wait {wait_ns})) "
+        f"(and (= overall_time {time_ns}) (= total_math_wait {wait_ns}) (> {enc_key} {key}))))"
+    )
+
+
+#: the constraint name the space path uses in ``search.rejected``
 SHARED_MEMORY_CONSTRAINT = "shared_memory_per_block"
 
 #: the constraint of a candidate whose buffer fits a CTA's share but no SM (per-SM shared

@@ -54,7 +54,11 @@ class Z3Session:
         self.solvers_built = 0
 
     def check(self, shared: str, specific: str, timeout_ms: int) -> CheckOutcome:
-        """Check ``shared`` and ``specific`` (SMT-LIB 2 text) together within ``timeout_ms``."""
+        """Check ``shared`` and ``specific`` (SMT-LIB 2 text) together within ``timeout_ms``.
+        An empty ``shared`` leaves nothing to keep: the check gets a solver of its own (the
+        declarations of ``specific`` could not be made again in a kept one)."""
+        if not shared:
+            return self._check_alone(specific, timeout_ms)
         solver = self._solver(shared)
         solver.set(timeout=max(1, timeout_ms))
         keep = False
@@ -72,6 +76,13 @@ class Z3Session:
                 self._solvers.pop(shared, None)
         self.checks += 1
         return CheckOutcome(str(result), tiling)
+
+    def _check_alone(self, text: str, timeout_ms: int) -> CheckOutcome:
+        solver = make_solver(timeout_ms=timeout_ms, ctx=self.context)
+        solver.from_string(text)
+        result = solver.check()
+        self.checks += 1
+        return CheckOutcome(str(result), self._tiling(solver.model()) if result == z3.sat else None)
 
     def _solver(self, shared: str) -> z3.Solver:
         solver = self._solvers.get(shared)

@@ -380,10 +380,9 @@ def test_cycle_finder_finds_a_circle() -> None:
 
 # ---------------------------------------------------------------------------- pipeline models
 
-#: where code may ask which pipeline model it holds: the solver's two entry points, which give
-#: the paper's model its own per-triple certificate (every other model goes through
-#: solver/per_configuration.py)
-MODEL_BRANCHES_ALLOWED = 2
+#: where code may ask which pipeline model it holds outside the registry: nowhere (every model,
+#: the paper's included, is solved by solver/per_configuration.py)
+MODEL_BRANCHES_ALLOWED = 0
 _MODEL_BRANCH = re.compile(
     r"isinstance\([^)]*\b(PaperPipeline|AsyncCopyPipeline)\b"
     r"|[=!]=\s*[\"'](paper|async-copy)[\"']"
@@ -391,9 +390,9 @@ _MODEL_BRANCH = re.compile(
 )
 
 
-def test_at_most_two_places_branch_on_the_pipeline_model() -> None:
+def test_no_place_branches_on_the_pipeline_model() -> None:
     """Outside the registry (perfmodel/pipelines), which model answers is read from the
-    model object, never asked by type or name, but in the solver's entry points."""
+    model object, never asked by type or name."""
     branches = []
     for module, path in _product_modules().items():
         if module.startswith("perfmodel.pipelines"):

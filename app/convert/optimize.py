@@ -172,6 +172,7 @@ def memory_term(
         return model
     # numpy and the memory figures load only for requests that ask for them
     from device_profiles.memory import memory_model_device
+    from perfmodel.pipelines import memory_recurrences
     from perfmodel.pipelines.l2_reuse import L2ReuseModel
 
     if request.solver != "certified":
@@ -181,13 +182,14 @@ def memory_term(
         )
     if profile is None or request.device_params is not None:
         raise ModelNotServed("inline", "l2-reuse", ["memory"], field="memory_model")
+    pipeline = memory_recurrences(model)
     try:
-        device = memory_model_device(profile, request.dtype)
+        device = memory_model_device(profile, request.dtype, pipeline)
     except ValueError as error:
         raise ModelNotServed(profile.id, "l2-reuse", [str(error)], field="memory_model") from error
-    wrapped: PipelineModel = L2ReuseModel(
-        model, device.base.memory, device.base.reduction_overhead_us
-    )
+    # the request's residency limits where the pipeline model has them (async-copy)
+    limits = getattr(model, "limits", device.limits)
+    wrapped: PipelineModel = L2ReuseModel(model, device.base, limits, pipeline)
     return wrapped
 
 

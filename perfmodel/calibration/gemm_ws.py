@@ -39,8 +39,8 @@ from perfmodel.gemm_ws import (
     ELEMENT_BYTES,
     GemmWsMachine,
     WaveTimeModel,
-    overall_time_closed_form_ns,
     scaled_throughputs,
+    simulate_closed_form,
 )
 from perfmodel.pipeline import PipelineModel, PipelineResiduals
 from perfmodel.pipelines.paper import PaperPipeline
@@ -69,7 +69,7 @@ def predict_gemm_ws_us(
     """The service's prediction of ``run`` in microseconds: :func:`perfmodel.gemm_ws.simulate`'s
     overall time, computed in O(1) from the closed form."""
     shape, tiling = shape_and_tiling(run)
-    return overall_time_closed_form_ns(shape, tiling, machine, wave_time_model) / 1000
+    return simulate_closed_form(shape, tiling, machine, wave_time_model).overall_time_ns / 1000
 
 
 def check_measurement(measurement: GemmWsMeasurement, prefix: str) -> None:

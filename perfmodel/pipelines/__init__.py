@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from perfmodel.errors import InfeasibleSearchSpace, ModelInputError
 from perfmodel.gemm_ws import SmLimits, WaveTimeModel
 from perfmodel.pipeline import PipelineModel
+
+if TYPE_CHECKING:
+    from perfmodel.gemm_ws_memory_model import Recurrences
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +100,18 @@ def resolve(name: str, settings: PipelineSettings | None = None) -> PipelineMode
     return factory(settings or PipelineSettings())
 
 
+def memory_recurrences(model: PipelineModel) -> Recurrences:
+    """The stage recurrences the L2-reuse memory term runs under ``model``: the paper's
+    eq. (1)-(3) for the paper model, the async-copy ring for every other model."""
+    return "paper" if model.name == DEFAULT_NAME else "async-copy"
+
+
 __all__ = [
     "DEFAULT_NAME",
     "PipelineSettings",
     "UnknownPipelineModel",
     "is_registered",
+    "memory_recurrences",
     "names",
     "register",
     "resolve",

@@ -1,37 +1,62 @@
-"""The L2-reuse memory term over any pipeline model: per configuration, its loads' throughput
-and latency from perfmodel/gemm_ws_traffic.py, split-K's shorter reduction and larger grid.
+"""The L2-reuse memory term in the optimizer: the L2-aware GeMM-WS model of
+perfmodel/gemm_ws_memory_model.py (the one bench/bench_real.py measures against real GPUs),
+as a pipeline model the certified optimizer searches and Z3 certifies.
 
-Model-agnostic by construction: a configuration (tile, ``group_m``, ``split_k``) is the base
-model's configuration on an *effective* problem, and the base model's closed form, simulator,
-scorer, bounds and Z3 encoding run unchanged on it:
+One model, one place: the scorer is :meth:`ShapeModel.times_ns`, vectorised over every
+configuration of a chunk (traffic per distinct (tile, group_m, split_k, CTAs per SM), then
+the closed forms element-wise); the figures are the device's ``MemoryModelFigures`` and
+``SmLimits`` (device_profiles/memory.py), so the service's time of a configuration is the
+bench's uncalibrated prediction in integer ticks (1 ps), rounded to ns at the end.
 
-- effective machine: load throughput = the waves' per-SM throughput and load latency = the
-  hit-rate-weighted L2/DRAM latency (``Traffic``); T_INIT + split-K's reduction
-  (``split_k_reduction_us``: partial sums at DRAM bandwidth plus a fixed cost);
-- effective shape: k = ceil(k / split_k) (each CTA reduces one slice) and
-  m = ceil(m / TM) x TM x split_k, so the base model counts tiles_m x tiles_n x split_k CTAs.
+Three more views of the same model, each written apart from the scorer:
 
-Configurations that share (TM, TN, TK, group_m, split_k) share the effective problem (the
-waves are counted at one CTA per SM, eq. (1)-(3)'s residency, for every base model), so the
-scorer, bounds and encoding run once per such group; the certificate asks Z3 once per group
-(solver/per_configuration.py). Derivation: docs/model-notes.md, "L2 reuse in the optimizer".
+- simulate: (A1)-(A3) stage by stage (perfmodel/pipelines/async_copy/recurrences.py) on the
+  configuration's stage quantities, then its waves one after another, each wave's C store
+  draining during the next (the reference the scorer is checked against);
+- bounds: per configuration, floors that hold for every solution of (A1)-(A3): M(S) >= S d +
+  lambda (the copy engine issues S stages) and M(S) >= d + lambda + (S - 1) T (S MATHs in
+  turn), each wave at least its main part;
+- encode: (A1)-(A3) per configuration with its quantities written in as numbers, unrolled over
+  2 D stages and extrapolated by the period (async-copy encoding), and the waves' composition
+  in linear integer arithmetic; the configuration variables include group_m and split_k, so
+  one Z3 check covers every (tile, depth, group_m, split_k) the bounds leave.
+
+Derivation: docs/model-notes.md, "Memory hierarchy, L2 reuse, split-K and tf32" 3 and 3b.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import z3
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling
+from perfmodel.gemm_ws_memory_model import (
+    TICKS_PER_NS,
+    MemoryModelFigures,
+    Recurrences,
+    ShapeModel,
+    Space,
+    StageTimes,
+    ctas_per_sm,
+    ticks_to_ns,
+)
 from perfmodel.gemm_ws_scoring import Configurations, Figures, IntArray, Scores
-from perfmodel.gemm_ws_traffic import Grid, MemoryFigures, gemm_traffic, split_k_reduction_us
-from perfmodel.pipeline import FigureInfo, PipelineModel, PipelineResiduals
+from perfmodel.gemm_ws_traffic import Traffic
+from perfmodel.pipeline import FigureInfo, PipelineModel, PipelineResiduals, answer_fields
+from perfmodel.pipelines.async_copy.encoding import _constant_recurrences, _last_math_start
+from perfmodel.pipelines.async_copy.recurrences import (
+    AsyncDurations,
+    AsyncSimulation,
+    AsyncStageEvents,
+    run_stages,
+    steady_state,
+)
+from solver.encoding import Encoding, _max
 
 #: the request's memory-term switch: "dram-stream" (every load at the machine's DRAM share,
 #: no memory term) or "l2-reuse" (this module)
@@ -39,110 +64,165 @@ MEMORY_MODELS = ("dram-stream", "l2-reuse")
 
 
 @dataclass(frozen=True, slots=True)
-class Effective:
-    """One group's effective problem and what its candidates report."""
+class MemoryPrediction:
+    """One configuration under the L2-aware model: times in ns, its full wave's stage
+    (durations and, when simulated, events in ns) and its traffic."""
 
     shape: GemmShape
-    machine: GemmWsMachine
+    tiling: Tiling
+    overall_time_ns: int
+    total_math_wait_ns: int
+    waves: int
+    stages: int
+    ctas_per_sm: int
+    full_waves: int
+    partial_wave_ctas: int
+    #: a stage of the first wave (full, else the partial one), ns
+    durations: AsyncDurations
+    events: tuple[AsyncStageEvents, ...]
     dram_bytes: float
     l2_hit_rate: float
+
+
+@dataclass(frozen=True)
+class RasterEncoding(Encoding):
+    """An encoding whose configurations also choose group_m and split_k."""
+
+    group_m: z3.ArithRef = field(default_factory=lambda: z3.Int("group_m"))
+    split_k: z3.ArithRef = field(default_factory=lambda: z3.Int("split_k"))
+
+    def tiling_of(self, model: z3.ModelRef) -> Tiling:
+        def value(v: z3.ArithRef) -> int:
+            return int(model.eval(v, model_completion=True).as_long())
+
+        tiling = super().tiling_of(model)
+        return dataclasses.replace(tiling, group_m=value(self.group_m), split_k=value(self.split_k))
+
+    def is_tiling(self, tiling: Tiling) -> z3.BoolRef:
+        return z3.And(
+            super().is_tiling(tiling),
+            self.group_m == tiling.group_m,
+            self.split_k == tiling.split_k,
+        )
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryPrediction:
-    """A base model's prediction on the effective problem, with the group's traffic."""
+class _Evaluated:
+    """The model on a set of configurations: ns times and the tick stage quantities."""
 
-    base: Any
-    dram_bytes: float
-    l2_hit_rate: float
-
-    @property
-    def tiling(self) -> Tiling:
-        t: Tiling = self.base.tiling
-        return t
-
-    @property
-    def overall_time_ns(self) -> int:
-        return int(self.base.overall_time_ns)
-
-    @property
-    def total_math_wait_ns(self) -> int:
-        return int(self.base.total_math_wait_ns)
-
-    @property
-    def waves(self) -> int:
-        return int(self.base.waves)
-
-    @property
-    def stages(self) -> int:
-        return int(self.base.stages)
+    overall_time_ns: IntArray
+    total_math_wait_ns: IntArray
+    ticks: StageTimes
+    traffic: Traffic
 
 
-class GroupEncoding:
-    """A base model's encoding of one group, read back with the group's group_m and split_k."""
-
-    def __init__(self, base: Any, group_m: int, split_k: int) -> None:
-        self.base, self.group_m, self.split_k = base, group_m, split_k
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.base, name)
-
-    def tiling_of(self, model: z3.ModelRef) -> Tiling:
-        tiling: Tiling = self.base.tiling_of(model)
-        return dataclasses.replace(tiling, group_m=self.group_m, split_k=self.split_k)
-
-
-def _key_columns(configs: Configurations) -> npt.NDArray[np.int64]:
-    return np.stack(
-        [configs.tile_m, configs.tile_n, configs.tile_k, configs.group_m, configs.split_k], axis=1
+def _space(configs: Configurations) -> Space:
+    return Space(
+        configs.tile_m,
+        configs.tile_n,
+        configs.tile_k,
+        configs.buffer_depth,
+        configs.group_m,
+        configs.split_k,
     )
 
 
 @dataclass(frozen=True)
 class L2ReuseModel:
-    """``base`` with the L2-reuse memory term (module docstring); ``memory`` the device's
-    hierarchy, ``reduction_overhead_us`` split-K's fixed reduction cost."""
+    """The L2-aware model (module docstring) for the pipeline ``pipeline`` on the device's
+    ``model_figures`` and ``limits``; ``base`` (the same pipeline model without the term)
+    answers what the term leaves alone: its name, its calibration, its figures' list."""
 
     base: PipelineModel
-    memory: MemoryFigures
-    reduction_overhead_us: float
+    model_figures: MemoryModelFigures
+    limits: SmLimits
+    pipeline: Recurrences
+    #: the last evaluation (a chunk is scored, then bounded)
+    _last: list[tuple[tuple[Any, ...], Configurations, _Evaluated]] = field(
+        default_factory=list, compare=False, repr=False
+    )
 
-    # --- the effective problem ---------------------------------------------------------------
+    # --- the model ---------------------------------------------------------------------------
 
-    def effective(
-        self, shape: GemmShape, machine: GemmWsMachine, element_bytes: int, configs: Configurations
-    ) -> Iterator[tuple[npt.NDArray[np.intp], Effective, int, int]]:
-        """Per group of ``configs``: its rows, its effective problem, its group_m and split_k."""
-        if not configs.count:
-            return
-        keys = _key_columns(configs)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        memory = dataclasses.replace(self.memory, sm_count=machine.sm_count)
-        grid = Grid.of(*(unique[:, i] for i in range(5)))
-        traffic = gemm_traffic(shape.m, shape.n, shape.k, element_bytes, grid, memory)
-        reduction = split_k_reduction_us(traffic, memory, self.reduction_overhead_us)
-        for g, (tm, _tn, _tk, gm, sk) in enumerate(unique.tolist()):
-            eff_machine = dataclasses.replace(
-                machine,
-                t_init_us=machine.t_init_us + float(reduction[g]),
-                load_startup_latency_us=float(traffic.load_latency_us[g]),
-                load_throughput_elements_per_us=float(traffic.load_throughput_elements_per_us[g]),
+    def _evaluate(
+        self, shape: GemmShape, sm_count: int, element_bytes: int, configs: Configurations
+    ) -> _Evaluated:
+        key = (shape, sm_count, element_bytes)
+        if self._last and self._last[0][0] == key and self._last[0][1] is configs:
+            return self._last[0][2]
+        figures = dataclasses.replace(
+            self.model_figures,
+            memory=dataclasses.replace(self.model_figures.memory, sm_count=sm_count),
+        )
+        model = ShapeModel(
+            shape.m,
+            shape.n,
+            shape.k,
+            element_bytes,
+            _space(configs),
+            sm_count,
+            self.limits,
+            self.pipeline,
+        )
+        time_ns, wait_ns, ticks, traffic = model.times_ns(figures)
+        out = _Evaluated(time_ns, wait_ns, ticks, traffic)
+        self._last[:] = [(key, configs, out)]
+        return out
+
+    def _prediction(
+        self,
+        shape: GemmShape,
+        e: _Evaluated,
+        tiling: Tiling,
+        time_ns: int,
+        wait_ns: int,
+        events: bool,
+    ) -> MemoryPrediction:
+        s = e.ticks
+        per_sm, full, partial = (int(v[0]) for v in s.wave_shares())
+        share = per_sm if full else partial
+        ticks = _durations(s, share)
+        shown = AsyncDurations(
+            share, *(int(ticks_to_ns(v)) for v in (ticks.issue_ns, ticks.latency_ns, ticks.math_ns))
+        )
+        stage_events: tuple[AsyncStageEvents, ...] = ()
+        if events:
+            stage_events = tuple(
+                AsyncStageEvents(
+                    ev.stage,
+                    *(
+                        int(ticks_to_ns(v))
+                        for v in (
+                            ev.issue_start_ns,
+                            ev.arrival_ns,
+                            ev.math_start_ns,
+                            ev.math_wait_ns,
+                        )
+                    ),
+                )
+                for ev in run_stages(ticks, int(s.stages[0]), int(s.depth[0]))
             )
-            eff_shape = GemmShape(-(-shape.m // tm) * tm * sk, shape.n, -(-shape.k // sk))
-            eff = Effective(
-                eff_shape,
-                eff_machine,
-                float(traffic.dram_bytes[g]),
-                float(traffic.l2_hit_rate[g]),
-            )
-            yield np.flatnonzero(inverse == g), eff, gm, sk
+        return MemoryPrediction(
+            shape=shape,
+            tiling=tiling,
+            overall_time_ns=time_ns,
+            total_math_wait_ns=wait_ns,
+            waves=full + (1 if partial else 0),
+            stages=int(s.stages[0]),
+            ctas_per_sm=per_sm,
+            full_waves=full,
+            partial_wave_ctas=partial,
+            durations=shown,
+            events=stage_events,
+            dram_bytes=float(e.traffic.dram_bytes[0]),
+            l2_hit_rate=float(e.traffic.l2_hit_rate[0]),
+        )
 
     def _one(
         self, shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, element_bytes: int
-    ) -> Effective:
+    ) -> _Evaluated:
         configs = Configurations.of_tilings([tiling])
-        return next(self.effective(shape, machine, element_bytes, configs))[1]
+        return self._evaluate(shape, machine.sm_count, element_bytes, configs)
 
     # --- PipelineModel -----------------------------------------------------------------------
 
@@ -164,41 +244,43 @@ class L2ReuseModel:
 
     @property
     def residency_constraint(self) -> str | None:
-        return self.base.residency_constraint
+        return "shared_memory_per_sm"
 
     def closed_form(
         self, shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, element_bytes: int
     ) -> MemoryPrediction:
         e = self._one(shape, tiling, machine, element_bytes)
-        base = self.base.closed_form(e.shape, tiling, e.machine, element_bytes)
-        return MemoryPrediction(base, e.dram_bytes, e.l2_hit_rate)
+        time_ns, wait_ns = int(e.overall_time_ns[0]), int(e.total_math_wait_ns[0])
+        return self._prediction(shape, e, tiling, time_ns, wait_ns, events=False)
 
     def simulate(
         self, shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, element_bytes: int
     ) -> MemoryPrediction:
+        """(A1)-(A3) stage by stage, then the waves in turn (module docstring)."""
         e = self._one(shape, tiling, machine, element_bytes)
-        base = self.base.simulate(e.shape, tiling, e.machine, element_bytes)
-        return MemoryPrediction(base, e.dram_bytes, e.l2_hit_rate)
+        time_ticks, wait_ticks = _simulate_waves(e.ticks)
+        time_ns, wait_ns = int(ticks_to_ns(time_ticks)), int(ticks_to_ns(wait_ticks))
+        return self._prediction(shape, e, tiling, time_ns, wait_ns, events=True)
 
     def resident(self, configs: Configurations, element_bytes: int) -> Any:
-        return self.base.resident(configs, element_bytes)
+        return ctas_per_sm(_space(configs), element_bytes, self.limits) >= 1
 
     def residency_rejection(self, tiling: Tiling, element_bytes: int) -> str | None:
-        return self.base.residency_rejection(tiling, element_bytes)
+        if self.resident(Configurations.of_tilings([tiling]), element_bytes)[0]:
+            return None
+        return (
+            f"a CTA's circular buffer ({tiling.shared_memory_bytes(element_bytes)} bytes) or "
+            f"its {tiling.tile_m * tiling.tile_n} fp32 accumulators exceed one SM's shared "
+            "memory or register file: no CTA fits"
+        )
 
     def score(
         self, shape: GemmShape, configs: Configurations, figures: Figures, element_bytes: int
     ) -> Scores:
-        """The base scorer per group on its effective machine (``figures``' draws are the
-        base machine's: only the first, the optimizer's, is scored)."""
-        times = np.zeros((1, configs.count), dtype=np.int64)
-        waits = np.zeros((1, configs.count), dtype=np.int64)
-        for rows, e, _, _ in self.effective(shape, _machine(figures), element_bytes, configs):
-            s = self.base.score(
-                e.shape, configs.take(rows), Figures.of_machine(e.machine), element_bytes
-            )
-            times[0, rows], waits[0, rows] = s.overall_time_ns[0], s.total_math_wait_ns[0]
-        return Scores(times, waits)
+        """Every configuration by the model's closed forms (``figures``' SM count; the other
+        figures are the device's memory-model figures)."""
+        e = self._evaluate(shape, figures.sm_count, element_bytes, configs)
+        return Scores(e.overall_time_ns[None, :], e.total_math_wait_ns[None, :])
 
     def bounds(
         self,
@@ -207,12 +289,19 @@ class L2ReuseModel:
         element_bytes: int,
         configs: Configurations,
     ) -> tuple[IntArray, IntArray]:
-        time_floor = np.zeros(configs.count, dtype=np.int64)
-        wait_floor = np.zeros(configs.count, dtype=np.int64)
-        for rows, e, _, _ in self.effective(shape, machine, element_bytes, configs):
-            t, w = self.base.bounds(e.shape, e.machine, element_bytes, configs.take(rows))
-            time_floor[rows], wait_floor[rows] = t, w
-        return time_floor, wait_floor
+        """Floors of the overall time (module docstring); the MATH wait's floor is 0."""
+        s = self._evaluate(shape, machine.sm_count, element_bytes, configs).ticks
+        per_sm, full, partial = s.wave_shares()
+
+        def main_floor(share: IntArray) -> IntArray:
+            d, lam, t = s.wave(share)
+            last = np.maximum(s.stages * d + lam, d + lam + (s.stages - 1) * t)
+            floor: IntArray = s.wave_end(last, t)
+            return floor
+
+        ticks = s.fixed + full * main_floor(per_sm) + (partial > 0) * main_floor(partial)
+        floor_ns: IntArray = ticks_to_ns(ticks)
+        return floor_ns, np.zeros(configs.count, dtype=np.int64)
 
     def encode(
         self,
@@ -220,28 +309,12 @@ class L2ReuseModel:
         machine: GemmWsMachine,
         element_bytes: int,
         configs: Configurations,
-    ) -> Any:
-        """One group's encoding (the certificate encodes group by group: :meth:`encode_groups`);
-        ValueError for configurations of several groups."""
-        groups = self.encode_groups(shape, machine, element_bytes, configs)
-        if len(groups) != 1:
-            raise ValueError("the L2-reuse term encodes one (tile, group_m, split_k) at a time")
-        return groups[0]
-
-    def encode_groups(
-        self,
-        shape: GemmShape,
-        machine: GemmWsMachine,
-        element_bytes: int,
-        configs: Configurations,
-    ) -> list[GroupEncoding]:
-        """The base model's encoding of each group on its effective problem."""
-        return [
-            GroupEncoding(
-                self.base.encode(e.shape, e.machine, element_bytes, configs.take(rows)), gm, sk
-            )
-            for rows, e, gm, sk in self.effective(shape, machine, element_bytes, configs)
-        ]
+    ) -> RasterEncoding:
+        """(A1)-(A3) and the waves of each of ``configs`` (module docstring)."""
+        if not configs.count:
+            raise ValueError("encode needs at least one configuration")
+        s = self._evaluate(shape, machine.sm_count, element_bytes, configs).ticks
+        return _encode(s, configs)
 
     def residual_model(
         self,
@@ -258,24 +331,143 @@ class L2ReuseModel:
         return self.base.run_time_ns(shape, tiling, machine, run)
 
     def answer_fields(self, prediction: Any, element_bytes: int) -> dict[str, object]:
-        out = self.base.answer_fields(prediction.base, element_bytes)
-        t = prediction.tiling
+        p: MemoryPrediction = prediction
+        d = p.durations
+        bound, in_flight = steady_state(d, p.tiling.buffer_depth)
+        a = p.tiling.tile_m * p.tiling.tile_k
+        load_a = (2 * d.issue_ns * a + a + p.tiling.tile_k * p.tiling.tile_n) // (
+            2 * (a + p.tiling.tile_k * p.tiling.tile_n)
+        )
+        out = answer_fields(
+            (load_a, d.issue_ns - load_a),
+            d.math_ns,
+            p.total_math_wait_ns,
+            bound.value,
+            (p.ctas_per_sm, in_flight),
+            d.latency_ns,
+        )
         out.update(
-            group_m=t.group_m,
-            split_k=t.split_k,
-            dram_bytes=prediction.dram_bytes,
-            l2_hit_rate=prediction.l2_hit_rate,
+            group_m=p.tiling.group_m,
+            split_k=p.tiling.split_k,
+            dram_bytes=p.dram_bytes,
+            l2_hit_rate=p.l2_hit_rate,
         )
         return out
 
     def timeline_rows(self, prediction: Any) -> list[dict[str, float | int | None]]:
-        return self.base.timeline_rows(prediction.base)
+        from perfmodel.pipelines.async_copy import AsyncCopyPipeline
+
+        return AsyncCopyPipeline().timeline_rows(_as_async(prediction))
 
     def timeline_svg(self, prediction: Any, machine: GemmWsMachine, **labels: Any) -> bytes:
-        return self.base.timeline_svg(prediction.base, machine, **labels)
+        from render.timeline import async_timeline_svg
+
+        return async_timeline_svg(_as_async(prediction), machine, **labels)
 
 
-def _machine(figures: Figures) -> GemmWsMachine:
-    """The machine of the first draw of ``figures``."""
-    first: dict[str, Any] = {name: float(v[0]) for name, v in figures.columns().items()}
-    return GemmWsMachine(sm_count=figures.sm_count, **first)
+def _as_async(p: MemoryPrediction) -> AsyncSimulation:
+    """The prediction's first wave as the async-copy timeline draws it."""
+    bound, in_flight = steady_state(p.durations, p.tiling.buffer_depth)
+    return AsyncSimulation(
+        shape=p.shape,
+        tiling=p.tiling,
+        ctas_per_sm=p.ctas_per_sm,
+        durations=p.durations,
+        stages=p.stages,
+        full_waves=p.full_waves,
+        partial_wave_ctas=p.partial_wave_ctas,
+        wave_time_ns=p.events[-1].math_start_ns + p.durations.math_ns if p.events else 0,
+        overall_time_ns=p.overall_time_ns,
+        total_math_wait_ns=p.total_math_wait_ns,
+        stages_in_flight=in_flight,
+        bound=bound,
+        events=p.events,
+    )
+
+
+def _durations(s: StageTimes, share: int) -> AsyncDurations:
+    """The stage of the one configuration of ``s`` when ``share`` CTAs share the SM, ticks."""
+    d, lam, t = s.wave(np.asarray([share], dtype=np.int64))
+    return AsyncDurations(share, int(d[0]), int(lam[0]), int(t[0]))
+
+
+def _simulate_waves(s: StageTimes) -> tuple[int, int]:
+    """(overall time, total MATH wait) in ticks of the one configuration of ``s``: each wave
+    (A1)-(A3) stage by stage; wave i + 1 runs while wave i's C store drains, so it takes the
+    longer of its main part and that store; the kernel ends when the last store lands."""
+    per_sm, full, partial = (int(v[0]) for v in s.wave_shares())
+    stages, depth = int(s.stages[0]), int(s.depth[0])
+    plan = [per_sm] * full + ([partial] if partial else [])
+    kinds: dict[int, tuple[int, int, int]] = {}
+    for share in set(plan):
+        durations = _durations(s, share)
+        events = run_stages(durations, stages, depth)
+        tail = durations.math_ns if s.tail_math else 0
+        main = events[-1].math_start_ns + tail + int(s.epilogue[0])
+        store = min(share * s.sm_count, int(s.ctas[0])) * int(s.store_per_cta[0])
+        kinds[share] = (main, store, share * sum(e.math_wait_ns for e in events))
+    elapsed, wait, draining = 0, 0, None
+    for share in plan:
+        main, store, waits = kinds[share]
+        elapsed += main if draining is None else max(main, draining)
+        draining, wait = store, wait + waits
+    return int(s.fixed[0]) + elapsed + (draining or 0), wait
+
+
+def _encode(s: StageTimes, configs: Configurations) -> RasterEncoding:
+    out = [
+        "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
+        "(declare-const buffer_depth Int) (declare-const group_m Int) (declare-const split_k Int)",
+        "(declare-const overall_time Int) (declare-const total_math_wait Int)",
+        "(declare-const overall_ticks Int) (declare-const wait_ticks Int)",
+    ]
+    a = out.append
+    per_sm, full, partial = s.wave_shares()
+    # each wave kind's (d, lambda, T) of every configuration, computed once
+    stage_of = {"f": s.wave(per_sm), "p": s.wave(np.maximum(partial, 1))}
+    choices = []
+    for i in range(configs.count):
+        chosen = (
+            f"(and (= tile_m {configs.tile_m[i]}) (= tile_n {configs.tile_n[i]}) "
+            f"(= tile_k {configs.tile_k[i]}) (= buffer_depth {configs.buffer_depth[i]}) "
+            f"(= group_m {configs.group_m[i]}) (= split_k {configs.split_k[i]}))"
+        )
+        choices.append(chosen)
+        stages, depth = int(s.stages[i]), int(s.depth[i])
+        window = max(1, min(stages, 2 * depth))
+        waves: dict[str, tuple[str, str, int]] = {}
+        for wave, share in (("f", int(per_sm[i])), ("p", int(partial[i]))):
+            if not share or (wave == "f" and not full[i]):
+                continue
+            d = AsyncDurations(share, *(int(v[i]) for v in stage_of[wave]))
+            key = f"c{i}"
+            _constant_recurrences(a, wave, depth, window, key, d)
+            last = _last_math_start(f"M_{wave}_{key}", stages, depth, window, True)
+            tail = d.math_ns if s.tail_math else 0
+            main = f"(+ {last} {tail + int(s.epilogue[i])})"
+            wait = f"(* {share} (- {last} {(stages - 1) * d.math_ns}))"
+            store = min(share * s.sm_count, int(s.ctas[i])) * int(s.store_per_cta[i])
+            waves[wave] = (main, wait, store)
+        terms, waits = [], []
+        if "f" in waves:
+            main, wait, store = waves["f"]
+            # the first full wave, then each later one the longer of it and the store before
+            terms += [main, f"(* {int(full[i]) - 1} {_max(main, str(store))})"]
+            waits.append(f"(* {int(full[i])} {wait})")
+        if "p" in waves:
+            main_p, wait_p, store_p = waves["p"]
+            terms.append(_max(main_p, str(waves["f"][2])) if "f" in waves else main_p)
+            terms.append(str(store_p))
+            waits.append(wait_p)
+        else:
+            terms.append(str(waves["f"][2]))
+        a(
+            f"(assert (=> {chosen} (and (= overall_ticks (+ {int(s.fixed[i])} {' '.join(terms)}))"
+            f" (= wait_ticks (+ 0 {' '.join(waits)})))))"
+        )
+    a(f"(assert (or {' '.join(choices)}))")
+    half = f"{TICKS_PER_NS // 2}"
+    a(f"(assert (= overall_time (div (+ overall_ticks {half}) {TICKS_PER_NS})))")
+    a(f"(assert (= total_math_wait (div (+ wait_ticks {half}) {TICKS_PER_NS})))")
+    base = Encoding.parse("\n".join(out), overall_time_floor_ns=0)
+    return RasterEncoding(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.gemm_ws import (
+    ELEMENT_BYTES,
     DurationTable,
     GemmShape,
     GemmWsMachine,
     Simulation,
     Tiling,
     WaveTimeModel,
-    overall_time_closed_form_ns,
     simulate,
     simulate_closed_form,
     us_to_ns,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 #: the name requests and profiles give this model
 PAPER = "paper"
 
-#: eq. (1)-(3) in Z3 over listed tilings: the solver's (solver.candidates.encode_listed),
+#: eq. (1)-(3) in Z3 over listed tilings: the solver's (solver.encoding.encode_listed),
 #: handed in by solver/__init__.py, which every caller of :meth:`PaperPipeline.encode` passes
 #: through: the model layer imports nothing of the solver
 _listed_encoding: list[Callable[..., Any]] = []
@@ -106,7 +106,7 @@ class PaperPipeline:
 
         from perfmodel.gemm_ws_scoring import rounded_once
 
-        table = DurationTable(machine)
+        table = duration_table(machine)
         tm, tn, tk, depth = configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
         load = rounded_once(tm * tk, table.load_ns) + rounded_once(tk * tn, table.load_ns)
         t = rounded_once(tm * tn * tk, table.math_ns)
@@ -153,8 +153,7 @@ class PaperPipeline:
     def run_time_ns(
         self, shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, run: Any
     ) -> int:
-        table = duration_table(machine)
-        return overall_time_closed_form_ns(shape, tiling, machine, self.wave_model, table)
+        return self.closed_form(shape, tiling, machine, ELEMENT_BYTES[run.dtype]).overall_time_ns
 
     def answer_fields(self, prediction: Any, element_bytes: int) -> dict[str, object]:
         sim: Simulation = prediction

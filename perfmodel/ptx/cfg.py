@@ -482,9 +482,9 @@ def _infer_trip_count(
         v = _int_literal(text)
         if v is not None:
             return v
-        defs = [instrs[i] for i in defs_of.get(text, ())]
-        if len(defs) == 1 and _is_plain_mov(defs[0]):
-            v = _int_literal(defs[0].operands[1].text)
+        defs = defs_of.get(text, ())  # one def looked at, not a list of all of them
+        if len(defs) == 1 and _is_plain_mov(instrs[defs[0]]):
+            v = _int_literal(instrs[defs[0]].operands[1].text)
             if v is not None:
                 return v
         return known(text) if known is not None and text.startswith("%") else None

@@ -22,6 +22,7 @@ is then unknown.
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -281,9 +282,9 @@ class LinearValues:
         for o in ins.operands[1:]:
             for r in o.registers:
                 at = self._def_at.get(r, [])
-                before = [k for k, i in enumerate(at) if i < index]
-                if len(before) == 1 and len(at) > 1:
-                    overrides[r] = self._eval(self._defs[r][before[0]])
+                # ``at`` is in program order: one definition before ``index`` is the first
+                if len(at) > 1 and bisect_left(at, index) == 1:
+                    overrides[r] = self._eval(self._defs[r][0])
                 else:
                     self.register(r)  # memoized as usual, before any override is in place
         if not overrides:

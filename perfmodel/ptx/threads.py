@@ -15,6 +15,7 @@ exactly one unguarded definition (nvcc's PTX is SSA apart from loop-carried regi
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
 from perfmodel.ptx.cfg import _COMPARE, _TERMINATORS
@@ -118,10 +119,12 @@ class ThreadValues:
         register the warp-index shuffle read just before), hence the look within the block.
         """
         instrs = self.fn.instructions
-        for j in range(at - 1, self._block_start[at] - 1, -1):
-            if reg in instrs[j].defs:
-                return j if instrs[j].guard is None else None
         ds = self._defs.get(reg, ())
+        # the last definition before ``at`` (defs are in program order), if in its block
+        k = bisect_left(ds, at)
+        if k and ds[k - 1] >= self._block_start[at]:
+            j = ds[k - 1]
+            return j if instrs[j].guard is None else None
         if len(ds) != 1 or instrs[ds[0]].guard is not None:
             return None
         if self._block_start[ds[0]] == self._block_start[at] and ds[0] >= at:

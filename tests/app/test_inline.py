@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import app.jobs
-import solver.optimize
+import solver.per_configuration
 import solver.problem
 from app.service import Service
 from kperf_client.client import KperfClient
@@ -230,7 +230,7 @@ def test_a_wrong_incumbent_is_still_caught_in_the_thread(monkeypatch: pytest.Mon
         times[:, best] = 1 << 58
         return scoring.Scores(times, scores.total_math_wait_ns)
 
-    real_ranking = solver.optimize._score_space
+    real_ranking = solver.per_configuration.rank_scored
 
     def wrong_ranking(*args: Any) -> Any:
         # the solver's ranking only: the explore shortlist scores with the model's own scorer
@@ -238,7 +238,7 @@ def test_a_wrong_incumbent_is_still_caught_in_the_thread(monkeypatch: pytest.Mon
             patch.setattr(scoring, "score_configurations", wrong)
             return real_ranking(*args)
 
-    monkeypatch.setattr(solver.optimize, "_score_space", wrong_ranking)
+    monkeypatch.setattr(solver.per_configuration, "rank_scored", wrong_ranking)
     monkeypatch.setattr(solver.problem, "STRICT_CERTIFICATE", False)
     # the paper's A6000 figures and space: Table 1's answer is known
     body = {

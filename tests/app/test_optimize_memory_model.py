@@ -6,11 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from device_profiles import get_profile
+from device_profiles.memory import memory_model_device
+from perfmodel.gemm_ws_memory_model import Recurrences, ShapeModel, Space
 
 SPACE = {"tile_m": [64, 128], "tile_n": [64, 128], "tile_k": [32, 64], "buffer_depth": [2, 4]}
 NEW_FIELDS = {"group_m", "split_k", "dram_bytes", "l2_hit_rate"}
@@ -98,3 +102,78 @@ def test_inline_device_params_have_no_memory_section(client: TestClient) -> None
     )
     assert r.status_code == 422, r.text
     assert "memory_model" in [e["field"] for e in r.json()["errors"]]
+
+
+@pytest.mark.parametrize(
+    ("shape", "config"),
+    [
+        ((4096, 4096, 4096), (128, 128, 32, 4, 8, 1)),
+        ((1024, 1024, 8192), (128, 64, 32, 3, 1, 4)),
+        ((8192, 256, 8192), (64, 256, 16, 6, 8, 2)),
+        ((1000, 333, 4099), (64, 64, 64, 2, 1, 1)),
+        ((128, 50000, 512), (64, 128, 32, 5, 8, 1)),
+    ],
+)
+@pytest.mark.parametrize("pipeline", ["async-copy", "paper"])
+def test_the_service_predicts_what_the_bench_predicts(
+    client: TestClient,
+    shape: tuple[int, int, int],
+    config: tuple[int, int, int, int, int, int],
+    pipeline: Recurrences,
+) -> None:
+    """One model in one place: the service's time of a configuration under l2-reuse is the
+    prediction bench/bench_real.py compares with real GPUs (the memory model on the profile's
+    figures, h100 tf32 as its XLA dataset), up to the service's rounding to ns."""
+    m, n, k = shape
+    tm, tn, tk, depth, group_m, split_k = config
+    space = {
+        "tile_m": [tm],
+        "tile_n": [tn],
+        "tile_k": [tk],
+        "buffer_depth": [depth],
+        "group_m": [group_m],
+        "split_k": [split_k],
+    }
+    r = client.post(
+        "/optimize-tiling",
+        json={
+            "m": m,
+            "n": n,
+            "k": k,
+            "device": "h100",
+            "dtype": "tf32",
+            "pipeline_model": pipeline,
+            "memory_model": "l2-reuse",
+            "search_space": space,
+        },
+    )
+    assert r.status_code == 200, r.text
+    device = memory_model_device(get_profile("h100"), "tf32", pipeline)
+    one = Space(
+        *(np.array([v], dtype=np.int64) for v in config[:4]),
+        *(np.array([v], dtype=np.int64) for v in (group_m, split_k)),
+    )
+    bench = ShapeModel(m, n, k, 4, one, device.sm_count, device.limits, pipeline)
+    expected_us = float(bench.times_us(device.base)[0][0])
+    assert r.json()["best"]["predicted_time_us"] == pytest.approx(expected_us, abs=1.5e-3)
+
+
+def test_a_candidate_list_is_ranked_and_certified_under_the_memory_term(
+    client: TestClient,
+) -> None:
+    """A candidate list (default shortlist, explore) under l2-reuse: the certified ranking
+    under the point estimate, as for a space, not a belief's draws of the dram-stream
+    figures; the larger tile whose accumulators do not fit an SM is left out."""
+    candidates = [
+        {"tile_m": 128, "tile_n": 128, "tile_k": 32, "buffer_depth": 3},
+        {"tile_m": 64, "tile_n": 128, "tile_k": 64, "buffer_depth": 2},
+        {"tile_m": 256, "tile_n": 256, "tile_k": 32, "buffer_depth": 2},
+    ]
+    r = _post(client, memory_model="l2-reuse", candidates=candidates)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "optimal"
+    assert all(c["outcome"] == "unsat" for c in body["solver"]["certificate"])
+    assert body["shortlist"]["belief"] == "none"
+    assert body["candidates"]
+    assert 2 not in [c["input_index"] for c in body["candidates"]]

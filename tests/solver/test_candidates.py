@@ -11,15 +11,15 @@ import pytest
 
 import solver.problem
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, Tiling, WaveTimeModel, simulate
+from perfmodel.gemm_ws_scoring import enumerate_configurations
 from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, optimize_tiling
-from solver.bounds import summarize, triple_bounds
 from solver.candidates import (
     SHARED_MEMORY_CONSTRAINT,
     CandidateProblem,
     rank_candidates,
 )
 from solver.errors import CertificateMismatch
-from solver.optimize import SolverMode
+from solver.problem import SolverMode
 from tests.gemm_ws_cases import A6000, TABLE_1, brute_force_order
 from tests.solver.test_certified import _wrong_scorer
 
@@ -61,18 +61,19 @@ def _key(sim: Simulation) -> tuple[object, int, int]:
 
 
 def _space_rejects(problem: CandidateProblem, tiling: Tiling) -> dict[str, int]:
-    """What the search-space path counts against a space of this one configuration."""
+    """What the search-space path counts against a space of this one configuration (the
+    configurations its enumeration leaves out for the shared memory per CTA)."""
     t = tiling
-    space = SearchSpace(
-        (t.tile_m,), (t.tile_n,), (t.tile_k,), (t.buffer_depth,), problem.enforce_shared_memory
+    limit = problem.machine.shared_memory_per_block_bytes
+    fitting = enumerate_configurations(
+        (t.tile_m,),
+        (t.tile_n,),
+        (t.tile_k,),
+        (t.buffer_depth,),
+        problem.element_bytes,
+        limit if problem.enforce_shared_memory else None,
     )
-    bounds = triple_bounds(
-        problem.shape, problem.machine, space, problem.element_bytes, problem.wave_model
-    )
-    try:
-        return summarize(space, bounds).rejected
-    except InfeasibleSearchSpace as exc:
-        return exc.rejected
+    return {SHARED_MEMORY_CONSTRAINT: 1 - sum(c.count for c in fitting)}
 
 
 def _brute_force(problem: CandidateProblem) -> list[Simulation]:

@@ -13,11 +13,11 @@ import pytest
 import solver.problem
 from perfmodel import gemm_ws_scoring as scoring
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Simulation, WaveTimeModel
-from perfmodel.gemm_ws_scoring import Scores
+from perfmodel.gemm_ws_scoring import Configurations, Scores
 from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, optimize_tiling
-from solver.bounds import triple_bounds
 from solver.errors import CertificateMismatch
-from solver.optimize import SolverMode, certify
+from solver.per_configuration import Instance, certify
+from solver.problem import SolverMode
 from tests.gemm_ws_cases import A6000, TABLE_1, TABLE_1_SPACE, brute_force_ranking
 
 _TILES = (8, 16, 24, 32, 48, 64, 96, 128, 256)
@@ -104,8 +104,9 @@ def test_a_wrong_incumbent_is_refuted_by_the_certificate(rank: int) -> None:
     """Any configuration but the true optimum, handed to Z3 as the incumbent, is beaten."""
     problem = TilingProblem(GemmShape(1024, 512, 1024), A6000, TABLE_1_SPACE)
     ranking = _brute_force(problem)
-    bounds = triple_bounds(problem.shape, problem.machine, problem.space, 2, problem.wave_model)
-    certificate = certify(problem, ranking[rank - 1], bounds, time.perf_counter() + 30)
+    configs = Configurations.of_tilings([s.tiling for s in ranking])
+    instance = Instance(problem.model, problem)
+    certificate = certify(instance, ranking[rank - 1], configs, time.perf_counter() + 30)
     if rank == 1:
         assert certificate.better is None
         assert [c.outcome for c in certificate.checks] == ["unsat"]

@@ -93,16 +93,16 @@ def test_expired_solve_answers_with_the_presolve_samples(monkeypatch: pytest.Mon
 def test_certificate_out_of_time_answers_the_scorers_exact_ranking_unproven(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import solver.optimize as optimize_module
+    import solver.per_configuration as solve_module
     from tests.gemm_ws_cases import brute_force_ranking
 
-    real = optimize_module.certify
+    real = solve_module.certify
 
-    def no_time(*args: object, **kwargs: object) -> optimize_module.Certificate:
+    def no_time(*args: object, **kwargs: object) -> solve_module.Certificate:
         kwargs["deadline"] = 0.0
         return real(*args[:3], **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(optimize_module, "certify", no_time)
+    monkeypatch.setattr(solve_module, "certify", no_time)
     shape = GemmShape(2048, 1024, 4096)
     result = optimize_tiling(TilingProblem(shape, A6000, SearchSpace()), top_k=3)
     assert result.status == "timeout"

@@ -15,9 +15,9 @@ import z3
 from perfmodel.gemm_ws import GemmShape, Simulation, Tiling
 from solver import TilingProblem
 from solver.bounds import TripleBound, triple_bounds
-from solver.encoding import encode, encode_text
+from solver.encoding import encode_text
 from solver.factory import make_solver
-from solver.optimize import better_than, better_than_smtlib
+from solver.problem import better_than, better_than_smtlib
 from solver.z3_session import Z3Session, session
 from tests.gemm_ws_cases import A6000, TABLE_1, TABLE_1_SPACE, brute_force_ranking
 from tests.solver.test_certified import _random_case
@@ -37,7 +37,8 @@ def _hopeful(problem: TilingProblem, incumbent: Simulation) -> list[TripleBound]
     return [
         b
         for b in bounds
-        if b.feasible_depths(problem.space.buffer_depth)
+        if b.max_buffer_depth is None
+        or b.max_buffer_depth >= problem.space.buffer_depth[0]
         and b.overall_time_floor_ns <= incumbent.overall_time_ns
     ]
 
@@ -51,7 +52,9 @@ def _texts(problem: TilingProblem, incumbent: Simulation) -> tuple[str, str]:
 def _fresh(problem: TilingProblem, incumbent: Simulation) -> str:
     """The certificate as it was checked before sessions: a new solver, the whole text, the
     claim built through the Python API."""
-    enc = encode(_hopeful(problem, incumbent), problem.space, problem.machine, problem.wave_model)
+    enc = encode_text(
+        _hopeful(problem, incumbent), problem.space, problem.machine, problem.wave_model
+    ).parse()
     solver = make_solver(timeout_ms=30_000)
     solver.from_string(enc.smtlib)
     solver.add(better_than(enc, incumbent))
@@ -63,7 +66,7 @@ def test_the_text_claim_is_the_python_claim() -> None:
     variables, for incumbents of several ranks (the tie-break digits included)."""
     problem = TilingProblem(GemmShape(1024, 512, 1024), A6000, TABLE_1_SPACE)
     bounds = triple_bounds(problem.shape, problem.machine, problem.space, 2, problem.wave_model)
-    enc = encode(bounds, problem.space, problem.machine, problem.wave_model)
+    enc = encode_text(bounds, problem.space, problem.machine, problem.wave_model).parse()
     ranking = _ranking(problem)
     for incumbent in (ranking[0], ranking[1], ranking[7], ranking[-1]):
         declarations = "\n".join(

@@ -85,11 +85,6 @@ def encode_async(
     choices = []
     for c in configs:
         t = c.tiling
-        chosen = (
-            f"(and (= tile_m {t.tile_m}) (= tile_n {t.tile_n}) (= tile_k {t.tile_k}) "
-            f"(= buffer_depth {t.buffer_depth}))"
-        )
-        choices.append(chosen)
         facts = [
             *_durations("f", c.full),
             f"(= ms_f {_last_math_start('Mf', c.stages, t.buffer_depth, window)})",
@@ -97,21 +92,38 @@ def encode_async(
         if len(waves) == 2:
             facts += _durations("p", c.partial if c.partial_wave_ctas else c.full)
             facts.append(f"(= ms_p {_last_math_start('Mp', c.stages, t.buffer_depth, window)})")
-        # Overall = floor(q/c) full waves + the partial wave + T_INIT (async-copy 1); each
-        # wave ends when its last MATH does: M(S) + T + T_EPILOGUE.
-        overall = f"(* {c.full_waves} (+ ms_f t_f {t_epilogue_ns}))"
-        # Sum of MATH waits telescopes to M(S) - (S - 1) T per CTA (GeMM-WS 8).
-        wait = f"(* {c.full_waves * c.ctas_per_sm} (- ms_f (* {c.stages - 1} t_f)))"
-        if c.partial_wave_ctas:
-            overall = f"(+ {overall} ms_p t_p {t_epilogue_ns})"
-            wait = f"(+ {wait} (* {c.partial_wave_ctas} (- ms_p (* {c.stages - 1} t_p))))"
-        facts.append(f"(= overall_time (+ {overall} {t_init_ns}))")
-        facts.append(f"(= total_math_wait {wait})")
-        a(f"(assert (=> {chosen} (and {' '.join(facts)})))")
+        facts += _objectives(c, "ms_f", "ms_p", t_epilogue_ns, t_init_ns)
+        choices.append(_chosen(a, t, facts))
     a(f"(assert (or {' '.join(choices)}))")
 
     # No cut here: the optimizer's presolve gives the overall-time probe instead.
     return Encoding.parse("\n".join(out), overall_time_floor_ns=0)
+
+
+def _chosen(a: Callable[[str], None], t: Tiling, facts: list[str]) -> str:
+    """Assert ``facts`` of the configuration ``t``; its condition (one of the choices)."""
+    chosen = (
+        f"(and (= tile_m {t.tile_m}) (= tile_n {t.tile_n}) (= tile_k {t.tile_k}) "
+        f"(= buffer_depth {t.buffer_depth}))"
+    )
+    a(f"(assert (=> {chosen} (and {' '.join(facts)})))")
+    return chosen
+
+
+def _objectives(
+    c: AsyncConfig, ms_f: str, ms_p: str, t_epilogue_ns: int, t_init_ns: int
+) -> list[str]:
+    """``overall_time`` and ``total_math_wait`` of ``c`` from the last MATH start of a full
+    wave's CTA (``ms_f``) and of the partial wave's (``ms_p``, read only if it has one)."""
+    # Overall = floor(q/c) full waves + the partial wave + T_INIT (async-copy 1); each wave
+    # ends when its last MATH does: M(S) + T + T_EPILOGUE.
+    overall = f"(* {c.full_waves} (+ {ms_f} t_f {t_epilogue_ns}))"
+    # Sum of MATH waits telescopes to M(S) - (S - 1) T per CTA (GeMM-WS 8).
+    wait = f"(* {c.full_waves * c.ctas_per_sm} (- {ms_f} (* {c.stages - 1} t_f)))"
+    if c.partial_wave_ctas:
+        overall = f"(+ {overall} {ms_p} t_p {t_epilogue_ns})"
+        wait = f"(+ {wait} (* {c.partial_wave_ctas} (- {ms_p} (* {c.stages - 1} t_p))))"
+    return [f"(= overall_time (+ {overall} {t_init_ns}))", f"(= total_math_wait {wait})"]
 
 
 def _durations(wave: str, durations: AsyncDurations) -> list[str]:
@@ -176,11 +188,6 @@ def _encode_per_depth(
     choices = []
     for index, c in enumerate(configs):
         t = c.tiling
-        chosen = (
-            f"(and (= tile_m {t.tile_m}) (= tile_n {t.tile_n}) (= tile_k {t.tile_k}) "
-            f"(= buffer_depth {t.buffer_depth}))"
-        )
-        choices.append(chosen)
         window = windows[t.buffer_depth]
         # the recurrences of this configuration: its depth's (shared), or its own with its
         # durations as numbers
@@ -189,19 +196,15 @@ def _encode_per_depth(
             _constant_recurrences(a, "f", t.buffer_depth, window, key, c.full)
             if c.partial_wave_ctas:
                 _constant_recurrences(a, "p", t.buffer_depth, window, key, c.partial)
-        ms_f = _last_math_start(f"M_f_{key}", c.stages, t.buffer_depth, window, True)
+        ms_f, ms_p = (
+            _last_math_start(f"M_{wave}_{key}", c.stages, t.buffer_depth, window, True)
+            for wave in ("f", "p")
+        )
         facts = _durations("f", c.full)
-        overall = f"(* {c.full_waves} (+ {ms_f} t_f {t_epilogue_ns}))"
-        wait = f"(* {c.full_waves * c.ctas_per_sm} (- {ms_f} (* {c.stages - 1} t_f)))"
         if len(waves) == 2:
             facts += _durations("p", c.partial if c.partial_wave_ctas else c.full)
-        if c.partial_wave_ctas:
-            ms_p = _last_math_start(f"M_p_{key}", c.stages, t.buffer_depth, window, True)
-            overall = f"(+ {overall} {ms_p} t_p {t_epilogue_ns})"
-            wait = f"(+ {wait} (* {c.partial_wave_ctas} (- {ms_p} (* {c.stages - 1} t_p))))"
-        facts.append(f"(= overall_time (+ {overall} {t_init_ns}))")
-        facts.append(f"(= total_math_wait {wait})")
-        a(f"(assert (=> {chosen} (and {' '.join(facts)})))")
+        facts += _objectives(c, ms_f, ms_p, t_epilogue_ns, t_init_ns)
+        choices.append(_chosen(a, t, facts))
     a(f"(assert (or {' '.join(choices)}))")
     return Encoding.parse("\n".join(out), overall_time_floor_ns=0)
 

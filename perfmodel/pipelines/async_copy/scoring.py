@@ -14,6 +14,8 @@ arithmetic (docs/model-notes.md, "GeMM-WS async-copy" 1-2).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from perfmodel.gemm_ws import GemmShape, SmLimits
@@ -56,12 +58,8 @@ def score_async_configurations(
     Configurations that do not fit an SM (ctas_per_sm 0) are scored as if one CTA did: the
     caller leaves them out (:func:`ctas_per_sm_array`)."""
     columns = figures.columns()
-    tables: dict[int, AsyncDurationTable] = {}
-
-    def table(draw: int) -> AsyncDurationTable:
-        if draw not in tables:
-            tables[draw] = AsyncDurationTable(figures._machine(columns, draw))
-        return tables[draw]
+    # one duration table per draw, built when first read (exact rationals are slow)
+    table = functools.cache(lambda draw: AsyncDurationTable(figures._machine(columns, draw)))
 
     tm, tn, tk, depth = configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
     if configs.count and min(int(a.min()) for a in (tm, tn, tk, depth)) < 1:

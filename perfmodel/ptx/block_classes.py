@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfmodel.ptx.cfg import _COMPARE, BasicBlock, build_cfg, find_loops
+from perfmodel.ptx.cfg import _COMPARE, BasicBlock, Loop, build_cfg, find_loops
 from perfmodel.ptx.ir import Function, Instruction
 from perfmodel.ptx.linear import ITER, LinearForm, LinearValues
 from perfmodel.ptx.roles import _reachable
@@ -237,15 +237,39 @@ def _iterations_run(
     return list(zip(count.tolist(), warps.tolist(), strict=True))
 
 
-def _trip_of(fn: Function, blocks: Sequence[BasicBlock], counter: str, branch: int) -> int | None:
+class _LoopIndex:
+    """The loops of ``fn``, each instruction's basic block and each register's defining
+    instructions, built once per function (the first counted guard asks) and shared by every
+    guard: :func:`_trip_of` per guard would rescan the function and its loops each time."""
+
+    def __init__(self, fn: Function, blocks: Sequence[BasicBlock]) -> None:
+        self._fn = fn
+        self._blocks = blocks
+        self._built = False
+        self.loops: tuple[Loop, ...] = ()
+        self.block_of: dict[int, int] = {}
+        self.defs_of: dict[str, list[int]] = {}
+
+    def build(self) -> _LoopIndex:
+        if not self._built:
+            self._built = True
+            self.loops = find_loops(self._fn, self._blocks)
+            self.block_of = {i: bb.index for bb in self._blocks for i in range(bb.start, bb.end)}
+            for i, ins in enumerate(self._fn.instructions):
+                for reg in ins.defs:
+                    self.defs_of.setdefault(reg, []).append(i)
+        return self
+
+
+def _trip_of(fn: Function, index: _LoopIndex, counter: str, branch: int) -> int | None:
     """Trip count of the innermost loop that steps the register of ``counter``
     (``iter:<reg>``), when ``branch`` is a forward branch inside that loop's body to a target
     inside it (a guard that skips part of an iteration, not a loop exit or back edge) and the
     loop analysis infers the count."""
-    reg = counter[len(ITER) :]
-    at = [i for i, ins in enumerate(fn.instructions) if reg in ins.defs]
-    block_of = {i: bb.index for bb in blocks for i in range(bb.start, bb.end)}
-    loops = [lp for lp in find_loops(fn, blocks) if any(block_of.get(i) in lp.blocks for i in at)]
+    index.build()
+    at = index.defs_of.get(counter[len(ITER) :], [])
+    block_of = index.block_of
+    loops = [lp for lp in index.loops if any(block_of.get(i) in lp.blocks for i in at)]
     target = fn.instructions[branch].branch_target
     t_idx = fn.label_index.get(target) if target is not None else None
     if not loops or t_idx is None or t_idx <= branch:
@@ -280,6 +304,7 @@ def block_classes(
         axis_of.append(axes[0] if len(axes) == 1 else (None if not axes else "many"))
     # guards of one comparison on a loop's index: (branch, leaf, counter, trip, runs_when)
     counted: list[tuple[int, int, str, int, bool]] = []
+    loop_index = _LoopIndex(fn, blocks)
     for i, pred, negated in branches:
         if pred is None or pred[0] != "leaf" or not isinstance(pred[1], int):
             continue
@@ -287,7 +312,7 @@ def block_classes(
         counters = [s for s in diff.coefs if s.startswith(ITER) and diff.coefs[s]]
         if len(counters) != 1 or cmp in ("eq", "ne") or axis_of[pred[1]] == "many":
             continue
-        trip = _trip_of(fn, blocks, counters[0], i)
+        trip = _trip_of(fn, loop_index, counters[0], i)
         if trip is not None and 0 < trip <= _MAX_TRIP:
             # the branch is taken where the predicate differs from its negation flag
             counted.append((i, pred[1], counters[0], trip, negated))

@@ -377,7 +377,7 @@ def _encode(s: StageTimes, configs: Configurations) -> RasterEncoding:
             d = AsyncDurations(share, *(int(v[i]) for v in stage_of[wave]))
             key = f"c{i}"
             _constant_recurrences(a, wave, depth, window, key, d)
-            last = _last_math_start(f"M_{wave}_{key}", stages, depth, window, True)
+            last = _last_math_start(f"M_{wave}_{key}", stages, depth, window)
             tail = d.math_ns if s.tail_math else 0
             main = f"(+ {last} {tail + int(s.epilogue[i])})"
             wait = f"(* {share} (- {last} {(stages - 1) * d.math_ns}))"

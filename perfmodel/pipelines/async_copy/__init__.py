@@ -99,7 +99,7 @@ class AsyncCopyPipeline:
         encoded = encoded_configs(
             gemm.shape, gemm.machine, self.limits, gemm.element_bytes, configs
         )
-        return encode_async(encoded, table.epilogue_ns, table.init_ns, per_configuration=True)
+        return encode_async(encoded, table.epilogue_ns, table.init_ns)
 
     def residual_model(self, fit: RunsToFit) -> AsyncResidualModel:
         from perfmodel.pipelines.async_copy.calibration import async_closed_form_model

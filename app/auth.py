@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from app.field_errors import FieldReasonError
+
 Role = Literal["read", "write", "admin"]
 ROLES: tuple[Role, ...] = ("read", "write", "admin")
 #: tenant names: they appear in store keys and answers
@@ -52,13 +54,8 @@ class Unauthorized(Exception):
     """No token, or one no line of the tokens file knows (401)."""
 
 
-class Forbidden(Exception):
+class Forbidden(FieldReasonError):
     """A known caller whose role or tenant does not allow this (403 naming ``field``)."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 def hash_token(token: str) -> str:

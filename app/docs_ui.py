@@ -33,9 +33,16 @@ def _asset(name: str) -> bytes:
     return (resources.files("fastapi_offline") / "static" / name).read_bytes()
 
 
-def _page(response: HTMLResponse) -> HTMLResponse:
-    page = bytes(response.body).decode()
-    return HTMLResponse(page, headers={CSP: html_policy(page)})
+def _serve(app: FastAPI, path: str, page: HTMLResponse) -> None:
+    """GET ``path`` answers ``page`` (built once: it depends on nothing of the request), with
+    a Content-Security-Policy allowing its own inline parts only."""
+    html = bytes(page.body).decode()
+    headers = {CSP: html_policy(html)}
+
+    async def documentation_page() -> HTMLResponse:
+        return HTMLResponse(html, headers=headers)
+
+    app.add_api_route(path, documentation_page, methods=["GET"], include_in_schema=False)
 
 
 def install(app: FastAPI) -> None:
@@ -43,35 +50,24 @@ def install(app: FastAPI) -> None:
     ``docs_url=None, redoc_url=None``)."""
     openapi_url = app.openapi_url or "/openapi.json"
     favicon = f"{ASSETS_PREFIX}/favicon.png"
-
-    @app.get("/docs", include_in_schema=False)
-    async def swagger_ui() -> HTMLResponse:
-        return _page(
-            get_swagger_ui_html(
-                openapi_url=openapi_url,
-                title=f"{app.title} - Swagger UI",
-                oauth2_redirect_url="/docs/oauth2-redirect",
-                swagger_js_url=f"{ASSETS_PREFIX}/swagger-ui-bundle.js",
-                swagger_css_url=f"{ASSETS_PREFIX}/swagger-ui.css",
-                swagger_favicon_url=favicon,
-            )
-        )
-
-    @app.get("/docs/oauth2-redirect", include_in_schema=False)
-    async def swagger_ui_redirect() -> HTMLResponse:
-        return _page(get_swagger_ui_oauth2_redirect_html())
-
-    @app.get("/redoc", include_in_schema=False)
-    async def redoc() -> HTMLResponse:
-        return _page(
-            get_redoc_html(
-                openapi_url=openapi_url,
-                title=f"{app.title} - ReDoc",
-                redoc_js_url=f"{ASSETS_PREFIX}/redoc.standalone.js",
-                redoc_favicon_url=favicon,
-                with_google_fonts=False,
-            )
-        )
+    swagger_ui = get_swagger_ui_html(
+        openapi_url=openapi_url,
+        title=f"{app.title} - Swagger UI",
+        oauth2_redirect_url="/docs/oauth2-redirect",
+        swagger_js_url=f"{ASSETS_PREFIX}/swagger-ui-bundle.js",
+        swagger_css_url=f"{ASSETS_PREFIX}/swagger-ui.css",
+        swagger_favicon_url=favicon,
+    )
+    redoc = get_redoc_html(
+        openapi_url=openapi_url,
+        title=f"{app.title} - ReDoc",
+        redoc_js_url=f"{ASSETS_PREFIX}/redoc.standalone.js",
+        redoc_favicon_url=favicon,
+        with_google_fonts=False,
+    )
+    _serve(app, "/docs", swagger_ui)
+    _serve(app, "/docs/oauth2-redirect", get_swagger_ui_oauth2_redirect_html())
+    _serve(app, "/redoc", redoc)
 
     @app.get(ASSETS_PREFIX + "/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:

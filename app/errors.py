@@ -225,12 +225,8 @@ async def _invalid_space_handler(request: Request, exc: Exception) -> JSONRespon
 
 async def _infeasible_space_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, InfeasibleSearchSpace)
-    return problem_response(
-        422,
-        "Infeasible search space",
-        exc.reason,
-        [{"field": exc.field, "reason": exc.reason, "rejected": exc.rejected}],
-    )
+    entry = {"field": exc.field, "reason": exc.reason, "rejected": exc.rejected}
+    return problem_response(422, "Infeasible search space", exc.reason, [entry])
 
 
 async def _unauthorized_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -279,12 +275,8 @@ async def _store_unavailable_handler(request: Request, exc: Exception) -> JSONRe
 
 async def _ptx_syntax_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PTXSyntaxError)
-    return problem_response(
-        422,
-        "Invalid PTX",
-        exc.reason,
-        [{"field": "ptx", "reason": exc.message, "line": exc.line, "column": exc.column}],
-    )
+    entry = {"field": "ptx", "reason": exc.message, "line": exc.line, "column": exc.column}
+    return problem_response(422, "Invalid PTX", exc.reason, [entry])
 
 
 async def _pool_saturated_handler(request: Request, exc: Exception) -> JSONResponse:

@@ -43,7 +43,7 @@ from typing import Any
 
 from app.pool import WorkerTimeout
 from app.schemas.optimize import OptimizeTilingRequest
-from app.service import EncodedAnswer, Service, record_job_outcome, spent_of_request
+from app.service import EncodedAnswer, Job, Service, record_job_outcome, spent_of_request
 from solver.errors import SolverTimeout
 
 log = logging.getLogger("kperf.inline")
@@ -108,18 +108,13 @@ class InlineRunner:
         await asyncio.to_thread(self._executor.shutdown, wait=True)
 
     async def run(
-        self,
-        service: Service,
-        kind: str,
-        fn: Callable[..., EncodedAnswer],
-        kwargs: dict[str, Any],
-        time_limit_s: float,
-        *,
-        admitted: bool = False,
+        self, service: Service, job: Job, *, admitted: bool = False
     ) -> EncodedAnswer | None:
-        """``fn(**kwargs, time_limit_s=...)`` in the inline thread within the request's bound
-        (as :func:`app.service.run_job`); None when the thread is busy or too little of the
-        budget is left (the pool then takes the job, or refuses it with its own 504)."""
+        """``fn(**kwargs, time_limit_s=...)`` of ``job`` (one answering an EncodedAnswer) in
+        the inline thread within the request's bound (as :func:`app.service.run_job`); None
+        when the thread is busy or too little of the budget is left (the pool then takes the
+        job, or refuses it with its own 504)."""
+        kind, fn, kwargs, time_limit_s = job.kind, job.fn, job.kwargs, job.time_limit_s
         elapsed_s, margin_s = spent_of_request(admitted)
         job_limit_s = time_limit_s - elapsed_s - margin_s
         if job_limit_s < self.min_job_time_limit_s:
@@ -130,14 +125,15 @@ class InlineRunner:
         context = contextvars.copy_context()  # the request id reaches the job's log lines
         called = time.perf_counter()
 
-        def job() -> EncodedAnswer:
+        def call() -> EncodedAnswer:
             try:
-                return context.run(fn, **kwargs, time_limit_s=job_limit_s)
+                encoded: EncodedAnswer = context.run(fn, **kwargs, time_limit_s=job_limit_s)
+                return encoded
             finally:
                 self._busy.release()
 
         try:
-            future = asyncio.get_running_loop().run_in_executor(self._executor, job)
+            future = asyncio.get_running_loop().run_in_executor(self._executor, call)
         except RuntimeError:  # the executor is shut down (service stopping)
             self._busy.release()
             return None

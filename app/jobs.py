@@ -37,6 +37,7 @@ from app.schemas.predict import PredictKernelRequest
 from app.service import (
     CachedAnswer,
     EncodedAnswer,
+    Job,
     RequestedItemMissing,
     RequestFieldError,
     Service,
@@ -91,15 +92,6 @@ def optimize_job(
     """Worker side of POST /optimize-tiling: solve within ``time_limit_s``, return the body.
     ``profile_json`` is the profile ``device`` resolved to in the parent (None: inline),
     ``prepared`` the request resolved there (its problem under its pipeline model)."""
-    return _optimize(request_json, profile_json, prepared, time_limit_s)
-
-
-def _optimize(
-    request_json: dict[str, Any],
-    profile_json: dict[str, Any] | None,
-    prepared: PreparedRequest,
-    time_limit_s: float,
-) -> EncodedAnswer:
     request = OptimizeTilingRequest.model_validate(request_json)
     profile = _profile(profile_json)
     problem = prepared.problem
@@ -121,10 +113,14 @@ def _optimize(
     )
 
 
+#: the solve itself, for the warm-up: a test may swap ``optimize_job`` for a failing one
+_solve = optimize_job
+
+
 def warm_up_job(request_json: dict[str, Any]) -> None:
     """Solve ``request_json`` (a shipped device) once, to load what a solve loads."""
     request = OptimizeTilingRequest.model_validate(request_json)
-    _optimize(request_json, None, candidates_convert.prepare(request), 5.0)
+    _solve(request_json, None, candidates_convert.prepare(request), 5.0)
 
 
 def canonical_optimize_request(
@@ -175,6 +171,7 @@ async def optimize_via_pool(
             "profile_json": _profile_json(profile),
             "prepared": prepared,
         }
+        job = Job(OPTIMIZE_KIND, optimize_job, kwargs, time_limit_s)
         if (
             service.inline is not None
             and service.pool.running  # stopping or not started: the pool's 503 for all
@@ -185,14 +182,10 @@ async def optimize_via_pool(
             )
         ):
             # small and bounded: the service's own thread, no pool round trip (app/inline.py)
-            inline = await service.inline.run(
-                service, OPTIMIZE_KIND, optimize_job, kwargs, time_limit_s, admitted=admitted
-            )
+            inline = await service.inline.run(service, job, admitted=admitted)
             if inline is not None:
                 return inline
-        answer: EncodedAnswer = await run_job(
-            service, OPTIMIZE_KIND, optimize_job, kwargs, time_limit_s, admitted=admitted
-        )
+        answer: EncodedAnswer = await run_job(service, job, admitted=admitted)
         return answer
 
     return await cached_solve(
@@ -273,19 +266,14 @@ async def predict_via_pool(
     summary_above_bytes = service.settings.predict_summary_above_bytes
 
     async def compute() -> EncodedAnswer:
-        answer: EncodedAnswer = await run_job(
-            service,
-            PREDICT_KIND,
-            predict_job,
-            {
-                "request_json": request_json,
-                "profile_json": _profile_json(profile),
-                "max_ptx_bytes": service.settings.max_ptx_bytes,
-                "summary_above_bytes": summary_above_bytes,
-            },
-            service.settings.default_time_limit_s,
-            pass_time_limit=False,
-        )
+        kwargs = {
+            "request_json": request_json,
+            "profile_json": _profile_json(profile),
+            "max_ptx_bytes": service.settings.max_ptx_bytes,
+            "summary_above_bytes": summary_above_bytes,
+        }
+        job = Job(PREDICT_KIND, predict_job, kwargs, service.settings.default_time_limit_s)
+        answer: EncodedAnswer = await run_job(service, job, pass_time_limit=False)
         return answer
 
     return await cached_solve(
@@ -318,10 +306,7 @@ async def _render_job(
 ) -> bytes:
     svg: bytes = await run_job(
         service,
-        RENDER_KIND,
-        fn,
-        kwargs,
-        RENDER_TIME_LIMIT_S,
+        Job(RENDER_KIND, fn, kwargs, RENDER_TIME_LIMIT_S),
         pass_time_limit=False,
         # a request that was solved was admitted to the queue once already (as a batch is)
         admitted=answer_was_computed,
@@ -413,11 +398,12 @@ async def predict_svg_via_pool(
 
 
 def calibration_svg_job(
-    measured: list[float], predicted: list[float], labels: list[str] | None, unit: str, title: str
+    measured: list[float], predicted: list[float], labels: list[str] | None, **options: str
 ) -> bytes:
-    """Worker side of a calibration-fit picture (render.calibration_svg)."""
+    """Worker side of a calibration-fit picture (render.calibration_svg, ``options`` its
+    keyword options: ``unit``, ``title``)."""
     try:
-        svg: bytes = _render().calibration_svg(measured, predicted, labels, unit=unit, title=title)
+        svg: bytes = _render().calibration_svg(measured, predicted, labels, **options)
     except ValueError as exc:
         # render names the argument first: "predicted: 3 values for 4 measurements"
         field, _, reason = str(exc).partition(": ")
@@ -430,11 +416,10 @@ async def calibration_svg_via_pool(
     measured: list[float],
     predicted: list[float],
     labels: list[str] | None = None,
-    *,
-    unit: str = "µs",
-    title: str = "Calibration fit",
+    **options: str,
 ) -> bytes:
     """Draw measured vs predicted (+ residuals) in a worker; bad input is a 422 naming it.
+    ``options``: render.calibration_svg's (``unit``, ``title``), its defaults where left out.
 
     For the SVG answer of POST /calibrate: ``svg_response(await calibration_svg_via_pool(
     service, measured, predicted, labels), hit=False)``.
@@ -443,8 +428,7 @@ async def calibration_svg_via_pool(
         "measured": list(measured),
         "predicted": list(predicted),
         "labels": list(labels) if labels is not None else None,
-        "unit": unit,
-        "title": title,
+        **options,
     }
     return await _render_job(service, calibration_svg_job, kwargs, answer_was_computed=False)
 
@@ -499,33 +483,24 @@ async def calibrate_via_pool(
     warm_from: DeviceProfile | None = None,
 ) -> CalibrationFit:
     """The fit, in a worker (CPU-bound: least squares over every run, then k more fits)."""
-    body = await run_job(
-        service,
-        CALIBRATE_KIND,
-        calibrate_job,
-        {
-            "model": model,
-            "base_json": base.model_dump(mode="json"),
-            "measurements_json": documents,
-            "fit": fit,
-            "folds": folds,
-            "pipeline_model": pipeline_model,
-            "warm_json": None if warm_from is None else warm_from.model_dump(mode="json"),
-        },
-        time_limit_s,
-        pass_time_limit=False,
-    )
+    kwargs = {
+        "model": model,
+        "base_json": base.model_dump(mode="json"),
+        "measurements_json": documents,
+        "fit": fit,
+        "folds": folds,
+        "pipeline_model": pipeline_model,
+        "warm_json": None if warm_from is None else warm_from.model_dump(mode="json"),
+    }
+    job = Job(CALIBRATE_KIND, calibrate_job, kwargs, time_limit_s)
+    body = await run_job(service, job, pass_time_limit=False)
     return await asyncio.to_thread(CalibrationFit.model_validate, body)
 
 
 async def check_runs_via_pool(
     service: Service, model: str, base: DeviceProfile, documents: list[dict[str, Any]]
 ) -> None:
-    await run_job(
-        service,
-        CHECK_RUNS_KIND,
-        check_runs_job,
-        {"model": model, "base_json": base.model_dump(mode="json"), "measurements_json": documents},
-        service.settings.default_time_limit_s,
-        pass_time_limit=False,
-    )
+    base_json = base.model_dump(mode="json")
+    kwargs = {"model": model, "base_json": base_json, "measurements_json": documents}
+    job = Job(CHECK_RUNS_KIND, check_runs_job, kwargs, service.settings.default_time_limit_s)
+    await run_job(service, job, pass_time_limit=False)

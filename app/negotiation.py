@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from typing import Any
 
 from fastapi import Response
 
@@ -26,6 +27,11 @@ NOT_ACCEPTABLE_RESPONSE = {
     "description": "SVG asked for, but this installation lacks matplotlib (a dependency of "
     "kperf: reinstall it); ask for application/json",
     "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+}
+#: documents a route answering JSON or, on request, a picture
+PICTURE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: SVG_RESPONSE,
+    406: NOT_ACCEPTABLE_RESPONSE,
 }
 
 

@@ -54,7 +54,7 @@ import traceback
 import types
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 
 log = logging.getLogger("kperf.pool")
@@ -363,6 +363,7 @@ class JobOutcome:
     queued_s: float
 
 
+@dataclass
 class OverrunEstimate:
     """How far past its time limit a kind of job answers, learned from the jobs that reached it.
 
@@ -376,24 +377,20 @@ class OverrunEstimate:
     bound (the worker is kept, see :data:`KILL_GRACE_S`).
     """
 
-    def __init__(
-        self,
-        initial_s: float = INITIAL_OVERRUN_S,
-        *,
-        floor_s: float = MIN_OVERRUN_S,
-        memory_s: float = OVERRUN_MEMORY_S,
-        window: int = 32,
-        quantile: float = 0.9,
-        headroom: float = 1.25,
-    ) -> None:
-        if not 0 < quantile <= 1:
+    initial_s: float = INITIAL_OVERRUN_S
+    _: KW_ONLY
+    floor_s: float = MIN_OVERRUN_S
+    memory_s: float = OVERRUN_MEMORY_S
+    window: int = 32
+    quantile: float = 0.9
+    headroom: float = 1.25
+    #: (time.monotonic() when recorded, overrun in seconds), oldest first
+    _samples: deque[tuple[float, float]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.quantile <= 1:
             raise ValueError("quantile must be in (0, 1]")
-        self.initial_s = initial_s
-        self.quantile = quantile
-        self.floor_s = floor_s
-        self.memory_s = memory_s
-        self.headroom = headroom
-        self._samples: deque[tuple[float, float]] = deque(maxlen=window)
+        self._samples = deque(maxlen=self.window)
 
     def record(self, overrun_s: float) -> None:
         self._samples.append((time.monotonic(), max(0.0, overrun_s)))

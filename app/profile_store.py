@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.auth import ANONYMOUS, LOCAL, Principal, check_owner
+from app.field_errors import FieldReasonError
 from app.store import Counter, Delete, Expect, Put, Store, StoreUnavailable, Unmet
 from device_profiles import DeviceProfile, UnknownDevice
 
@@ -111,22 +112,12 @@ class Appended:
     total: int
 
 
-class UnknownRun(LookupError):
+class UnknownRun(FieldReasonError, LookupError):
     """No batch or run of that id in the record (404 naming ``field``)."""
 
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
-
-class NameTaken(ValueError):
+class NameTaken(FieldReasonError, ValueError):
     """An alias already names other content, or would shadow a profile id (409)."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 class StoredProfileUnavailable(StoreUnavailable):
@@ -361,7 +352,7 @@ class ProfileStore:
             )
         except Unmet:
             raise DeviceGone(record_id) from None
-        added = sum(1 for p in puts[:-1] if (p.namespace, p.key) in outcome.written)
+        added = sum(1 for p in puts[:-1] if p.slot in outcome.written)
         return Appended(batch, added, outcome.totals[runs_counter_key(record_id)])
 
     def run_count(self, record_id: str) -> int:

@@ -210,30 +210,35 @@ def spent_of_request(admitted: bool) -> tuple[float, float]:
     return time.perf_counter() - started, ANSWER_MARGIN_S
 
 
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One call of a worker function, ``fn(**kwargs)``, timed under ``kind`` (metrics) and
+    bounded by the client's ``time_limit_s``."""
+
+    kind: str
+    fn: Callable[..., Any]
+    kwargs: dict[str, Any]
+    time_limit_s: float
+
+
 async def run_job(
-    service: Service,
-    kind: str,
-    fn: Callable[..., Any],
-    kwargs: dict[str, Any],
-    time_limit_s: float,
-    *,
-    pass_time_limit: bool = True,
-    admitted: bool = False,
+    service: Service, job: Job, *, pass_time_limit: bool = True, admitted: bool = False
 ) -> Any:
-    """Run ``fn(**kwargs)`` in the pool within limit + 20 % + 100 ms; record solve time.
+    """Run the job in the pool within limit + 20 % + 100 ms; record solve time.
 
     The bound counts from the request's arrival (reading, validating and the cache lookup
     included), less a margin for writing the answer; batch items (``admitted``) count from
     their own dispatch instead. Every 504 names the client's ``time_limit_s``, not what was
     left of it when the job started.
     """
+    time_limit_s = job.time_limit_s
     hard_deadline_s = service.settings.hard_deadline_s(time_limit_s)
     elapsed_s, margin_s = spent_of_request(admitted)
     called = time.perf_counter()
     try:
         outcome = await service.pool.run(
-            fn,
-            kwargs,
+            job.fn,
+            job.kwargs,
             time_limit_s=time_limit_s,
             hard_deadline_s=hard_deadline_s,
             pass_time_limit=pass_time_limit,
@@ -249,19 +254,13 @@ async def run_job(
     except Exception as exc:
         if isinstance(exc, WorkerTimeout) and not exc.dispatched:
             service.metrics.rejected.labels("deadline").inc()
-        service.metrics.solve_time.labels(kind, _outcome_label(exc)).observe(
-            time.perf_counter() - called
-        )
+        record_job_outcome(service, job.kind, time.perf_counter() - called, error=exc)
         if isinstance(exc, SolverTimeout):
             # the solver names the limit it was given (what queueing left); the client's is
             # the one to report
             raise SolverTimeout(time_limit_s) from None
         raise
-    service.metrics.solve_time.labels(kind, _answer_label(outcome.value)).observe(
-        outcome.solve_time_s
-    )
-    if isinstance(outcome.value, EncodedAnswer) and outcome.value.certificate_mismatches:
-        service.metrics.certificate_mismatches.inc(outcome.value.certificate_mismatches)
+    record_job_outcome(service, job.kind, outcome.solve_time_s, value=outcome.value)
     return outcome.value
 
 
@@ -273,8 +272,8 @@ def record_job_outcome(
     value: Any = None,
     error: BaseException | None = None,
 ) -> None:
-    """Record a job that ran outside the pool (app/inline.py) as :func:`run_job` records a
-    pool job: solve time by outcome, and the certificate mismatches its answer counted."""
+    """Record a job's solve time by outcome, and the certificate mismatches its answer
+    counted (a pool job's, and one that ran in the service's own thread: app/inline.py)."""
     if error is not None:
         service.metrics.solve_time.labels(kind, _outcome_label(error)).observe(seconds)
         return

@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 from app.auth import Principal
 from app.jobs import RENDER_KIND
 from app.schemas.tuning_table import TuningTableRequest, TuningTableResponse
-from app.service import EncodedAnswer, Service, run_job
+from app.service import EncodedAnswer, Job, Service, run_job
 from device_profiles import DeviceProfile
 
 TABLE_KIND = "tuning-table"
@@ -83,10 +83,10 @@ async def tuning_table_via_pool(
     }
     if svg:
         picture: bytes = await run_job(
-            service, RENDER_KIND, tuning_table_svg_job, kwargs, time_limit_s
+            service, Job(RENDER_KIND, tuning_table_svg_job, kwargs, time_limit_s)
         )
         return picture
     answer: EncodedAnswer = await run_job(
-        service, TABLE_KIND, tuning_table_job, kwargs, time_limit_s
+        service, Job(TABLE_KIND, tuning_table_job, kwargs, time_limit_s)
     )
     return answer.body

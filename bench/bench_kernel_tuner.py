@@ -2,15 +2,16 @@
 within 3 % of the cache's best, for kperf's strategy and Kernel Tuner's own (issue 18).
 
 Usage: python -m bench.bench_kernel_tuner [--gpus RTX_3090,...] [--seeds 20] [--budget 1000]
-           [--strategies kperf,random_sample,genetic_algorithm,...] [--append]
+           [--strategies kperf,random_sample,genetic_algorithm,...]
 
 Data: ``../shared/data/real-gemm/kt_xgemm_sgemm4096/xgemm_sgemm4096_all.csv`` (read in place,
 never copied into the repo; PROVENANCE.md there): CLBlast's Xgemm, SGEMM 4096^3, brute-force
 Kernel Tuner caches of the RTX 3090, RTX 2080 Ti and TITAN RTX (17,955 configurations each)
 and 4,163 configurations measured on an A100-PCIE-40GB (time-limited random runs: the search
-space here is the configurations measured). Each GPU's rows become a Kernel Tuner cache file
-in a temporary directory and ``tune_kernel(..., simulation_mode=True)`` replays it: every
-strategy evaluates through Kernel Tuner's own runner, budget and cache.
+space here is the configurations measured); on request (``--gpus RTX_3060_laptop``) the
+9,999 configurations of an RTX 3060 Laptop's partial cache. Each GPU's rows become a Kernel
+Tuner cache file in a temporary directory and ``tune_kernel(..., simulation_mode=True)``
+replays it: every strategy evaluates through Kernel Tuner's own runner, budget and cache.
 
 kperf's strategy (``kperf_client.kernel_tuner.KperfStrategy``) runs against a fresh in-process
 service per seed (memory store: a fresh device, no runs of another seed), starting from the
@@ -56,9 +57,17 @@ XGEMM_RESTRICTIONS = [
     "KWG % ((MDIMC*NDIMC)/NDIMB) == 0",
 ]
 #: the closest shipped profile: GA102 (3090) is the A6000's die; Turing (sm_75) is nearest
-#: to Volta (sm_70) among the shipped ones; the A100 has its own
-PROFILES = {"RTX_3090": "rtx-a6000", "RTX_2080_Ti": "v100", "RTX_Titan": "v100", "A100": "a100"}
-GPUS = tuple(PROFILES)
+#: to Volta (sm_70) among the shipped ones; the A100 has its own; the 3060 Laptop (GA106)
+#: is Ampere sm_86 like the A6000
+PROFILES = {
+    "RTX_3090": "rtx-a6000",
+    "RTX_2080_Ti": "v100",
+    "RTX_Titan": "v100",
+    "A100": "a100",
+    "RTX_3060_laptop": "rtx-a6000",
+}
+#: the four caches of the recorded rows (the 3060 Laptop's partial cache on request)
+GPUS = ("RTX_3090", "RTX_2080_Ti", "RTX_Titan", "A100")
 BUILTIN = ("random_sample", "genetic_algorithm", "simulated_annealing", "pso", "firefly_algorithm")
 TOLERANCE = 0.03
 #: evaluations between refits of the strategy's device (each refit and re-rank costs seconds

@@ -1,7 +1,7 @@
 """How close to real GPUs: the L2-aware GeMM-WS model on every public dataset in
 ../shared/data/real-gemm/, beside NVIDIA's nvMatmulHeuristics where it predicts times.
 
-Usage: python -m bench.bench_real [--seed 0] [--neusight-test 1000] [--svg PATH]
+Usage: python -m bench.bench_real [--seed 0] [--other-seeds 1,2] [--neusight-test 1000] [--svg PATH]
 
 Per dataset and GPU (profile, SMs, dtype as each dataset's PROVENANCE.md reads):
 - uncalibrated: the profile's cited figures (memory section, gemm_ws MATH for the dtype);
@@ -9,7 +9,8 @@ Per dataset and GPU (profile, SMs, dtype as each dataset's PROVENANCE.md reads):
   (tiles 16-256, depths 2-8, group_m {1, 8}, split_k {1, 2, 4, 8, 16}), a run with one as
   that configuration's time;
 - calibrated: perfmodel.calibration.configless.fit on 16 seeded random runs (8 where the
-  dataset has fewer than 32), error on the others (NeuSight: 1,000 others);
+  dataset has fewer than 32), error on the others (NeuSight: 1,000 others); the same again
+  for each of ``--other-seeds``' draws (is the figure luck of one draw?);
 - nvMatmulHeuristics: ``get(problem, 1, precision)`` runtime of its top configuration, the
   CUTLASS target (TF32: "TST", SGEMM: "SSS"), on the GPUs it knows.
 
@@ -17,7 +18,8 @@ Errors are |predicted / measured - 1|. Datasets:
 - xla_sm90_tf32: 375 shapes (b in {1,2,4}), XLA's fastest kernel, tf32, no configuration:
   profile h100, nvMMH H100_SXM.
 - neusight_linear_train: cuBLAS fp32 (FFMA) per GPU, configuration from the kernel name (tile
-  from ``*_sgemm_AxB_*``: tile_n A, tile_m B, tile_k 8, depth 2, split_k = grid_z, group_m 1):
+  from ``*_sgemm_AxB_*``: tile_n A, tile_m B, tile_k 8, depth 2, split_k = grid_z, group_m 1;
+  threads per CTA = block_x, which bounds the CTAs resident per SM):
   a100 (A100-PCIE-40GB, nvMMH A100_PCIE_80GB), v100, p100 (PCIe parts: profiles' figures).
   Uncalibrated optimum vs measured on 200 seeded shapes per GPU (configuration left out).
 - cutlass_tf32_rtx3090: 36 configurations at 8192^3, tf32, rtx-a6000 figures on 82 SMs,
@@ -32,6 +34,7 @@ import argparse
 import csv
 import dataclasses
 import functools
+import itertools
 import random
 import re
 import time
@@ -44,7 +47,7 @@ import numpy as np
 from bench.common import command_line
 from device_profiles import get_profile
 from device_profiles.memory import memory_model_device
-from perfmodel.calibration.configless import Device, LibraryRun, RunModel, fit
+from perfmodel.calibration.configless import Device, FitResult, LibraryRun, RunModel, fit
 from perfmodel.gemm_ws import SmLimits
 
 DATA = Path(__file__).resolve().parents[2] / "shared/data/real-gemm"
@@ -126,6 +129,7 @@ def neusight(gpu: str, seed: int, test: int) -> Case:
                     "fp32",
                     float(r["latency_ms"]) * 1e3,
                     config=config,
+                    threads_per_cta=int(r["block_x"]),
                 )
             )
             split.append(z > 1)
@@ -221,31 +225,83 @@ def _worst(ratios: Sequence[float]) -> str:
     return f"{worst:.2f}x ({over} >= 2x)"
 
 
-def evaluate(case: Case, seed: int, points: list[tuple[str, float, float]]) -> list[str]:
+def _calibrated(case: Case, seed: int) -> tuple[list[int], list[float], FitResult, float]:
+    """(held-out run indices, their errors after the fit, the fit, its seconds) of the fit
+    on ``case.train`` runs drawn with ``seed``."""
+    runs = case.runs
+    order = list(range(len(runs)))
+    random.Random(seed).shuffle(order)
+    train = [runs[i] for i in order[: case.train]]
+    test_ids = order[case.train :][: case.test] if case.test else order[case.train :]
+    started = time.perf_counter()
+    result = fit(train, case.device)
+    fit_s = time.perf_counter() - started
+    errors = [
+        RunModel(runs[i], case.device, i).predict_us(result.figures) / runs[i].measured_time_us - 1
+        for i in test_ids
+    ]
+    return test_ids, errors, result, fit_s
+
+
+#: reduction lengths of the --by-k rows: [lower, upper) bounds of k
+K_BINS = (0, 1024, 4096, 8192, 16384, 32768, 1 << 20)
+
+
+def _by_k(case: Case, test_ids: Sequence[int], errors: Sequence[float]) -> list[str]:
+    """Held-out signed median error per k range: a residual the fit cannot remove shows as a
+    trend in k."""
+    out = []
+    k = np.array([case.runs[i].k for i in test_ids])
+    signed = np.asarray(errors)
+    for lo, hi in itertools.pairwise(K_BINS):
+        keep = (k >= lo) & (k < hi)
+        if keep.any():
+            out.append(
+                f"| {case.dataset} | {case.gpu}, {lo} <= k < {hi} | {int(keep.sum())} held out "
+                f"| - | - | signed median {np.median(signed[keep]) * 100:+.1f} %, "
+                f"{_stats(signed[keep].tolist())} | - | - |"
+            )
+    return out
+
+
+def _every(index: int) -> bool:
+    return True
+
+
+def _medians(others: Sequence[tuple[list[int], list[float]]], keep: Callable[[int], bool]) -> str:
+    """The other seeds' held-out median / p90 over the runs ``keep`` admits."""
+    parts = [
+        _stats([e for i, e in zip(ids, errors, strict=True) if keep(i)]) for ids, errors in others
+    ]
+    return "; ".join(parts) or "-"
+
+
+def evaluate(
+    case: Case,
+    seed: int,
+    points: list[tuple[str, float, float]],
+    other_seeds: Sequence[int] = (),
+    by_k: bool = False,
+) -> list[str]:
     started = time.perf_counter()
     runs = case.runs
     base = case.device.base
     rows = []
     # uncalibrated: configuration-less optimum where the dataset has none, else as run
     chosen = case.uncalibrated if case.uncalibrated is not None else list(range(len(runs)))
-    bare = [dataclasses.replace(runs[i], config=None) for i in chosen]
+    # the optimum over the default space: no configuration, and no kernel named either
+    bare = [
+        dataclasses.replace(runs[i], config=None, threads_per_cta=None, registers_per_thread=None)
+        for i in chosen
+    ]
     optimum = [RunModel(r, case.device, i) for i, r in enumerate(bare)]
     ratios = [m.predict_us(base) / r.measured_time_us for m, r in zip(optimum, bare, strict=True)]
     points += [
         (case.dataset, r.measured_time_us, q * r.measured_time_us)
         for r, q in zip(bare, ratios, strict=True)
     ]
-    order = list(range(len(runs)))
-    random.Random(seed).shuffle(order)
-    train = [runs[i] for i in order[: case.train]]
-    test_ids = order[case.train :][: case.test] if case.test else order[case.train :]
-    fit_started = time.perf_counter()
-    result = fit(train, case.device)
-    fit_s = time.perf_counter() - fit_started
-    calibrated = [
-        RunModel(runs[i], case.device, i).predict_us(result.figures) / runs[i].measured_time_us - 1
-        for i in test_ids
-    ]
+    test_ids, calibrated, result, fit_s = _calibrated(case, seed)
+    others = [_calibrated(case, s)[:2] for s in other_seeds]
     theirs: list[float] = []
     if case.nvmmh is not None:
         pool = bare if not case.best_only else bare[:1]
@@ -264,21 +320,25 @@ def evaluate(case: Case, seed: int, points: list[tuple[str, float, float]]) -> l
             nv = f"{nv_best * 100:+.1f} % vs best"
         rows.append(
             f"| {case.dataset} | {case.gpu} | {len(runs)} configs | {mine} | - "
-            f"| {_stats(calibrated)} (fit on {case.train}, {len(test_ids)} held out) | {nv} |"
+            f"| {_stats(calibrated)} (fit on {case.train}, {len(test_ids)} held out) "
+            f"| {_medians(others, _every)} | {nv} |"
         )
     else:
         held = f"(fit on {case.train}, {len(test_ids)} held out)"
         rows.append(
             f"| {case.dataset} | {case.gpu} | {len(chosen)} shapes "
             f"| {_stats([q - 1 for q in ratios])} | {_worst(ratios)} "
-            f"| {_stats(calibrated)} {held} | {_stats(theirs)} |"
+            f"| {_stats(calibrated)} {held} | {_medians(others, _every)} "
+            f"| {_stats(theirs)} |"
         )
     for label, keep in case.subsets:
         sub = [e for i, e in zip(test_ids, calibrated, strict=True) if keep(i)]
         rows.append(
             f"| {case.dataset} | {case.gpu}, {label} | {len(sub)} held out | - | - "
-            f"| {_stats(sub)} | - |"
+            f"| {_stats(sub)} | {_medians(others, keep)} | - |"
         )
+    if by_k:
+        rows += _by_k(case, test_ids, calibrated)
     elapsed = time.perf_counter() - started
     scales = ", ".join(f"{v:.2f}" for v in result.log_scale)
     rows.append(
@@ -320,19 +380,37 @@ def picture(points: list[tuple[str, float, float]], path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--other-seeds",
+        default="1,2",
+        help="comma-separated seeds whose calibration draws are also fitted and reported",
+    )
     parser.add_argument("--neusight-test", type=int, default=1000)
+    parser.add_argument(
+        "--by-k", action="store_true", help="also the held-out error per range of k"
+    )
+    parser.add_argument(
+        "--train",
+        type=int,
+        default=None,
+        help="calibration runs per fit where a dataset has more than twice as many (default: "
+        "16): the model's own limit shows as the held-out error of a fit on many runs",
+    )
     parser.add_argument("--svg", type=Path, default=None)
     parser.add_argument("--only", default=None, help="a dataset name: run that one alone")
     args = parser.parse_args(argv)
     if not DATA.exists():
         print(f"skipped: {DATA} absent")
         return
+    other_seeds = [int(v) for v in args.other_seeds.split(",") if v.strip()]
     print(f"command: {command_line()}\n")
     print(
         "| dataset | GPU | n | ours uncalibrated, median / p90 abs error | worst ratio "
-        "| ours calibrated on 16 (held out), median / p90 | nvMatmulHeuristics, median / p90 |"
+        f"| ours calibrated on {args.train or TRAIN} (held out), median / p90 "
+        f"| same, calibration drawn with seeds {', '.join(map(str, other_seeds)) or '-'} "
+        "| nvMatmulHeuristics, median / p90 |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     builders: list[tuple[str, Callable[[], Case]]] = [("xla_sm90_tf32", xla)]
     builders += [
         ("neusight_linear_train", functools.partial(neusight, g, args.seed, args.neusight_test))
@@ -344,7 +422,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, build in builders:
         if args.only and name != args.only:
             continue
-        for row in evaluate(build(), args.seed, points):
+        case = build()
+        if args.train is not None and len(case.runs) > 2 * args.train:
+            case.train = args.train
+        for row in evaluate(case, args.seed, points, other_seeds, args.by_k):
             print(row, flush=True)
     if args.svg is not None and points:
         picture(points, args.svg)

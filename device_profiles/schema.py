@@ -246,15 +246,8 @@ REQUIRED_MANY_BSP_FIGURES: tuple[str, ...] = (
     "mu",
 )
 
-#: figures of the GeMM-WS model (§4.2) a profile must carry to serve it
-REQUIRED_GEMM_WS_FIGURES: tuple[str, ...] = (
-    "t_init_us",
-    "t_epilogue_us",
-    "load_startup_latency_us",
-    "compute_startup_latency_us",
-    "load_throughput_elements_per_us",
-    "compute_throughput_macs_per_us",
-)
+#: figures of the GeMM-WS model (§4.2) a profile must carry to serve it: all its section's
+REQUIRED_GEMM_WS_FIGURES: tuple[str, ...] = tuple(GemmWsSection.model_fields)
 
 #: model name -> the profile section holding its figures
 MODEL_SECTIONS: dict[str, str] = {"gemm-ws": "gemm_ws", "many-bsp": "many_bsp"}

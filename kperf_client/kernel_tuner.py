@@ -21,29 +21,30 @@ How it searches:
 
 1. The tune parameters naming the work-group tile (``MWG``/``NWG``/``KWG`` for CLBlast's
    Xgemm by default, :class:`KernelTunerNames`) and the buffer depth (a parameter, or a fixed
-   ``buffer_depth``) group the search space by tiling; every other parameter (thread shapes,
-   vector widths, ...) is one the model does not see.
-2. ``/optimize-tiling`` ranks the tilings (explicit ``candidates``, one per tiling) with each
-   one's ``probability_best``. The tilings holding ``probability_mass`` of it (at least
-   ``min_tilings``) are probed with ``probes`` random configurations each.
-3. Then tiling by tiling, a first-improvement local search over the parameters kperf does
-   not model (neighbours differ in one such parameter), from the tiling's fastest
-   configuration not yet a start (after a climb that did not improve the tiling, from a
-   random new one). The next tiling: the one probed next in rank order; else the one with
-   the fastest time found whose last ``PATIENCE`` climbs still improved it; else the next
-   tiling in rank order whose ``probability_best`` is at least ``MIN_PROBABILITY``; else the
-   fastest again.
+   ``buffer_depth``) give each configuration its tiling; every other parameter (thread
+   shapes, vector widths, ...) is one the model does not see.
+2. ``/optimize-tiling`` predicts each tiling's time (explicit ``candidates``, one per
+   tiling). That prediction is the prior of a surrogate of the whole space
+   (:mod:`kperf_client.kernel_tuner_surrogate`): log time = kperf's log time + a per-tiling
+   correction + one effect per value of each other parameter, shared by all tilings, fitted
+   to the runs (Bayesian linear regression).
+3. The first configuration is the prior's fastest. Then each evaluation draws one model
+   from the posterior (Thompson sampling) and measures, most of the time, the unmeasured
+   one-parameter neighbour of the fastest configuration so far that the draw predicts
+   fastest; ``explore`` of the time (or with no neighbour left) the unmeasured
+   configuration it predicts fastest anywhere. Failed configurations teach the surrogate
+   they are slow.
 4. Every ``recalibrate_every`` evaluations, each tiling's fastest time so far (the model
    predicts what a tiling reaches with its best inner parameters), when new, is posted as a
    GeMM-WS run of the device (``POST /devices/{id}/measurements``, Kernel Tuner's ``time``
    in ms x 1000 = ``measured_time_us``); once ``MIN_RUNS_TO_FIT`` runs have been posted the
-   device is refit (``POST /devices/{id}/recalibrate``) and the tilings are ranked again by
-   the refit profile: tilings that enter the top mass are probed. What is left is posted
-   when the tuning ends (no refit then).
+   device is refit (``POST /devices/{id}/recalibrate``) and the refit profile's predictions
+   become the surrogate's prior. What is left is posted when the tuning ends (no refit then).
 
-The service down, slow (past ``timeout_s``) or refusing never fails the tuning: the tilings
-are then probed in a random order, every one, and the search goes on without kperf; one
-warning per kind of trouble (logger ``kperf_client.kernel_tuner``, through :mod:`logging`).
+The service down, slow (past ``timeout_s``) or refusing never fails the tuning: one random
+configuration of every tiling is measured first, in a random order, and the surrogate goes
+on without kperf's prior; one warning per kind of trouble (logger
+``kperf_client.kernel_tuner``, through :mod:`logging`).
 ``kernel_tuner`` itself is imported when the strategy runs, not with this module.
 """
 
@@ -70,10 +71,9 @@ MIN_RUNS_TO_FIT = 7
 
 #: the largest refit budget asked (a server's default maximum time_limit_s)
 MAX_REFIT_S = 120.0
-#: climbs in a row without improvement after which a tiling yields to the next-ranked one
-PATIENCE = 2
-#: a tiling less likely than this to be the fastest is searched only when nothing else is left
-MIN_PROBABILITY = 0.01
+#: the share of draws taken from the whole space rather than around the fastest
+#: configuration measured (the rest: its one-parameter neighbours)
+EXPLORE = 0.2
 #: a count never reached (no automatic post or refit: the strategy decides when)
 NEVER = 10**9
 
@@ -93,13 +93,16 @@ class KernelTunerNames:
 
 
 class KperfStrategy(KperfSession):
-    """A Kernel Tuner strategy (``tune_kernel(..., strategy=KperfStrategy(...))``) that ranks
-    tilings with kperf, measures through Kernel Tuner, feeds the times back to ``device``
-    and searches the other parameters within the best tilings. See the module docstring.
+    """A Kernel Tuner strategy (``tune_kernel(..., strategy=KperfStrategy(...))``) that
+    starts from kperf's predictions for the tilings, learns the other parameters from the
+    runs, measures through Kernel Tuner and feeds the times back to ``device``. See the
+    module docstring.
 
     ``m``, ``n``, ``k``, ``dtype``: the GEMM tuned (Kernel Tuner's ``problem_size`` rarely
-    holds all three). ``url`` None: an in-process service (``kperf[server]``). ``seed``: the
-    strategy's own random choices (probes, neighbour order, the fallback order).
+    holds all three). ``url`` None: an in-process service (``kperf[server]``). ``explore``:
+    the share of draws from the whole space instead of the fastest configuration's
+    neighbours. ``seed``: the strategy's own random choices (posterior draws, ties, the
+    fallback order).
     """
 
     log = logger
@@ -115,9 +118,7 @@ class KperfStrategy(KperfSession):
         dtype: str = "fp32",
         names: KernelTunerNames | None = None,
         buffer_depth: int = 1,
-        probes: int = 4,
-        probability_mass: float = 0.9,
-        min_tilings: int = 2,
+        explore: float = EXPLORE,
         recalibrate_every: int = 50,
         seed: int | None = None,
         name: str | None = None,
@@ -130,10 +131,10 @@ class KperfStrategy(KperfSession):
         for what, value in (("m", m), ("n", n), ("k", k), ("buffer_depth", buffer_depth)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{what}: a positive integer, got {value!r}")
-        if probes < 1 or min_tilings < 1 or recalibrate_every < 1:
-            raise ValueError("probes, min_tilings and recalibrate_every: at least 1")
-        if not 0 < probability_mass <= 1:
-            raise ValueError(f"probability_mass: in (0, 1], got {probability_mass}")
+        if recalibrate_every < 1:
+            raise ValueError(f"recalibrate_every: at least 1, got {recalibrate_every}")
+        if not 0 <= explore <= 1:
+            raise ValueError(f"explore: in [0, 1], got {explore}")
         super().__init__(
             url,
             device,
@@ -148,14 +149,14 @@ class KperfStrategy(KperfSession):
         self.problem = Problem(m, n, k, dtype)
         self.names = names if names is not None else KernelTunerNames()
         self.buffer_depth = buffer_depth
-        self.probes = probes
-        self.probability_mass = probability_mass
-        self.min_tilings = min_tilings
+        self.explore = explore
         self.recalibrate_every = recalibrate_every
         self.seed = seed
         #: what the last tune did, for tests and the curious: each ranking asked (tilings,
         #: best first), runs handed to the service, whether it fell back to a random order
         self.rankings: list[list[Tiling]] = []
+        #: the latest ranking's predicted time per tiling, us
+        self.predicted_us: dict[Tiling, float] = {}
         self.runs_sent = 0
         self.fell_back = False
 
@@ -166,7 +167,8 @@ class KperfStrategy(KperfSession):
 
         cost = CostFunc(searchspace, tuning_options, runner)
         self.fell_back = False
-        search = _Search(self, list(searchspace.tune_params), list(searchspace.list), cost)
+        configs = [tuple(c) for c in searchspace.list]
+        search = _Search(self, list(searchspace.tune_params), configs, cost)
         try:
             search.run()
         except StopCriterionReached as stop:
@@ -201,11 +203,16 @@ class KperfStrategy(KperfSession):
         seen = set(ranking.order)
         ranked += [(t, 0.0) for i, t in enumerate(tilings) if i not in seen]
         self.rankings.append([t for t, _ in ranked])
+        self.predicted_us = {
+            tilings[p]: float(us)
+            for p, us in zip(ranking.order, ranking.predicted_time_us, strict=False)
+            if us is not None
+        }
         return ranked
 
 
 class _Search:
-    """One tuning: the search space grouped by tiling, what was measured, the local search."""
+    """One tuning: the search space, its tilings, the surrogate, what was measured."""
 
     def __init__(
         self, strategy: KperfStrategy, param_names: list[str], configs: list[Config], cost: Any
@@ -216,31 +223,35 @@ class _Search:
         self.times: dict[Config, float] = {}  # evaluated -> cost (inf: invalid)
         self.run_time_ms: dict[Tiling, float] = {}  # fastest measured 'time' per tiling
         self.posted_ms: dict[Tiling, float] = {}
-        self.starts: set[Config] = set()
-        self.best: dict[Tiling, float] = {}  # searched tilings: fastest cost a climb reached
-        self.stale: dict[Tiling, int] = {}  # climbs in a row that did not improve it
-        self.queue: list[Tiling] = []  # tilings probed, not climbed yet
-        self.probed: set[Tiling] = set()
-        self.order: list[Tiling] = []  # the latest ranking, best first
-        self.probability: dict[Tiling, float | None] = {}
         self.since_post = 0
         self.results_read = 0
+        self.configs: list[Config] = []  # those with a tiling, the surrogate's rows
+        self.row_of: dict[Config, int] = {}
         self.tiling_of: dict[Config, Tiling] = {}
-        self.groups: dict[Tiling, list[Config]] = {}
-        self.neighbours_index: dict[tuple[int, Config], list[Config]] = {}
-        self.inner: list[int] = []
+        self.tilings: list[Tiling] = []
+        self.neighbours_index: dict[tuple[int, Config], list[int]] = {}
+        self.model: Any = None  # the Surrogate, once there are configurations with tilings
+        self.incumbent: int | None = None  # row of the fastest valid configuration measured
+        self.measured_rows = 0
         tiles = self._tile_positions(param_names)
         if tiles is None:
             return
-        self.inner = [i for i in range(len(param_names)) if i not in tiles]
+        inner = [i for i in range(len(param_names)) if i not in tiles]
         for config in configs:
             tiling = self._tiling(config, tiles)
-            if tiling is None:
+            if tiling is None or config in self.row_of:
                 continue
+            self.row_of[config] = len(self.configs)
+            self.configs.append(config)
             self.tiling_of[config] = tiling
-            self.groups.setdefault(tiling, []).append(config)
-            for i in self.inner:
-                self.neighbours_index.setdefault(_blank(config, i), []).append(config)
+            for i in range(len(config)):
+                self.neighbours_index.setdefault(_blank(config, i), []).append(self.row_of[config])
+        self.tilings = list(dict.fromkeys(self.tiling_of.values()))
+        if self.configs:
+            from kperf_client.kernel_tuner_surrogate import Surrogate
+
+            rows = [self.tiling_of[c] for c in self.configs]
+            self.model = Surrogate(self.configs, rows, inner, self.rng)
 
     def _tile_positions(self, param_names: list[str]) -> list[int] | None:
         names = self.strategy.names
@@ -268,18 +279,24 @@ class _Search:
 
     # ------------------------------------------------------------------ evaluation
 
-    def evaluate(self, configs: Sequence[Config]) -> None:
-        fresh = [c for c in dict.fromkeys(configs) if c not in self.times]
-        if not fresh:
+    def evaluate(self, config: Config) -> None:
+        if config in self.times:
             return
-        values = self.cost.eval_all([list(c) for c in fresh], check_restrictions=False)
-        for config, value in zip(fresh, values, strict=True):
-            self.times[config] = float(value) if _finite(value) else math.inf
-        self.since_post += len(fresh)
+        [value] = self.cost.eval_all([list(config)], check_restrictions=False)
+        time = float(value) if _finite(value) else math.inf
+        self.times[config] = time
+        row = self.row_of.get(config)
+        if row is not None and self.model is not None:
+            self.measured_rows += 1
+            self.model.add(row, time)
+            best = math.inf if self.incumbent is None else self.times[self.configs[self.incumbent]]
+            if time < best:
+                self.incumbent = row
+        self.since_post += 1
         if self.since_post >= self.strategy.recalibrate_every:
             self.since_post = 0
             if self.post_runs():
-                self.probe(self.rank())
+                self.predict()
 
     def post_runs(self, final: bool = False) -> bool:
         """Hand each tiling's fastest time, when new, to the feedback; post and refit once
@@ -324,129 +341,64 @@ class _Search:
 
     # ------------------------------------------------------------------ the search
 
-    def rank(self) -> list[tuple[Tiling, float | None]]:
-        ranked = self.strategy.ranked_tilings(list(self.groups))
-        if ranked:
-            return ranked
-        self.strategy.fell_back = True
-        order = list(self.groups)
-        self.rng.shuffle(order)
-        return [(t, None) for t in order]
-
-    def top(self, ranked: list[tuple[Tiling, float | None]]) -> list[Tiling]:
-        """The tilings holding ``probability_mass`` (at least ``min_tilings``); all of them
-        when there are no probabilities (the random order of the fallback)."""
-        kept: list[Tiling] = []
-        mass = 0.0
-        for tiling, probability in ranked:
-            if probability is not None and len(kept) >= self.strategy.min_tilings:
-                if mass >= self.strategy.probability_mass:
-                    break
-            kept.append(tiling)
-            mass += probability or 0.0
-        return kept
-
-    def probe(self, ranked: list[tuple[Tiling, float | None]]) -> None:
-        """``probes`` random configurations of each top tiling not probed yet, in rank order;
-        each is then queued for a climb."""
-        self.order = [t for t, _ in ranked]
-        # unknown (None: no ranking) counts as likely; below MIN_PROBABILITY as unlikely
-        self.probability = {
-            t: (None if p is None else (p if p >= MIN_PROBABILITY else 0.0)) for t, p in ranked
-        }
-        for tiling in self.top(ranked):
-            if tiling in self.probed:
-                continue
-            self.probed.add(tiling)
-            self.queue.append(tiling)
-            fresh = [c for c in self.groups[tiling] if c not in self.times]
-            self.evaluate(self.rng.sample(fresh, min(self.strategy.probes, len(fresh))))
+    def predict(self) -> bool:
+        """Ask kperf (the device as refit so far) for each tiling's time and make it the
+        surrogate's prior; False when it could not answer (the surrogate keeps what it had)."""
+        ranked = self.strategy.ranked_tilings(self.tilings)
+        times = self.strategy.predicted_us
+        if not ranked or not times:
+            return False
+        self.model.set_prediction(times)
+        return True
 
     def run(self) -> None:
-        if not self.groups:  # no tiling: plain random order
-            everything = list(self.cost.searchspace.list)
+        if self.model is None:  # no tiling: plain random order
+            everything = [tuple(c) for c in self.cost.searchspace.list]
             self.rng.shuffle(everything)
             for config in everything:
-                self.evaluate([config])
+                self.evaluate(config)
             return
-        self.probe(self.rank())
-        while True:
-            tiling = self._next_tiling()
-            if tiling is None:
-                return
-            self._search_tiling(tiling)
+        if not self.predict():
+            # no kperf: one configuration of every tiling, in a random order, for the
+            # surrogate to learn the tilings from
+            self.strategy.fell_back = True
+            order = list(self.tilings)
+            self.rng.shuffle(order)
+            groups: dict[Tiling, list[Config]] = {}
+            for config in self.configs:
+                groups.setdefault(self.tiling_of[config], []).append(config)
+            for tiling in order:
+                self.evaluate(self.rng.choice(groups[tiling]))
+        while self.measured_rows < len(self.configs):
+            self.evaluate(self.configs[self._next()])
 
-    def _next_tiling(self) -> Tiling | None:
-        """The next tiling queued by the ranking; else the one with the fastest time found
-        whose last ``PATIENCE`` climbs still improved it; else the next in rank order never
-        searched that may be the fastest (``probability_best`` at least
-        ``MIN_PROBABILITY``, or unknown); else the fastest again; else any left."""
-        if self.queue:
-            return self.queue.pop(0)
-        open_ = [t for t in self.best if self._unevaluated(t)]
-        fresh = [t for t in open_ if self.stale.get(t, 0) < PATIENCE]
-        if fresh:
-            return min(fresh, key=lambda t: self.best[t])
-        unsearched = self._unsearched()
-        likely = [t for t in unsearched if self.probability.get(t, 0.0) != 0.0]
-        if likely:
-            return likely[0]
-        if open_:
-            return min(open_, key=lambda t: self.best[t])
-        return unsearched[0] if unsearched else None
+    def _next(self) -> int:
+        """The next row: the first from kperf's ranking and the prior (posterior mean); then,
+        mostly, the unmeasured neighbour of the fastest configuration that one posterior draw
+        predicts fastest, else (``explore`` of the time, or no neighbour left) the unmeasured
+        configuration the draw predicts fastest."""
+        first = not self.times
+        scores = self.model.scores(sample=not first)
+        if self.incumbent is not None and self.rng.random() >= self.strategy.explore:
+            near = [
+                r
+                for r in self._neighbours(self.configs[self.incumbent])
+                if self.configs[r] not in self.times
+            ]
+            if near:
+                return min(near, key=lambda r: float(scores[r]))
+        scores[[self.row_of[c] for c in self.times if c in self.row_of]] = math.inf
+        return int(scores.argmin())
 
-    def _unsearched(self) -> list[Tiling]:
-        return [t for t in self.order if t not in self.best and self._unevaluated(t)]
-
-    def _unevaluated(self, tiling: Tiling) -> bool:
-        return any(c not in self.times for c in self.groups[tiling])
-
-    def _search_tiling(self, tiling: Tiling) -> None:
-        """One climb from the fastest configuration of the tiling not yet a start; after a
-        climb that did not improve the tiling (or with none measured), from a random new one."""
-        group = self.groups[tiling]
-        measured = [(self.times[c], c) for c in group if c in self.times and c not in self.starts]
-        measured = [(t, c) for t, c in measured if math.isfinite(t)]
-        fresh = [c for c in group if c not in self.times]
-        if measured and not self.stale.get(tiling, 0):
-            start = min(measured)[1]
-        elif fresh:
-            start = self.rng.choice(fresh)
-            self.evaluate([start])
-        else:
-            # a queued tiling the probes and earlier climbs measured whole: nothing left here
-            return
-        self.starts.add(start)
-        before = self.best.get(tiling, math.inf)
-        found = self._climb(start)
-        if found < before:
-            self.best[tiling] = found
-            self.stale[tiling] = 0
-        else:
-            self.best.setdefault(tiling, found)
-            self.stale[tiling] = self.stale.get(tiling, 0) + 1
-
-    def _climb(self, current: Config) -> float:
-        """First improvement: the first unevaluated neighbour (random order) faster than the
-        current configuration becomes the current one; stop when none is. The time reached."""
-        while True:
-            neighbours = [n for n in self._neighbours(current) if n not in self.times]
-            self.rng.shuffle(neighbours)
-            moved = False
-            for neighbour in neighbours:
-                self.evaluate([neighbour])
-                if self.times[neighbour] < self.times[current]:
-                    current = neighbour
-                    self.starts.add(current)
-                    moved = True
-                    break
-            if not moved:
-                return self.times[current]
-
-    def _neighbours(self, config: Config) -> list[Config]:
-        found: list[Config] = []
-        for i in self.inner:
-            found += [c for c in self.neighbours_index.get(_blank(config, i), []) if c != config]
+    def _neighbours(self, config: Config) -> list[int]:
+        """Rows that differ from ``config`` in one tune parameter."""
+        found: list[int] = []
+        for i in range(len(config)):
+            found += [
+                r
+                for r in self.neighbours_index.get(_blank(config, i), [])
+                if self.configs[r] != config
+            ]
         return found
 
 

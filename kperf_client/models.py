@@ -120,24 +120,25 @@ class DeviceDetail(Answer):
 # ---------------------------------------------------------------------------- /optimize-tiling
 
 
-class GemmWsRun(Answer):
+class Tiling(Answer):
+    """A GeMM-WS tiling: TM x TN output tiles, TK-deep stages, buffer_depth buffers."""
+
+    tile_m: int = Field(description="TM, elements")
+    tile_n: int = Field(description="TN, elements")
+    tile_k: int = Field(description="TK, elements")
+    buffer_depth: int = Field(description="stages held by the shared-memory circular buffer")
+
+
+class GemmWsRun(Tiling):
     """One GEMM launch: the problem, its element type and the tiling it ran with (elements)."""
 
     m: int
     n: int
     k: int
     dtype: str
-    tile_m: int
-    tile_n: int
-    tile_k: int
-    buffer_depth: int
 
 
-class TilingPrediction(Answer):
-    tile_m: int = Field(description="TM, elements")
-    tile_n: int = Field(description="TN, elements")
-    tile_k: int = Field(description="TK, elements")
-    buffer_depth: int = Field(description="stages held by the shared-memory circular buffer")
+class TilingPrediction(Tiling):
     predicted_time_us: float
     waves: int
     stages: int
@@ -297,15 +298,8 @@ class EngineConfig(Answer):
     num_stages: int
 
 
-class TableTiling(Answer):
-    tile_m: int
-    tile_n: int
-    tile_k: int
-    buffer_depth: int
-
-
 class TableShortlistEntry(Answer):
-    tiling: TableTiling
+    tiling: Tiling
     config: EngineConfig
     predicted_time_us: float
 
@@ -313,12 +307,12 @@ class TableShortlistEntry(Answer):
 class TableEntry(Answer):
     m: int
     config: EngineConfig
-    tiling: TableTiling
+    tiling: Tiling
     predicted_time_us: float
     interval_low_us: float | None = None
     interval_high_us: float | None = None
     probability_best: float | None = None
-    optimum: TableTiling
+    optimum: Tiling
     optimum_time_us: float
     loss: float = Field(description="predicted_time / optimum_time - 1")
     certified: bool

@@ -37,13 +37,14 @@ GEMM_WS = "gemm-ws"
 @dataclass(frozen=True, slots=True)
 class Ranking:
     """The service's answer for one list of candidates: positions in that list, best first,
-    with each one's ``probability_best`` (None when not drawn), the infeasible positions, and
-    the positions the request schema refused (not judged)."""
+    with each one's ``probability_best`` (None when not drawn) and ``predicted_time_us``, the
+    infeasible positions, and the positions the request schema refused (not judged)."""
 
     order: tuple[int, ...]
     probability_best: tuple[float | None, ...]
     infeasible: frozenset[int]
     refused: frozenset[int] = frozenset()
+    predicted_time_us: tuple[float | None, ...] = ()
 
 
 def ranking_of(answer: Mapping[str, Any], positions: Sequence[int] | None = None) -> Ranking:
@@ -59,6 +60,7 @@ def ranking_of(answer: Mapping[str, Any], positions: Sequence[int] | None = None
         order=tuple(map(where, ranked)),
         probability_best=tuple(entry.get("probability_best") for entry in ranked),
         infeasible=frozenset(map(where, answer.get("infeasible", []))),
+        predicted_time_us=tuple(entry.get("predicted_time_us") for entry in ranked),
     )
 
 

@@ -15,6 +15,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from kperf_client.models import EngineConfig
+
 #: triton.testing.do_bench reports milliseconds
 US_PER_MS = 1000.0
 
@@ -123,12 +125,7 @@ class TritonBench:
                 k,
                 self.block_n,
                 self.block_k,
-                BLOCK_SIZE_M=config["BLOCK_SIZE_M"],
-                BLOCK_SIZE_N=config["BLOCK_SIZE_N"],
-                BLOCK_SIZE_K=config["BLOCK_SIZE_K"],
-                GROUP_SIZE_M=config["GROUP_SIZE_M"],
-                num_warps=config["num_warps"],
-                num_stages=config["num_stages"],
+                **{name: config[name] for name in EngineConfig.model_fields},
             )
 
         return float(triton.testing.do_bench(launch)) * US_PER_MS

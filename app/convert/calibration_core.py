@@ -10,10 +10,12 @@ Runs arrive as JSON documents (request order, or canonical order for a fit: see
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from app.convert import configless_core
+from app.convert.fields import shared_fields
 from app.convert.optimize import dtype_ratios, gemm_ws_machine
 from app.convert.predict import launch_to_core
 from app.schemas.calibrate import (
@@ -32,6 +34,7 @@ from perfmodel.calibration import (
     GEMM_WS_FIGURES,
     CalibrationResult,
     ErrorSummary,
+    FittedFigure,
     GemmWsMeasurement,
     ManyBspMeasurement,
     check_gemm_ws_shared_memory,
@@ -81,18 +84,23 @@ def check_runs(model: str, base: DeviceProfile, documents: Sequence[Mapping[str,
     if model == "gemm-ws":
         machine, gemm_runs = gemm_ws_core(base, documents)
         for i, gemm_run in enumerate(gemm_runs):
-            try:
+            with _naming_run(i):
                 dtype_ratios(base, gemm_run.dtype)
-            except ModelInputError as exc:
-                raise CalibrationInputError(f"measurements[{i}].{exc.field}", exc.reason) from None
         check_gemm_ws_shared_memory(machine, gemm_runs)
         return
     device, kernel_runs = many_bsp_core(base, documents)
     for i, run in enumerate(kernel_runs):
-        try:
+        with _naming_run(i):
             predict_many_bsp_cycles(device, run.request)
-        except ModelInputError as exc:
-            raise CalibrationInputError(f"measurements[{i}].{exc.field}", exc.reason) from None
+
+
+@contextlib.contextmanager
+def _naming_run(index: int) -> Iterator[None]:
+    """A model input error of measured run ``index``, refused as that run's field."""
+    try:
+        yield
+    except ModelInputError as exc:
+        raise CalibrationInputError(f"measurements[{index}].{exc.field}", exc.reason) from None
 
 
 def fit(
@@ -142,42 +150,12 @@ def to_fit(result: CalibrationResult) -> CalibrationFit:
     """The core's result as the response schema (canonical indices; see
     :func:`app.convert.calibrate.in_request`)."""
     return CalibrationFit(
-        fitted=[
-            FittedFigureOut(
-                name=f.name,
-                value=f.value,
-                base_value=f.base_value,
-                standard_error=f.standard_error,
-                identifiable=f.identifiable,
-                prior=(
-                    FigurePriorOut(
-                        median=f.prior_median,
-                        sigma_log=f.prior_sigma_log,
-                        source=f.prior_source or "",
-                    )
-                    if f.prior_median is not None and f.prior_sigma_log is not None
-                    else None
-                ),
-                interval_low=f.interval_low,
-                interval_high=f.interval_high,
-            )
-            for f in result.fitted
-        ],
+        fitted=[_fitted(f) for f in result.fitted],
         training_error=_errors(result.training_error),
         cross_validation_error=(
             _errors(result.cross_validation_error) if result.cross_validation_error else None
         ),
-        residuals=[
-            ResidualOut(
-                index=r.index,
-                measured=r.measured,
-                predicted=r.predicted,
-                error_pct=r.error_pct,
-                predicted_low=r.predicted_low,
-                predicted_high=r.predicted_high,
-            )
-            for r in result.residuals
-        ],
+        residuals=[ResidualOut(**shared_fields(ResidualOut, r)) for r in result.residuals],
         warnings=list(result.warnings),
         method=result.method,
         determined_combinations=list(result.determined_combinations),
@@ -188,7 +166,14 @@ def to_fit(result: CalibrationResult) -> CalibrationFit:
     )
 
 
+def _fitted(f: FittedFigure) -> FittedFigureOut:
+    prior = None
+    if f.prior_median is not None and f.prior_sigma_log is not None:
+        prior = FigurePriorOut(
+            median=f.prior_median, sigma_log=f.prior_sigma_log, source=f.prior_source or ""
+        )
+    return FittedFigureOut(**shared_fields(FittedFigureOut, f), prior=prior)
+
+
 def _errors(summary: ErrorSummary) -> CalibrationErrorSummary:
-    return CalibrationErrorSummary(
-        mean_abs_pct=summary.mean_abs_pct, max_abs_pct=summary.max_abs_pct
-    )
+    return CalibrationErrorSummary(**shared_fields(CalibrationErrorSummary, summary))

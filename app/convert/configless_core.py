@@ -43,7 +43,7 @@ def has_configless(documents: Sequence[Mapping[str, Any]]) -> bool:
 
 def library_runs(documents: Sequence[Mapping[str, Any]]) -> list[LibraryRun]:
     """The runs as the fit's records: a configured run is its tiling at group_m 1, split_k 1
-    (what a GeMM-WS run describes)."""
+    (what a GeMM-WS run describes), with its kernel's threads and registers where given."""
     out = []
     for d in documents:
         run = GemmWsMeasurementIn.model_validate(d)
@@ -52,7 +52,19 @@ def library_runs(documents: Sequence[Mapping[str, Any]]) -> list[LibraryRun]:
             assert run.tile_n is not None and run.tile_k is not None
             assert run.buffer_depth is not None
             config = (run.tile_m, run.tile_n, run.tile_k, run.buffer_depth, 1, 1)
-        out.append(LibraryRun(run.m, run.n, run.k, run.dtype, run.measured_time_us, 1, config))
+        out.append(
+            LibraryRun(
+                run.m,
+                run.n,
+                run.k,
+                run.dtype,
+                run.measured_time_us,
+                1,
+                config,
+                run.threads_per_cta,
+                run.registers_per_thread,
+            )
+        )
     return out
 
 

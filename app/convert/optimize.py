@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.convert.fields import shared_fields
 from app.convert.shortlist_why import Ranked, reasons
 from app.schemas.base import provenance_out
 from app.schemas.optimize import (
@@ -319,22 +320,11 @@ def _prediction(
     request: OptimizeTilingRequest, model: PipelineModel, sim: Prediction, element_bytes: int
 ) -> dict[str, object]:
     t = sim.tiling
-    run = GemmWsRun(
-        m=request.m,
-        n=request.n,
-        k=request.k,
-        dtype=request.dtype,
-        tile_m=t.tile_m,
-        tile_n=t.tile_n,
-        tile_k=t.tile_k,
-        buffer_depth=t.buffer_depth,
-    )
+    shape = shared_fields(GemmWsRun, t)  # tile_m, tile_n, tile_k, buffer_depth
+    run = GemmWsRun(m=request.m, n=request.n, k=request.k, dtype=request.dtype, **shape)
     return {
         "measurement": run,
-        "tile_m": t.tile_m,
-        "tile_n": t.tile_n,
-        "tile_k": t.tile_k,
-        "buffer_depth": t.buffer_depth,
+        **shape,
         "predicted_time_us": ns_to_us(sim.overall_time_ns),
         "waves": sim.waves,
         "stages": sim.stages,

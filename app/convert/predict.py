@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from app.convert.fields import shared_fields
 from app.schemas.base import provenance_out
 from app.schemas.predict import (
     BlockClassOut,
@@ -146,45 +147,19 @@ def to_response(
     """The full answer; ``lists=False`` leaves the instruction and superstep lists empty (their
     totals still counted) for :func:`encode_view` to build only the page a request asks for."""
     e = result.estimate
-    page = _page(result, 0, None) if lists else _page(result, 0, 0)
+    page: dict[str, Any] = _page(result, 0, None) if lists else _page(result, 0, 0)
     return PredictKernelResponse(
         predicted_cycles_interval=list(interval_cycles) if interval_cycles else None,
         profile_provenance=provenance_out(origin) if origin is not None else None,
-        kernel=result.kernel,
         device=result.device_id,
-        n_b=result.n_b,
-        n_t=result.n_t,
-        registers_per_thread=result.registers_per_thread,
-        registers_source=result.registers_source,
-        shared_bytes_per_block=result.shared_bytes_per_block,
         predicted_cycles=e.kernel_exec_cycle,
-        predicted_time_us=result.predicted_time_us,
         clock_mhz=clock_mhz,
-        equation=e.equation,
-        w=e.w,
-        parallel_comp=e.parallel_comp,
-        block_bar_ovh=e.block_bar_ovh,
-        block_comm=e.block_comm,
-        block_comm_delta=e.block_comm_delta,
-        COMP=e.COMP,
-        warps_need=e.warps_need,
-        overlapped=e.overlapped,
-        nonoverlapped=e.nonoverlapped,
-        block_exec_cycle=e.block_exec_cycle,
-        comp=e.comp,
-        novlp=e.novlp,
-        rho=e.rho,
-        K=e.K,
-        tau=e.tau,
-        mu=e.mu,
-        l=e.l,
-        l_c=e.l_c,
-        l_m=e.l_m,
-        l_b=e.l_b,
+        # the launch (kernel, n_b, n_t, registers, shared bytes) and the time, as analysed
+        **shared_fields(PredictKernelResponse, result, besides=("warnings", "block_classes")),
+        **shared_fields(PredictKernelResponse, e),
         **page,
         warnings=_bounded(result.warnings),
         warp_roles=[_role(r) for r in result.roles],
-        throughput_floor_cycles=e.throughput_floor_cycles,
         block_classes=[
             BlockClassOut(
                 blocks=c.blocks,
@@ -225,14 +200,10 @@ def _role(r: RoleResult) -> WarpRoleOut:
     return WarpRoleOut(
         warps=list(r.warps),
         threads=r.threads,
-        w=e.w,
         instructions=len(r.costs),
         uncosted_instructions=sum(1 for k in r.class_keys if k == UNCOSTED),
         predicted_cycles=e.kernel_exec_cycle,
-        block_exec_cycle=e.block_exec_cycle,
-        COMP=e.COMP,
-        block_comm=e.block_comm,
-        l=e.l,
+        **shared_fields(WarpRoleOut, e),
         bounds_kernel=r.bounds_kernel,
         level1_supersteps=[_step(r, s) for s in r.level1],
     )

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from app.convert.fields import shared_fields
 from app.convert.tuning_model import KeyRanking, TableModel
 from app.schemas.base import provenance_out
 from app.schemas.optimize import OptimizeTilingRequest, ValueRange
@@ -31,6 +32,7 @@ from perfmodel.gemm_ws import Tiling, ns_to_us
 from solver import InfeasibleSearchSpace, InvalidSearchSpace, values_from_range
 from solver.errors import UnknownDeviceName
 from solver.tuning_table import (
+    ENGINE_FIELDS,
     EngineFormat,
     engine_device_name,
     engine_file_name,
@@ -213,20 +215,13 @@ def table_model(request: TuningTableRequest, profile: DeviceProfile | None) -> T
 
 
 def _tiling_out(t: Tiling) -> TableTiling:
-    return TableTiling(
-        tile_m=t.tile_m, tile_n=t.tile_n, tile_k=t.tile_k, buffer_depth=t.buffer_depth
-    )
+    return TableTiling(**shared_fields(TableTiling, t))
 
 
 def _engine_config(tiling: Tiling, config: TableConfig) -> EngineConfigOut:
-    return EngineConfigOut(
-        BLOCK_SIZE_M=tiling.tile_m,
-        BLOCK_SIZE_N=tiling.tile_n,
-        BLOCK_SIZE_K=tiling.tile_k,
-        GROUP_SIZE_M=config.group_size_m,
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )
+    block = (tiling.tile_m, tiling.tile_n, tiling.tile_k)
+    engine = (config.group_size_m, config.num_warps, config.num_stages)
+    return EngineConfigOut(**dict(zip(ENGINE_FIELDS, (*block, *engine), strict=True)))
 
 
 def _shortlist(
@@ -315,11 +310,8 @@ def build_table(
     response = TuningTableResponse(
         status="optimal" if certified == len(rankings) else "timeout",
         device=model.device,
-        dtype=request.dtype,
         pipeline_model=model.pipeline_model,
-        n=request.n,
-        k=request.k,
-        format=request.format,
+        **request.model_dump(include={"dtype", "n", "k", "format"}),  # as asked
         file_name=file_name,
         file=file,
         entries=entries,
@@ -337,10 +329,7 @@ def build_table(
         selection=SelectionOut(
             max_distinct_configs=request.max_distinct_configs,
             distinct_configs=chosen.distinct,
-            worst_key_loss=chosen.worst_key_loss,
-            lower_bound_loss=chosen.lower_bound_loss,
-            exact=chosen.exact,
-            z3_checks=chosen.z3_checks,
+            **shared_fields(SelectionOut, chosen),  # the losses, exact, z3_checks
         ),
         search=TableSearchOut(
             # a space asks for every num_warps and GROUP_SIZE_M listed with each tiling

@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import Request, Response
 from pydantic import TypeAdapter
 
 from app.auth import Principal
 from app.convert.candidates import configurations_of, prepare
 from app.errors import HANDLERS
 from app.jobs import optimize_model_via_pool, request_profile
-from app.routes.access import ReaderDep, read_access
-from app.routes.json_body import OffLoopJSONRoute
+from app.routes.access import ReaderDep, reading_router
 from app.schemas.batch import (
     BatchItem,
     ItemProblem,
@@ -23,12 +22,7 @@ from app.schemas.batch import (
 from app.schemas.optimize import OptimizeTilingRequest
 from app.service import RequestFieldError, Service, ServiceDep, json_bytes_response
 
-router = APIRouter(
-    prefix="/optimize-tiling",
-    tags=["optimize"],
-    route_class=OffLoopJSONRoute,
-    dependencies=[Depends(read_access)],
-)
+router = reading_router("optimize", prefix="/optimize-tiling")
 _BATCH_JSON = TypeAdapter(OptimizeTilingBatchResponse)
 
 

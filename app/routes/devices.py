@@ -8,9 +8,11 @@ calibration loop (app/calibration.py).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, Path, Request, Response
+from fastapi import Body, Path, Request, Response
+from fastapi.types import DecoratedCallable
 
 from app.calibration import (
     add_measurements,
@@ -23,9 +25,8 @@ from app.calibration import (
 )
 from app.negotiation import JSON_ONLY_RESPONSES, picture_requested, require_json
 from app.profile_store import RUN_DIGEST_HEX
-from app.routes.access import ReaderDep, WriterDep, read_access
+from app.routes.access import ReaderDep, WriteCall, WriterDep, reading_router
 from app.routes.calibrate import CALIBRATE_RESPONSES
-from app.routes.json_body import OffLoopJSONRoute
 from app.schemas.calibrate import (
     CalibrateResponse,
     MeasurementRecord,
@@ -44,12 +45,7 @@ from app.schemas.devices import (
 )
 from app.service import ServiceDep
 
-router = APIRouter(
-    prefix="/devices",
-    tags=["devices"],
-    route_class=OffLoopJSONRoute,
-    dependencies=[Depends(read_access)],
-)
+router = reading_router("devices", prefix="/devices")
 
 #: the answers of the writing routes besides their own
 WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -119,37 +115,32 @@ async def post_measurements(
     return await add_measurements(service, principal, device_id, request)
 
 
-@router.delete(
-    "/{device_id}/measurements/batches/{batch}",
-    response_model=RunsDeleted,
-    responses=WRITE_RESPONSES,
-)
+def _deletes_runs(path: str) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """A route removing runs from a device's record, answering what is left of it."""
+    return router.delete(path, response_model=RunsDeleted, responses=WRITE_RESPONSES)
+
+
+@_deletes_runs("/{device_id}/measurements/batches/{batch}")
 async def delete_batch(
     device_id: str,
-    service: ServiceDep,
-    principal: WriterDep,
+    call: WriteCall,
     batch: str = Path(max_length=64, pattern=r"^[0-9a-z-]+$", description="`batch` of a post"),
 ) -> RunsDeleted:
     """Remove one posted batch's runs from the device's record."""
-    return await delete_runs(service, principal, device_id, batch=batch)
+    return await delete_runs(call.service, call.principal, device_id, batch=batch)
 
 
-@router.delete(
-    "/{device_id}/measurements/runs/{digest}",
-    response_model=RunsDeleted,
-    responses=WRITE_RESPONSES,
-)
+@_deletes_runs("/{device_id}/measurements/runs/{digest}")
 async def delete_run(
     device_id: str,
-    service: ServiceDep,
-    principal: WriterDep,
+    call: WriteCall,
     digest: str = Path(
         pattern=rf"^[0-9a-f]{{{RUN_DIGEST_HEX}}}$",
         description="a run's content digest (its key in the record ends with it)",
     ),
 ) -> RunsDeleted:
     """Remove the run of one content digest from the device's record."""
-    return await delete_runs(service, principal, device_id, digest=digest)
+    return await delete_runs(call.service, call.principal, device_id, digest=digest)
 
 
 @router.delete("/{device_id}", response_model=ProfileDeleted, responses=WRITE_RESPONSES)

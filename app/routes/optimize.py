@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import Query, Response
 
 from app.convert.candidates import configurations_of, prepare
 from app.jobs import (
@@ -12,21 +12,11 @@ from app.jobs import (
     optimize_via_pool,
     request_profile,
 )
-from app.negotiation import (
-    NOT_ACCEPTABLE_RESPONSE,
-    SVG_RESPONSE,
-    picture_requested,
-    svg_response,
-    vary_on_accept,
-)
-from app.routes.access import ReaderDep, read_access
-from app.routes.json_body import OffLoopJSONRoute
+from app.negotiation import PICTURE_RESPONSES, picture_requested, svg_response, vary_on_accept
+from app.routes.access import ReadCall, reading_router
 from app.schemas.optimize import MAX_TOP_K, OptimizeTilingRequest, OptimizeTilingResponse
-from app.service import ServiceDep
 
-router = APIRouter(
-    tags=["optimize"], route_class=OffLoopJSONRoute, dependencies=[Depends(read_access)]
-)
+router = reading_router("optimize")
 
 CandidateRank = Annotated[
     int,
@@ -39,17 +29,9 @@ CandidateRank = Annotated[
 ]
 
 
-@router.post(
-    "/optimize-tiling",
-    response_model=OptimizeTilingResponse,
-    responses={200: SVG_RESPONSE, 406: NOT_ACCEPTABLE_RESPONSE},
-)
+@router.post("/optimize-tiling", response_model=OptimizeTilingResponse, responses=PICTURE_RESPONSES)
 async def optimize(
-    request: OptimizeTilingRequest,
-    service: ServiceDep,
-    http_request: Request,
-    principal: ReaderDep,
-    candidate_rank: CandidateRank = 1,
+    request: OptimizeTilingRequest, call: ReadCall, candidate_rank: CandidateRank = 1
 ) -> Response:
     """Proven-optimal GeMM-WS tiling and a ranked shortlist for a GEMM on a device.
 
@@ -58,10 +40,11 @@ async def optimize(
     drawn under the answer's pipeline model (async-copy: copies issued, in flight, arrived).
     """
     # bad device or search space: answer 4xx without taking a worker
-    profile = await request_profile(service, request, principal)
+    service = call.service
+    profile = await request_profile(service, request, call.principal)
     prepared = prepare(request, profile)  # the pipeline model is chosen here, once
     service.check_search_space(configurations_of(prepared.problem))
-    if picture_requested(http_request.headers.get("accept")):
+    if picture_requested(call.accept):
         svg, hit = await optimize_svg_via_pool(service, request, profile, prepared, candidate_rank)
         return svg_response(svg, hit)
     # the solve itself (optimize_tiling + to_response) runs in a worker process, behind the

@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import Response
 
 from app.convert.predict import to_core
 from app.jobs import predict_svg_via_pool, predict_via_pool, request_profile
-from app.negotiation import (
-    NOT_ACCEPTABLE_RESPONSE,
-    SVG_RESPONSE,
-    picture_requested,
-    svg_response,
-    vary_on_accept,
-)
-from app.routes.access import ReaderDep, read_access
-from app.routes.json_body import OffLoopJSONRoute
+from app.negotiation import PICTURE_RESPONSES, picture_requested, svg_response, vary_on_accept
+from app.routes.access import ReadCall, reading_router
 from app.schemas.predict import PredictKernelRequest, PredictKernelResponse
-from app.service import ServiceDep
 
-router = APIRouter(
-    tags=["predict"], route_class=OffLoopJSONRoute, dependencies=[Depends(read_access)]
-)
+router = reading_router("predict")
 
 
-@router.post(
-    "/predict-kernel",
-    response_model=PredictKernelResponse,
-    responses={200: SVG_RESPONSE, 406: NOT_ACCEPTABLE_RESPONSE},
-)
-async def predict(
-    request: PredictKernelRequest, service: ServiceDep, http_request: Request, principal: ReaderDep
-) -> Response:
+@router.post("/predict-kernel", response_model=PredictKernelResponse, responses=PICTURE_RESPONSES)
+async def predict(request: PredictKernelRequest, call: ReadCall) -> Response:
     """Predict a PTX kernel's execution cycles with the Many-BSP model.
 
     With `Accept: image/svg+xml` the answer is a picture: the level-1 supersteps as stacked
@@ -38,9 +22,10 @@ async def predict(
     """
     # size limit and device checked here (413/422 without taking a worker); the analysis
     # itself (to_core -> predict_kernel -> to_response) runs in a worker: app/jobs.py
-    profile = await request_profile(service, request, principal)
+    service = call.service
+    profile = await request_profile(service, request, call.principal)
     to_core(request, service.settings.max_ptx_bytes, profile)
-    if picture_requested(http_request.headers.get("accept")):
+    if picture_requested(call.accept):
         svg, hit = await predict_svg_via_pool(service, request, profile)
         return svg_response(svg, hit)
     answer = await predict_via_pool(service, request, profile)

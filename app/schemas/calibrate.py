@@ -21,7 +21,13 @@ from pydantic import (
 )
 
 from app.schemas.base import RequestModel
-from app.schemas.optimize import DEFAULT_TIME_LIMIT_S, GemmWsDeviceParams, GemmWsRun
+from app.schemas.optimize import (
+    DEFAULT_TIME_LIMIT_S,
+    GemmWsDeviceParams,
+    GemmWsRun,
+    RegistersPerThread,
+    ThreadsPerCta,
+)
 from app.schemas.predict import InlineProfile, KernelLaunch
 from app.settings import MAX_CALIBRATION_MEASUREMENTS_CEILING, TIME_LIMIT_CEILING_S
 from device_profiles import DeviceProfile
@@ -62,12 +68,6 @@ def _not_of_other_model(data: Any, other_keys: frozenset[str], other: str, this:
                 f"this is a {other} measurement (it has {', '.join(found)}), but the request's "
                 f"model is {this}: send it with model {other!r}"
             )
-
-
-#: the largest thread block CUDA allows (CUDA C++ Programming Guide, technical specifications)
-MAX_THREADS_PER_CTA = 1024
-#: the most registers a thread can have (same table, compute capability 5.0 and later)
-MAX_REGISTERS_PER_THREAD = 255
 
 
 def _absent(value: object) -> bool:
@@ -119,18 +119,14 @@ class GemmWsMeasurementIn(GemmWsRun):
     measured_time_us: float = Field(
         gt=0, le=1e12, allow_inf_nan=False, description="measured kernel time, us"
     )
-    threads_per_cta: int | None = Field(
+    threads_per_cta: ThreadsPerCta | None = Field(
         default=None,
-        ge=1,
-        le=MAX_THREADS_PER_CTA,
         exclude_if=_absent,
         description="threads per CTA of the kernel, when known: with registers_per_thread it "
         "limits the CTAs resident per SM under the async-copy pipeline model",
     )
-    registers_per_thread: int | None = Field(
+    registers_per_thread: RegistersPerThread | None = Field(
         default=None,
-        ge=1,
-        le=MAX_REGISTERS_PER_THREAD,
         exclude_if=_absent,
         description="registers per thread of the kernel (ptxas -v), when known; used with "
         "threads_per_cta",

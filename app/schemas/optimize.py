@@ -32,6 +32,10 @@ MAX_THREADS_PER_CTA = 1024
 #: most registers a thread may use (same table: maximum number of 32-bit registers per thread,
 #: 255 on every compute capability >= 3.5)
 MAX_REGISTERS_PER_THREAD = 255
+#: a CTA's threads and a thread's 32-bit registers, where a request states them (async-copy
+#: GeMM-WS: together they bound the CTAs resident per SM)
+ThreadsPerCta = Annotated[int, Field(ge=1, le=MAX_THREADS_PER_CTA)]
+RegistersPerThread = Annotated[int, Field(ge=1, le=MAX_REGISTERS_PER_THREAD)]
 
 
 class ValueRange(RequestModel):
@@ -249,19 +253,15 @@ class OptimizeTilingRequest(RequestModel):
         "null: the device's default (GET /devices/{id}; 'paper' for inline device_params). "
         "The answer names the model used",
     )
-    threads_per_cta: int | None = Field(
+    threads_per_cta: ThreadsPerCta | None = Field(
         default=None,
-        ge=1,
-        le=MAX_THREADS_PER_CTA,
         description=f"async-copy: threads of one CTA (1..{MAX_THREADS_PER_CTA}, at most the "
         "device's max_threads_per_block, else 422); with registers_per_thread it limits the "
         "CTAs per SM by the SM's threads and registers (null: no limit from them; a CTA no SM "
         "holds is a 422); 'paper' runs one CTA per SM whatever they are",
     )
-    registers_per_thread: int | None = Field(
+    registers_per_thread: RegistersPerThread | None = Field(
         default=None,
-        ge=1,
-        le=MAX_REGISTERS_PER_THREAD,
         description=f"async-copy: 32-bit registers per thread (1..{MAX_REGISTERS_PER_THREAD}, "
         "at most the device's max_registers_per_thread, else 422); used with threads_per_cta "
         "(ignored without it)",

@@ -13,7 +13,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.store.transaction import COUNTERS, Counter, Delete, Expect, Outcome, Put, plan
+from app.store.transaction import (
+    COUNTERS,
+    Counter,
+    Delete,
+    Expect,
+    Outcome,
+    Parts,
+    Put,
+    Transaction,
+    plan,
+)
 
 
 class StoreUnavailable(RuntimeError):
@@ -75,12 +85,7 @@ class Store(abc.ABC):
         """Store ``value`` (replacing any), expiring after ``ttl_s`` seconds when given."""
 
     def put_parts(
-        self,
-        namespace: str,
-        key: str,
-        parts: Sequence[bytes | memoryview],
-        *,
-        ttl_s: float | None = None,
+        self, namespace: str, key: str, parts: Parts, *, ttl_s: float | None = None
     ) -> None:
         """:meth:`put` of the parts' concatenation; a backend that can write them one after
         the other (SQLite's blob I/O) never joins them: an envelope around a 36 MB answer is
@@ -122,6 +127,10 @@ class Store(abc.ABC):
         atomic step of the backend (see ``app/store/transaction.py``); CapExceeded, and
         nothing written, when a counter would pass its cap; Unmet, and nothing written, when
         one of ``expects`` (or a counter's ``expect``) does not hold."""
+        return self.commit(Transaction(puts, deletes, counters, expects))
+
+    def commit(self, txn: Transaction) -> Outcome:
+        """:meth:`transact` of one :class:`Transaction`: what a backend or wrapper implements."""
         raise NotImplementedError(f"the {self.name} store has no transactions")
 
     def counter(self, key: str) -> int:
@@ -207,33 +216,26 @@ class MemoryStore(Store):
             slots = [s for s in self._data if s[0] == namespace]
             return sorted(s[1] for s in slots if self._live(s, now) is not None)
 
-    def transact(
-        self,
-        puts: Sequence[Put] = (),
-        deletes: Sequence[Delete] = (),
-        counters: Sequence[Counter] = (),
-        expects: Sequence[Expect] = (),
-    ) -> Outcome:
+    def commit(self, txn: Transaction) -> Outcome:
         now = time.monotonic()
         with self._lock:
-            slots = {(p.namespace, p.key) for p in puts} | {(d.namespace, d.key) for d in deletes}
             existing = {}
-            for slot in slots:
+            for slot in txn.written_slots:
                 value = self._live(slot, now)
                 existing[slot] = None if value is None else len(value)
-            found = {(e.namespace, e.key): self._live((e.namespace, e.key), now) for e in expects}
-            current = {c.key: self._count(c.key, now) for c in counters}
-            totals, writing = plan(counters, current, puts, existing, deletes, expects, found)
+            found = {e.slot: self._live(e.slot, now) for e in txn.expects}
+            current = {c.key: self._count(c.key, now) for c in txn.counters}
+            totals, writing = plan(txn, current, existing, found)
             for put in writing:
                 self._data[(put.namespace, put.key)] = (bytes(put.value), None)
-            for d in deletes:
-                self._data.pop((d.namespace, d.key), None)
+            for d in txn.deletes:
+                self._data.pop(d.slot, None)
             for key, total in totals.items():
                 if total:
                     self._data[(COUNTERS, key)] = (str(total).encode(), None)
                 else:  # a counter of nothing leaves no key behind
                     self._data.pop((COUNTERS, key), None)
-            return Outcome(totals, frozenset((p.namespace, p.key) for p in writing))
+            return Outcome(totals, frozenset(p.slot for p in writing))
 
     def _count(self, key: str, now: float) -> int:
         raw = self._live((COUNTERS, key), now)

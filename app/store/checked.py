@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from app.store.base import Store, StoreHealth, StoreUnavailable
-from app.store.transaction import Counter, Delete, Expect, Outcome, Put
+from app.store.transaction import Expect, Outcome, Put, Transaction
 
 log = logging.getLogger("kperf.store")
 
@@ -161,23 +161,18 @@ class CheckedStore(Store):
     def expire_if_equals(self, namespace: str, key: str, value: bytes, *, ttl_s: float) -> bool:
         return self.inner.expire_if_equals(namespace, key, seal(namespace, key, value), ttl_s=ttl_s)
 
-    def transact(
-        self,
-        puts: Sequence[Put] = (),
-        deletes: Sequence[Delete] = (),
-        counters: Sequence[Counter] = (),
-        expects: Sequence[Expect] = (),
-    ) -> Outcome:
+    def commit(self, txn: Transaction) -> Outcome:
         # counters are the backend's own integers, never sealed; values are, like any put's
         sealed = [
-            Put(p.namespace, p.key, seal(p.namespace, p.key, p.value), p.if_absent) for p in puts
+            Put(p.namespace, p.key, seal(p.namespace, p.key, p.value), p.if_absent)
+            for p in txn.puts
         ]
         # sealing is deterministic: an expected value's envelope is the stored one
         expected = [
             e if e.value is None else Expect(e.namespace, e.key, seal(e.namespace, e.key, e.value))
-            for e in expects
+            for e in txn.expects
         ]
-        return self.inner.transact(sealed, deletes, counters, expected)
+        return self.inner.commit(Transaction(sealed, txn.deletes, txn.counters, expected))
 
     def counter(self, key: str) -> int:
         return self.inner.counter(key)

@@ -27,11 +27,9 @@ from app.store.base import Store, StoreUnavailable, check_ttl_s, redact
 from app.store.transaction import (
     COUNTERS,
     CapExceeded,
-    Counter,
-    Delete,
-    Expect,
     Outcome,
-    Put,
+    Parts,
+    Transaction,
     Unmet,
 )
 
@@ -243,12 +241,7 @@ class RedisStore(Store):
         self._run("set", lambda: self._client.set(self._prefix(namespace) + key, value, px=px))
 
     def put_parts(
-        self,
-        namespace: str,
-        key: str,
-        parts: Sequence[bytes | memoryview],
-        *,
-        ttl_s: float | None = None,
+        self, namespace: str, key: str, parts: Parts, *, ttl_s: float | None = None
     ) -> None:
         if len(parts) == 1 or sum(len(part) for part in parts) <= PIECE_BYTES:
             self.put(namespace, key, b"".join(parts), ttl_s=ttl_s)
@@ -291,38 +284,33 @@ class RedisStore(Store):
         renewed = self._run("expire if equals", lambda: self._expire_if_equals([slot], [value, px]))
         return bool(renewed)
 
-    def transact(
-        self,
-        puts: Sequence[Put] = (),
-        deletes: Sequence[Delete] = (),
-        counters: Sequence[Counter] = (),
-        expects: Sequence[Expect] = (),
-    ) -> Outcome:
-        keys = [self._prefix(COUNTERS) + c.key for c in counters]
-        keys += [self._prefix(p.namespace) + p.key for p in puts]
-        keys += [self._prefix(d.namespace) + d.key for d in deletes]
-        keys += [self._prefix(e.namespace) + e.key for e in expects]
-        args: list[bytes | str | int] = [len(counters), len(puts), len(deletes), len(expects)]
-        for c in counters:
+    def commit(self, txn: Transaction) -> Outcome:
+        keys = [self._prefix(COUNTERS) + c.key for c in txn.counters]
+        keys += [self._prefix(p.namespace) + p.key for p in txn.puts]
+        keys += [self._prefix(d.namespace) + d.key for d in txn.deletes]
+        keys += [self._prefix(e.namespace) + e.key for e in txn.expects]
+        steps = (txn.counters, txn.puts, txn.deletes, txn.expects)
+        args: list[bytes | str | int] = [len(step) for step in steps]
+        for c in txn.counters:
             args += [c.measure, "" if c.cap is None else c.cap, "\n".join(c.namespaces)]
             args.append("" if c.expect is None else c.expect)
-        for p in puts:
+        for p in txn.puts:
             args += [p.namespace, "1" if p.if_absent else "0", p.value]
-        args += [d.namespace for d in deletes]
-        for e in expects:
+        args += [d.namespace for d in txn.deletes]
+        for e in txn.expects:
             args += ["0", ""] if e.value is None else ["1", e.value]
         answer: Any = self._run("transact", lambda: self._transact(keys, args))
         if int(answer[0]) == 0:
             _, index, total, adding, cap = (int(x) for x in answer)
-            raise CapExceeded(counters[index - 1].key, total, adding, cap)
+            raise CapExceeded(txn.counters[index - 1].key, total, adding, cap)
         if int(answer[0]) == 2:
-            missed = expects[int(answer[1]) - 1]
+            missed = txn.expects[int(answer[1]) - 1]
             raise Unmet(f"{missed.namespace}/{missed.key} changed")
         if int(answer[0]) == 3:
-            counter = counters[int(answer[1]) - 1]
+            counter = txn.counters[int(answer[1]) - 1]
             raise Unmet(f"counter {counter.key} is {int(answer[2])}, not {counter.expect}")
-        totals = {c.key: int(t) for c, t in zip(counters, answer[1], strict=True)}
-        written = frozenset((puts[i - 1].namespace, puts[i - 1].key) for i in answer[2])
+        totals = {c.key: int(t) for c, t in zip(txn.counters, answer[1], strict=True)}
+        written = frozenset((txn.puts[i - 1].namespace, txn.puts[i - 1].key) for i in answer[2])
         return Outcome(totals, written)
 
     def counter(self, key: str) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from app.store.base import Store, StoreHealth, StoreUnavailable
-from app.store.transaction import Counter, Delete, Expect, Outcome, Put
+from app.store.transaction import Outcome, Parts, Transaction
 
 log = logging.getLogger("kperf.store")
 
@@ -147,12 +147,7 @@ class ResilientStore(Store):
         self._call("put", lambda: self.backend.put(namespace, key, value, ttl_s=ttl_s))
 
     def put_parts(
-        self,
-        namespace: str,
-        key: str,
-        parts: Sequence[bytes | memoryview],
-        *,
-        ttl_s: float | None = None,
+        self, namespace: str, key: str, parts: Parts, *, ttl_s: float | None = None
     ) -> None:
         self._call("put", lambda: self.backend.put_parts(namespace, key, parts, ttl_s=ttl_s))
 
@@ -177,16 +172,8 @@ class ResilientStore(Store):
             lambda: self.backend.expire_if_equals(namespace, key, value, ttl_s=ttl_s),
         )
 
-    def transact(
-        self,
-        puts: Sequence[Put] = (),
-        deletes: Sequence[Delete] = (),
-        counters: Sequence[Counter] = (),
-        expects: Sequence[Expect] = (),
-    ) -> Outcome:
-        return self._call(
-            "transact", lambda: self.backend.transact(puts, deletes, counters, expects)
-        )
+    def commit(self, txn: Transaction) -> Outcome:
+        return self._call("transact", lambda: self.backend.commit(txn))
 
     def counter(self, key: str) -> int:
         return self._call("get", lambda: self.backend.counter(key))

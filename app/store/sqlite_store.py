@@ -15,12 +15,12 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 from app.store.base import Store, StoreUnavailable, check_ttl_s
-from app.store.transaction import COUNTERS, Counter, Delete, Expect, Outcome, Put, plan
+from app.store.transaction import COUNTERS, Outcome, Parts, Transaction, plan
 
 R = TypeVar("R")
 
@@ -166,12 +166,7 @@ class SqliteStore(Store):
         self.put_parts(namespace, key, (value,), ttl_s=ttl_s)
 
     def put_parts(
-        self,
-        namespace: str,
-        key: str,
-        parts: Sequence[bytes | memoryview],
-        *,
-        ttl_s: float | None = None,
+        self, namespace: str, key: str, parts: Parts, *, ttl_s: float | None = None
     ) -> None:
         expires = _expiry(ttl_s)
         self._puts += 1
@@ -258,23 +253,14 @@ class SqliteStore(Store):
             )
         )
 
-    def transact(
-        self,
-        puts: Sequence[Put] = (),
-        deletes: Sequence[Delete] = (),
-        counters: Sequence[Counter] = (),
-        expects: Sequence[Expect] = (),
-    ) -> Outcome:
+    def commit(self, txn: Transaction) -> Outcome:
         def step(conn: sqlite3.Connection) -> Outcome:
             # the write lock first: no other writer (of any process) reads the counters
             # between this check and these writes
             with _transaction(conn, "BEGIN IMMEDIATE"):
                 now = time.time()
-                slots = {(p.namespace, p.key) for p in puts} | {
-                    (d.namespace, d.key) for d in deletes
-                }
                 existing: dict[tuple[str, str], int | None] = {}
-                for namespace, key in slots:
+                for namespace, key in txn.written_slots:
                     row = conn.execute(
                         "SELECT length(value) FROM store_entries "
                         f"WHERE namespace = ? AND key = ? AND {_LIVE}",
@@ -282,15 +268,15 @@ class SqliteStore(Store):
                     ).fetchone()
                     existing[(namespace, key)] = None if row is None else int(row[0])
                 found: dict[tuple[str, str], bytes | None] = {}
-                for e in expects:
+                for e in txn.expects:
                     row = conn.execute(
                         "SELECT value FROM store_entries "
                         f"WHERE namespace = ? AND key = ? AND {_LIVE}",
                         (e.namespace, e.key, now),
                     ).fetchone()
-                    found[(e.namespace, e.key)] = None if row is None else bytes(row[0])
-                current = {c.key: _count(conn, c.key, now) for c in counters}
-                totals, writing = plan(counters, current, puts, existing, deletes, expects, found)
+                    found[e.slot] = None if row is None else bytes(row[0])
+                current = {c.key: _count(conn, c.key, now) for c in txn.counters}
+                totals, writing = plan(txn, current, existing, found)
                 conn.executemany(
                     "INSERT OR REPLACE INTO store_entries (namespace, key, value, expires_unix_s) "
                     "VALUES (?, ?, ?, NULL)",
@@ -300,10 +286,10 @@ class SqliteStore(Store):
                 # a counter of nothing leaves no row behind
                 conn.executemany(
                     "DELETE FROM store_entries WHERE namespace = ? AND key = ?",
-                    [(d.namespace, d.key) for d in deletes]
+                    [d.slot for d in txn.deletes]
                     + [(COUNTERS, k) for k, t in totals.items() if not t],
                 )
-                return Outcome(totals, frozenset((p.namespace, p.key) for p in writing))
+                return Outcome(totals, frozenset(p.slot for p in writing))
 
         return self._run(step)
 

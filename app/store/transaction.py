@@ -27,18 +27,27 @@ COUNTERS = "counters"
 
 
 @dataclass(frozen=True, slots=True)
-class Put:
+class Keyed:
+    """One key of one namespace: what a put, a delete and an expectation address."""
+
     namespace: str
     key: str
+
+    @property
+    def slot(self) -> tuple[str, str]:
+        return (self.namespace, self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Put(Keyed):
     value: bytes
     #: write only when no value exists (identical content posted twice is stored once)
     if_absent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class Delete:
-    namespace: str
-    key: str
+class Delete(Keyed):
+    """Remove the key's value (an absent one is no error)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +63,29 @@ class Counter:
 
 
 @dataclass(frozen=True, slots=True)
-class Expect:
+class Expect(Keyed):
     """The step applies only while ``key`` holds a live value (``value``: exactly that one)."""
 
-    namespace: str
-    key: str
     value: bytes | None = None
+
+
+#: the pieces of one value, written one after the other (``Store.put_parts``)
+Parts = Sequence[bytes | memoryview]
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """One atomic step: ``puts`` then ``deletes``, ``counters`` updated, while ``expects`` hold."""
+
+    puts: Sequence[Put] = ()
+    deletes: Sequence[Delete] = ()
+    counters: Sequence[Counter] = ()
+    expects: Sequence[Expect] = ()
+
+    @property
+    def written_slots(self) -> set[tuple[str, str]]:
+        """The slots its puts and deletes write: the sizes there decide its counters."""
+        return {p.slot for p in self.puts} | {d.slot for d in self.deletes}
 
 
 class Unmet(Exception):
@@ -74,7 +100,7 @@ class Unmet(Exception):
 def check_expects(expects: Sequence[Expect], found: Mapping[tuple[str, str], bytes | None]) -> None:
     """Unmet unless every expectation holds on ``found`` (the live value of each key)."""
     for e in expects:
-        value = found.get((e.namespace, e.key))
+        value = found.get(e.slot)
         if value is None or (e.value is not None and value != e.value):
             raise Unmet(f"{e.namespace}/{e.key} changed")
 
@@ -107,12 +133,9 @@ def delta(counter: Counter, namespace: str, size: int) -> int:
 
 
 def plan(
-    counters: Sequence[Counter],
+    txn: Transaction,
     current: Mapping[str, int],
-    puts: Sequence[Put],
     existing: Mapping[tuple[str, str], int | None],
-    deletes: Sequence[Delete],
-    expects: Sequence[Expect] = (),
     found: Mapping[tuple[str, str], bytes | None] | None = None,
 ) -> tuple[dict[str, int], list[Put]]:
     """The counters after the step and the puts that write, given the counters' values and the
@@ -120,11 +143,12 @@ def plan(
     when a counter would pass its cap while growing, Unmet when an expectation fails on
     ``found`` (the live value of each expected key). Shared by the backends that run Python
     inside their atomic step (memory, SQLite); the Redis script is its Lua twin."""
-    check_expects(expects, found or {})
+    counters = txn.counters
+    check_expects(txn.expects, found or {})
     sizes = dict(existing)
     adds = {c.key: 0 for c in counters}
     writing: list[Put] = []
-    for put in puts:
+    for put in txn.puts:
         old = sizes.get((put.namespace, put.key))
         if old is not None and put.if_absent:
             continue
@@ -134,11 +158,11 @@ def plan(
             adds[c.key] += delta(c, put.namespace, len(put.value))
             if old is not None:
                 adds[c.key] -= delta(c, put.namespace, old)
-    for d in deletes:
-        old = sizes.get((d.namespace, d.key))
+    for d in txn.deletes:
+        old = sizes.get(d.slot)
         if old is None:
             continue
-        sizes[(d.namespace, d.key)] = None
+        sizes[d.slot] = None
         for c in counters:
             adds[c.key] -= delta(c, d.namespace, old)
     totals: dict[str, int] = {}

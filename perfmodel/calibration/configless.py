@@ -8,10 +8,12 @@ one fit.
 Fitted: eight log-scale figures (MATH throughput, L2 and DRAM bandwidth, load latency scale,
 T_INIT, T_EPILOGUE, split-K reduction overhead, MATH startup), maximum a posteriori: robust
 (soft-L1) least squares on ln(predicted / measured) plus log-normal prior residuals, scipy's
-trf with finite differences. Speed: each run's traffic geometry is computed once; a
-configuration-less run is then scored on its shortlist, the configurations within a factor of
-its base optimum (the optimum under figures near the base lies among them), re-drawn once
-around the fitted figures.
+trf. Speed: each run's traffic geometry is computed once; a configuration-less run is then
+scored on its shortlist, the configurations within a factor of its base optimum (the optimum
+under figures near the base lies among them), re-drawn once around the fitted figures; the
+Jacobian differences only each run's optimum configuration (the envelope of a minimum).
+A configured run may name its kernel's threads per CTA and registers per thread, which bound
+its CTAs per SM.
 docs/model-notes.md, "Memory hierarchy, L2 reuse, split-K and tf32" 4.
 """
 
@@ -51,6 +53,8 @@ FITTED: tuple[tuple[str, float], ...] = (
 SHORTLIST_FACTOR = 3.0
 #: relative residual scale of the soft-L1 loss (about the noise of library timings)
 NOISE = 0.05
+#: forward-difference step of the Jacobian, relative to max(1, |ln scale|)
+DIFF_STEP = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,11 @@ class LibraryRun:
     measured_time_us: float
     batch: int = 1
     config: tuple[int, int, int, int, int, int] | None = None
+    #: the kernel's threads per CTA and registers per thread, where known (a profiler names
+    #: them beside the kernel): with the device's thread and register limits they bound the
+    #: CTAs resident per SM, which set how the async-copy model shares an SM and its waves
+    threads_per_cta: int | None = None
+    registers_per_thread: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +124,13 @@ class RunModel:
         space = device.space
         if run.config is not None:
             space = Space(*(np.array([v], dtype=np.int64) for v in run.config))
+        limits = device.limits
+        if run.threads_per_cta is not None:
+            limits = dataclasses.replace(
+                limits,
+                threads_per_cta=run.threads_per_cta,
+                registers_per_thread=run.registers_per_thread,
+            )
         model = ShapeModel(
             run.m,
             run.n,
@@ -122,7 +138,7 @@ class RunModel:
             element_bytes,
             space,
             device.sm_count,
-            device.limits,
+            limits,
             device.pipeline,
             run.batch,
         )
@@ -149,6 +165,13 @@ class RunModel:
         times, _ = self.model.times_us(figures)
         return float(times.min())
 
+    def optimum(self, figures: MemoryModelFigures) -> ShapeModel:
+        """The shortlist's fastest configuration under ``figures``, as a one-configuration
+        model: the optimum's time moves with the figures as that configuration's does, where
+        it stays the optimum (the envelope of a minimum), so derivatives need only it."""
+        times, _ = self.model.times_us(figures)
+        return self.model.subset(np.array([int(np.argmin(times))]))
+
 
 @dataclass(frozen=True, slots=True)
 class FitResult:
@@ -157,25 +180,63 @@ class FitResult:
     training_median_error: float
 
 
-def fit(runs: Sequence[LibraryRun], device: Device) -> FitResult:
-    """MAP fit of the seven figures to ``runs`` (module docstring)."""
+class Objective:
+    """The MAP fit's residuals over ln(figure / base): each run's ln(predicted / measured) over
+    NOISE, then each figure's prior residual, and their Jacobian."""
+
+    def __init__(self, models: Sequence[RunModel], base: MemoryModelFigures) -> None:
+        self.models, self.base = list(models), base
+        self.measured = np.array([m.measured for m in self.models])
+        self.sigmas = np.array([s for _, s in FITTED])
+
+    def residuals(self, x: FloatArray) -> FloatArray:
+        figures = scaled(self.base, x)
+        predicted = np.array([m.predict_us(figures) for m in self.models])
+        return np.concatenate([np.log(predicted / self.measured) / NOISE, x / self.sigmas])
+
+    def jacobian(self, x: FloatArray) -> FloatArray:
+        """Forward differences (scipy's 2-point steps, DIFF_STEP relative) of each run's
+        optimum configuration at ``x``: the shortlist is scored once per Jacobian, not once
+        per figure (a minimum moves with its argmin's time while that stays the argmin)."""
+        optima = [m.optimum(scaled(self.base, x)) for m in self.models]
+
+        def log_times(at: FloatArray) -> FloatArray:
+            figures = scaled(self.base, at)
+            return np.log([float(o.times_us(figures)[0][0]) for o in optima])
+
+        at_x = log_times(x)
+        n = len(self.models)
+        out = np.zeros((n + x.size, x.size))
+        for j in range(x.size):
+            step = DIFF_STEP * max(1.0, abs(float(x[j])))
+            moved = x.copy()
+            moved[j] += step
+            out[:n, j] = (log_times(moved) - at_x) / step / NOISE
+        out[n:] = np.diag(1.0 / self.sigmas)
+        return out
+
+
+def fit(runs: Sequence[LibraryRun], device: Device, *, envelope_jacobian: bool = True) -> FitResult:
+    """MAP fit of the eight figures to ``runs`` (module docstring). ``envelope_jacobian``
+    False: scipy's own differences of the whole objective (every shortlist scored once per
+    figure), for the speed bench's comparison."""
     if not runs:
         raise CalibrationInputError("measurements", "at least one run is needed")
     models = [RunModel(r, device, i) for i, r in enumerate(runs)]
-    measured = np.array([r.measured_time_us for r in runs])
-    sigmas = np.array([s for _, s in FITTED])
-
-    def residuals(x: FloatArray) -> FloatArray:
-        figures = scaled(device.base, x)
-        predicted = np.array([m.predict_us(figures) for m in models])
-        return np.concatenate([np.log(predicted / measured) / NOISE, x / sigmas])
-
+    objective = Objective(models, device.base)
     x = np.zeros(len(FITTED))
     for _ in range(2):  # shortlists at the base, then around the first fit
         figures = scaled(device.base, x)
         for m in models:
             m.shortlist(figures)
-        x = least_squares(residuals, x, loss="soft_l1", method="trf", diff_step=1e-3).x
+        if envelope_jacobian:
+            x = least_squares(
+                objective.residuals, x, jac=objective.jacobian, loss="soft_l1", method="trf"
+            ).x
+        else:
+            x = least_squares(
+                objective.residuals, x, loss="soft_l1", method="trf", diff_step=DIFF_STEP
+            ).x
     figures = scaled(device.base, x)
     errors = [abs(m.predict_us(figures) / m.measured - 1) for m in models]
     return FitResult(figures, tuple(float(v) for v in x), float(np.median(errors)))

@@ -42,6 +42,7 @@ from perfmodel.manybsp.kernel import (
     block_totals,
     kernel_from_totals,
     occupancy_rho,
+    sum_block_classes,
 )
 from perfmodel.manybsp.types import LaunchShape, ManyBspDevice
 
@@ -74,11 +75,14 @@ class AnalysedKernel:
         launch = dataclasses.replace(self.launch, n_b=n_b)
         if self.class_fractions:
             return [
-                sum(
-                    kernel_from_totals(
-                        t, dataclasses.replace(launch, n_b=round(n_b * f)), device
-                    ).kernel_exec_cycle
-                    for t, f in zip(self.role_totals, self.class_fractions, strict=True)
+                sum_block_classes(
+                    [
+                        kernel_from_totals(
+                            t, dataclasses.replace(launch, n_b=round(n_b * f)), device
+                        )
+                        for t, f in zip(self.role_totals, self.class_fractions, strict=True)
+                    ],
+                    device,
                 )
             ]
         return [kernel_from_totals(t, launch, device).kernel_exec_cycle for t in self.role_totals]
@@ -141,7 +145,8 @@ def _totals(
     fractions: tuple[float, ...] = ()
     if result.block_classes:
         totals = tuple(
-            block_totals(c.costs, c.level1, c.estimate.w, device) for c in result.block_classes
+            block_totals(c.costs, c.level1, c.estimate.w, device, c.threads)
+            for c in result.block_classes
         )
         fractions = tuple(c.blocks / result.n_b for c in result.block_classes)
     elif result.roles:
@@ -198,7 +203,8 @@ class ManyBspResidualModel:
     n_b enters eq. (22), (24) and (25) only as ``a + b n_b + c max(0, n_b / (n_sm rho) - 1)``,
     so :meth:`predict` evaluates each distinct kernel (each of its warp roles) at n_b = 0,
     n_sm rho and 2 n_sm rho and interpolates every run of it exactly, then takes the slowest
-    role (tested against :meth:`predict_exact`).
+    role (tested against :meth:`predict_exact`). On profiles with a throughput floor
+    (``sector_bytes``) each run is evaluated at its own n_b.
     """
 
     def __init__(self, runs: AnalysedRuns, base: ManyBspDevice, names: Sequence[str]) -> None:
@@ -221,6 +227,11 @@ class ManyBspResidualModel:
         device = self.device(x)
         out = np.empty(self._runs.blocks.size, dtype=np.float64)
         for kernel, rows in zip(self._runs.kernels, self._rows, strict=True):
+            if device.sector_bytes is not None:
+                # the throughput floor's max() and the block classes' shares of n_b are not
+                # piecewise linear in n_b with one bend: evaluate each run at its own n_b
+                out[rows] = [kernel.cycles(n, device) for n in self._runs.blocks[rows].tolist()]
+                continue
             wave = kernel.full_wave_blocks
             u = self._runs.blocks[rows] / wave
             at = [np.array(kernel.role_cycles(n, device)) for n in (0, wave, 2 * wave)]

@@ -131,9 +131,12 @@ def build_table(
     role: WarpRole | None = None,
     classified: Sequence[Classified | None] | None = None,
     launch: LaunchContext | None = None,
+    iterations_run: Mapping[int, tuple[int, int]] | None = None,
 ) -> FrontEndResult:
     """Table N-1 and the level-1 spans of ``fn``; with ``role``, of the instructions that
     role's warps execute, its fixed branches taken as fixed (perfmodel/ptx/roles.py).
+    ``iterations_run``: guarded ``bra`` index -> (iterations that run the code it skips, the
+    loop's trip count) (perfmodel/ptx/block_classes.py): that code's iterations are scaled.
     ``classified``: :func:`classify` of every instruction, when the caller has it already
     (one function, several roles).
 
@@ -173,6 +176,12 @@ def build_table(
 
     fixed = role.fixed_branches if role is not None else None
     spans_orig, iterations, headers = _level1(fn, loop_trip_counts, warnings, fixed, launch)
+    for branch, (run, trip) in (iterations_run or {}).items():
+        target = instrs[branch].branch_target
+        end = fn.label_index.get(target, len(instrs)) if target is not None else branch
+        for start, stop in spans_orig:
+            if branch < start and stop < end:  # a span inside the code the guard skips
+                iterations[start] = iterations[start] * run // trip
     pos_of = {orig: k for k, orig in enumerate(kept)}
     uncosted: dict[str, list[int]] = {}  # full opcode -> lines
 

@@ -86,6 +86,10 @@ class BlockTotals:
     #: (throughput floor, :func:`throughput_floor`)
     warp_issue_cycles: float = 0.0
     warp_unit_cycles: float = 0.0
+    #: threads of a block that run this code (0: the whole block); the floor counts their warps
+    threads: int = 0
+    #: a block class that touches no memory: its blocks leave at once (throughput_floor)
+    leaves_at_once: bool = False
 
 
 def warp_work(
@@ -128,9 +132,20 @@ def throughput_floor(totals: BlockTotals, launch: LaunchShape, device: ManyBspDe
     warps of the grid / (n_sm x n_ws) x one warp's bottleneck. No latency can make a kernel
     faster than this; eq. (24)/(25) can fall below it when many resident blocks hide more
     latency than mu allows for (docs/model-notes.md, "Throughput floor")."""
-    warps = launch.n_b * math.ceil(launch.n_t / device.warp_size)
+    warps = launch.n_b * math.ceil((totals.threads or launch.n_t) / device.warp_size)
     per_warp = max(totals.warp_issue_cycles, totals.warp_unit_cycles)
-    return warps / (device.n_sm * device.n_ws) * per_warp
+    # eq. (24) counts one launch: the others overlap resident blocks' work. Blocks a bounds
+    # check sends out at once (a grid larger than its data) have no work to overlap: each
+    # takes block_lnch_ovh of its SM's time (docs/model-notes.md, "Block launches")
+    launches = launch.n_b / device.n_sm * device.block_launch_overhead_cycles
+    return warps / (device.n_sm * device.n_ws) * per_warp + (
+        launches if totals.leaves_at_once else 0.0
+    )
+
+
+def _touches_memory(costs: Sequence[InstructionCost], level1: Sequence[Superstep]) -> bool:
+    memory = (InstructionKind.GLOBAL_MEMORY, InstructionKind.SHARED_MEMORY)
+    return any(c.kind in memory for s in level1 if s.iterations for c in costs[s.start : s.end + 1])
 
 
 def block_totals(
@@ -138,9 +153,10 @@ def block_totals(
     level1: Sequence[Superstep],
     w: int,
     device: ManyBspDevice | None = None,
+    threads: int = 0,
 ) -> BlockTotals:
     """eq. (10)-(12), block_comm_Delta and the dynamic counts of one block; with ``device``
-    also one warp's work for the throughput floor."""
+    also one warp's work for the throughput floor (over ``threads`` of the block, 0: all)."""
     parallel_comp = sum(s.iterations * s.comp_cycles for s in level1)  # eq. (10)
     block_bar_ovh = sum(s.iterations * s.ovh_cycles for s in level1)  # eq. (11)
     block_comm = sum(s.iterations * s.comm_cycles for s in level1)  # eq. (12)
@@ -158,6 +174,8 @@ def block_totals(
         l_b=l_b,
         warp_issue_cycles=work[0],
         warp_unit_cycles=work[1],
+        threads=threads,
+        leaves_at_once=bool(threads) and not _touches_memory(costs, level1),
     )
 
 
@@ -167,9 +185,11 @@ def estimate_kernel(
     w: int,
     launch: LaunchShape,
     device: ManyBspDevice,
+    threads: int = 0,
 ) -> KernelEstimate:
-    """eq. (4)-(25) for a grid of identical blocks."""
-    return kernel_from_totals(block_totals(costs, level1, w, device), launch, device)
+    """eq. (4)-(25) for a grid of identical blocks (``threads``: of each block, those that
+    run this code; 0: all)."""
+    return kernel_from_totals(block_totals(costs, level1, w, device, threads), launch, device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,13 +252,18 @@ def kernel_from_totals(
     COMP = w * device.warp_launch_overhead_cycles + parallel_comp  # eq. (5)
     warp_comp = COMP / w
     warp_comm_delta = block_comm_delta / w
+    rho = occupancy_rho(launch, device)  # eq. (21)
+    interleaved = device.sector_bytes is not None
     # eq. (15): warps needed to hide the overlappable communication.
     warps_need: float
     if l_m > 1 and warp_comp > 0 and warp_comm_delta > 0:
         warps_need = device.n_ws * (math.ceil(warp_comm_delta * l_c / (warp_comp * (l_m - 1))) + 1)
     else:
         warps_need = float(device.n_ws)
-    hidden_fraction = min(1.0, w * device.n_ws / warps_need)
+    # Volta and later interleave every resident warp of the SM, not only the block's own
+    # (docs/model-notes.md, "Throughput floor, warp interleaving")
+    resident_warps = w * device.n_ws * (rho if interleaved else 1)
+    hidden_fraction = min(1.0, resident_warps / warps_need)
     overlapped = hidden_fraction * block_comm_delta / w  # eq. (16)
     if block_comm > 0:  # eq. (17)
         nonoverlapped = min(
@@ -253,7 +278,6 @@ def kernel_from_totals(
     # All blocks run the same code, so the averages of eq. (19)-(20) are one block's values.
     comp = COMP + block_bar_ovh  # eq. (19)
     novlp = nonoverlapped  # eq. (20)
-    rho = occupancy_rho(launch, device)  # eq. (21)
     K = launch.n_b / (device.n_sm * rho)  # eq. (22)
     # eq. (23) prints a floor; every worked example takes the ceiling (KNN 940MX:
     # ceil(918/573) + 1 = 3). We follow the examples.
@@ -266,13 +290,19 @@ def kernel_from_totals(
         novlp=novlp,
         rho=rho,
         K=K,
-        tau=tau,
+        # interleaved warps overlap the next round's communication as they overlap the
+        # block's own: eq. (24)
+        tau=min(tau, rho) if interleaved else tau,
         mu=device.mu,
-        interleaved_warps=w if device.sector_bytes else 1,
+        interleaved_warps=w if interleaved else 1,
     )
     kernel, equation = terms.total, terms.equation
-    floor = throughput_floor(totals, launch, device) if device.sector_bytes else 0.0
-    kernel = max(kernel, floor)
+    floor = 0.0
+    if interleaved:
+        # the launch of the first block and the last block's drain (novlp / 2) stand beside
+        # either bound, so block classes can add their bounds and count these once
+        floor = throughput_floor(totals, launch, device)
+        kernel = terms.block_launch_overhead + terms.tail + max(terms.blocks + terms.rounds, floor)
     return KernelEstimate(
         w=w,
         parallel_comp=parallel_comp,
@@ -300,3 +330,15 @@ def kernel_from_totals(
         equation=equation,
         throughput_floor_cycles=floor,
     )
+
+
+def sum_block_classes(estimates: Sequence[KernelEstimate], device: ManyBspDevice) -> float:
+    """kernel_exec_cycle of a grid whose blocks fall into classes (each estimated as its own
+    grid): the classes' times add; on profiles with a throughput floor the launch of the
+    first block and the longest drain count once, not once per class."""
+    total = sum(e.kernel_exec_cycle for e in estimates)
+    if device.sector_bytes is None or not estimates:
+        return total
+    tails = [e.novlp / 2 for e in estimates]
+    once = device.block_launch_overhead_cycles
+    return total - len(estimates) * once - sum(tails) + once + max(tails)

@@ -12,7 +12,7 @@ from perfmodel.manybsp.block import analyse_block
 from perfmodel.manybsp.classify import Classified, classify
 from perfmodel.manybsp.device import DeviceFigures
 from perfmodel.manybsp.frontend import FrontEndResult, LaunchContext, build_table
-from perfmodel.manybsp.kernel import estimate_kernel
+from perfmodel.manybsp.kernel import estimate_kernel, sum_block_classes
 from perfmodel.manybsp.ptxas import PtxasUnavailable, ptxas_registers
 from perfmodel.manybsp.types import (
     BlockAnalysis,
@@ -74,6 +74,8 @@ class BlockClassResult:
     estimate: KernelEstimate
     costs: tuple[InstructionCost, ...]
     level1: tuple[Superstep, ...]
+    #: threads of each block that run the class's code (its active warps' threads)
+    threads: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,14 +216,21 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
         else ()
     )
     class_evaluations: list[_Evaluation] = []
-    if len(classes) > 1 or (classes and classes[0].fixed_branches):
+    if len(classes) > 1 or (classes and (classes[0].fixed_branches or classes[0].iterations_run)):
         # blocks that run different parts of the kernel: each class is its own grid of
         # identical blocks, and the kernel takes them all (docs/model-notes.md, "Block classes")
         for c in classes:
-            as_role = WarpRole(tuple(range(-(-n_t // 32))), n_t, c.fixed_branches, c.instructions)
+            # warps a guard leaves idle in every iteration leave at once: the class is its
+            # active warps (eq. (6)'s w and the floor count them; eq. (21) the whole block)
+            threads = min(n_t, 32 * c.active_warps) if c.active_warps else n_t
+            as_role = WarpRole(
+                tuple(range(-(-threads // 32))), threads, c.fixed_branches, c.instructions
+            )
             shape = dataclasses.replace(launch, n_b=c.blocks)
-            e = _evaluate(req, fn, as_role, shape, classified, context)
-            class_evaluations.append(dataclasses.replace(e, role=None, blocks=c.blocks))
+            e = _evaluate(req, fn, as_role, shape, classified, context, c.iterations_run, True)
+            class_evaluations.append(
+                dataclasses.replace(e, role=None, blocks=c.blocks, threads=threads)
+            )
         evaluations = class_evaluations
         _check_trip_count_keys(req, fn, evaluations)
     else:
@@ -241,7 +250,7 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
         # the classes' blocks all run: their times add up (each term of eq. (24) per class)
         est = dataclasses.replace(
             est,
-            kernel_exec_cycle=sum(e.estimate.kernel_exec_cycle for e in class_evaluations),
+            kernel_exec_cycle=sum_block_classes([e.estimate for e in class_evaluations], dev),
             throughput_floor_cycles=sum(
                 e.estimate.throughput_floor_cycles for e in class_evaluations
             ),
@@ -298,6 +307,7 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
         block_classes=tuple(
             BlockClassResult(
                 blocks=e.blocks,
+                threads=e.threads,
                 estimate=e.estimate,
                 costs=e.table.costs,
                 level1=e.analysis.level1,
@@ -316,6 +326,7 @@ class _Evaluation:
     analysis: BlockAnalysis
     estimate: KernelEstimate
     blocks: int = 0  #: a block class's blocks (0: not a block class)
+    threads: int = 0  #: a block class's threads per block that run its code
 
 
 def _evaluate(
@@ -325,6 +336,8 @@ def _evaluate(
     launch: LaunchShape,
     classified: Sequence[Classified | None],
     context: LaunchContext | None = None,
+    iterations_run: Mapping[int, tuple[int, int]] | None = None,
+    block_class: bool = False,
 ) -> _Evaluation:
     """Table N-1/N-2, supersteps and eq. (4)-(25) for ``role``'s warps (all warps if None).
 
@@ -346,11 +359,13 @@ def _evaluate(
         role=role,
         classified=classified,
         launch=context,
+        iterations_run=iterations_run,
     )
     n_t = launch.n_t if role is None else role.threads
     try:
         analysis = analyse_block(table.costs, table.spans, n_t, dev)
-        est = estimate_kernel(table.costs, analysis.level1, analysis.w, launch, dev)
+        threads = n_t if block_class else 0  # a block class's floor counts its own warps
+        est = estimate_kernel(table.costs, analysis.level1, analysis.w, launch, dev, threads)
     except OverflowError as exc:  # an int too large for a float (huge trip counts or grid)
         raise ModelInputError("body", _OVERFLOW_REASON) from exc
     return _Evaluation(role, table, analysis, est)

@@ -23,7 +23,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from perfmodel.ptx.ir import Function, Instruction, Operand, _int_literal
+from perfmodel.ptx.ir import (
+    UNIFORM_SPECIAL_REGISTERS,
+    Function,
+    Instruction,
+    Operand,
+    _int_literal,
+)
 
 __all__ = [
     "AddressForm",
@@ -32,30 +38,6 @@ __all__ = [
     "address_form",
     "tid_x_stride_bytes",
 ]
-
-#: special registers holding the same value for every thread of a block
-_UNIFORM_SPECIALS = frozenset(
-    {
-        "%ntid",
-        "%ctaid",
-        "%nctaid",
-        "%gridid",
-        "%nsmid",
-        "%smid",
-        "%warpid",
-        "%nwarpid",
-        "%clusterid",
-        "%nclusterid",
-        "%cluster_ctaid",
-        "%cluster_nctaid",
-        "%cluster_ctarank",
-        "%cluster_nctarank",
-        "%is_explicit_cluster",
-        "%total_smem_size",
-        "%dynamic_smem_size",
-        "%aggr_smem_size",
-    }
-)
 
 #: opcodes that copy their (single) source, as far as the address value is concerned
 _COPY_OPCODES = frozenset({"mov", "cvt", "cvta"})
@@ -186,7 +168,7 @@ class AffineAnalysis:
             return AddressForm(0, {f"tid.{axis}": 1})
         if base == "%laneid":
             return AddressForm(0, {"tid.x": 1})
-        if base in _UNIFORM_SPECIALS:
+        if base in UNIFORM_SPECIAL_REGISTERS:
             return _UNIFORM
         if reg in self.defs:
             return self.register(reg)

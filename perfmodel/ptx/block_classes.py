@@ -10,6 +10,14 @@ threads it ranges between two corners, and the branch goes one way for all of th
 way for all, or both ways (then both sides stay in the class, as for any data-dependent
 branch). Blocks with the same branch directions form a class; :func:`block_classes` returns
 each class's block count, its fixed branches and the instructions it reaches.
+
+A guard on a loop's index (a tile loop: ``if (x + ti * stride < n)``) goes one way in some
+iterations and the other way in the rest. For a guard of one comparison on a loop of known
+trip count, the iterations in which some thread of each warp runs the guarded code are
+counted (the compared value is linear in the iteration, so each iteration's range over a
+warp's threads is two corners): the class keeps the warps that run it and their
+warp-iterations; the caller evaluates those warps only and scales the guarded code's
+iterations by their share.
 """
 
 from __future__ import annotations
@@ -17,10 +25,12 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from perfmodel.ptx.cfg import _COMPARE, build_cfg
+import numpy as np
+
+from perfmodel.ptx.cfg import _COMPARE, BasicBlock, build_cfg, find_loops
 from perfmodel.ptx.ir import Function, Instruction
 from perfmodel.ptx.linear import ITER, LinearForm, LinearValues
 from perfmodel.ptx.roles import _reachable
@@ -31,6 +41,8 @@ _TID = ("tid.x", "tid.y", "tid.z")
 _CTAID = ("ctaid.x", "ctaid.y", "ctaid.z")
 #: most grid values per axis evaluated one by one (beyond: the branch is left open)
 _MAX_AXIS = 1 << 20
+#: longest loop whose iterations a guard is evaluated in one by one (beyond: left open)
+_MAX_TRIP = 256
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,13 @@ class BlockClass:
     blocks: int  #: blocks of the grid in the class
     fixed_branches: Mapping[int, bool]  #: guarded ``bra`` index -> direction (True: taken)
     instructions: frozenset[int]  #: indices of the instructions the class can execute
+    #: guarded ``bra`` index -> (warp-iterations that run the code it skips, the warps that
+    #: run it at all x the trip count of the loop whose index the guard compares), for guards
+    #: that hold in part of them
+    iterations_run: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    #: warps of a block that run code behind such a guard (the fewest over the guards; the
+    #: rest leave at once), or None when every warp does
+    active_warps: int | None = None
 
 
 #: a predicate over the launch: ("leaf", index into the leaves), ("not", p),
@@ -171,6 +190,72 @@ def _outcomes(
     return out
 
 
+def _warp_corners(diff: LinearForm, block: tuple[int, int, int]) -> list[tuple[int, int]]:
+    """Per warp of a block (linear thread id // 32), the least and greatest value of
+    ``diff``'s thread part plus constant over its threads."""
+    n_t = block[0] * block[1] * block[2]
+    linear = np.arange(n_t, dtype=np.int64)
+    tid = (linear % block[0], linear // block[0] % block[1], linear // (block[0] * block[1]))
+    part = np.full(n_t, diff.const, dtype=np.int64)
+    for s, t in zip(_TID, tid, strict=True):
+        part += diff.coefs.get(s, 0) * t
+    return [
+        (int(part[lo : lo + 32].min()), int(part[lo : lo + 32].max())) for lo in range(0, n_t, 32)
+    ]
+
+
+def _iterations_run(
+    diff: LinearForm,
+    cmp: str,
+    block: tuple[int, int, int],
+    axis_values: range | None,
+    axis: str,
+    counter: str,
+    trip: int,
+    runs_when: bool,
+) -> list[tuple[int, int]]:
+    """Per value of the block index on ``axis`` (one entry when the guard does not depend on
+    it): (warp-iterations, warps) that run the code the guard skips. A warp runs it in
+    iteration ``t`` in ``[0, trip)`` of the loop whose index is ``counter`` when some thread
+    of the warp has ``(diff cmp 0) == runs_when``. The compared value is linear in ``t``, so
+    over a warp's threads it ranges between two corners shifted by ``step x t``; the
+    comparison is monotone, so some thread satisfies it when a corner does."""
+    k = diff.coefs.get(axis, 0) if axis_values is not None else 0
+    step = diff.coefs[counter]
+    rel = _COMPARE[cmp]
+    v = np.arange(axis_values.start, axis_values.stop) if axis_values is not None else np.zeros(1)
+    base = k * v.astype(np.int64)
+    count = np.zeros(v.size, dtype=np.int64)
+    warps = np.zeros(v.size, dtype=np.int64)
+    for lo, hi in _warp_corners(diff, block):
+        mine = np.zeros(v.size, dtype=np.int64)
+        for t in range(trip):
+            low, high = base + (lo + step * t), base + (hi + step * t)
+            mine += (rel(low, 0) == runs_when) | (rel(high, 0) == runs_when)  # type: ignore[arg-type]
+        count += mine
+        warps += mine > 0
+    return list(zip(count.tolist(), warps.tolist(), strict=True))
+
+
+def _trip_of(fn: Function, blocks: Sequence[BasicBlock], counter: str, branch: int) -> int | None:
+    """Trip count of the innermost loop that steps the register of ``counter``
+    (``iter:<reg>``), when ``branch`` is a forward branch inside that loop's body to a target
+    inside it (a guard that skips part of an iteration, not a loop exit or back edge) and the
+    loop analysis infers the count."""
+    reg = counter[len(ITER) :]
+    at = [i for i, ins in enumerate(fn.instructions) if reg in ins.defs]
+    block_of = {i: bb.index for bb in blocks for i in range(bb.start, bb.end)}
+    loops = [lp for lp in find_loops(fn, blocks) if any(block_of.get(i) in lp.blocks for i in at)]
+    target = fn.instructions[branch].branch_target
+    t_idx = fn.label_index.get(target) if target is not None else None
+    if not loops or t_idx is None or t_idx <= branch:
+        return None
+    loop = max(loops, key=lambda lp: lp.depth)
+    if block_of.get(branch) not in loop.blocks or block_of.get(t_idx) not in loop.blocks:
+        return None
+    return loop.inferred_trip_count
+
+
 def block_classes(
     fn: Function, block: tuple[int, int, int], grid: tuple[int, int, int], values: LinearValues
 ) -> tuple[BlockClass, ...]:
@@ -187,54 +272,109 @@ def block_classes(
                 branches.append((i, pred, ins.guard_negated))
     if not branches:
         return everything
+    blocks = build_cfg(fn)
     # each leaf depends on one grid axis at most (else it stays open: None everywhere)
     axis_of: list[str | None] = []
     for diff, _ in leaves.leaves:
         axes = [a for a in _CTAID if diff.coefs.get(a, 0)]
         axis_of.append(axes[0] if len(axes) == 1 else (None if not axes else "many"))
+    # guards of one comparison on a loop's index: (branch, leaf, counter, trip, runs_when)
+    counted: list[tuple[int, int, str, int, bool]] = []
+    for i, pred, negated in branches:
+        if pred is None or pred[0] != "leaf" or not isinstance(pred[1], int):
+            continue
+        diff, cmp = leaves.leaves[pred[1]]
+        counters = [s for s in diff.coefs if s.startswith(ITER) and diff.coefs[s]]
+        if len(counters) != 1 or cmp in ("eq", "ne") or axis_of[pred[1]] == "many":
+            continue
+        trip = _trip_of(fn, blocks, counters[0], i)
+        if trip is not None and 0 < trip <= _MAX_TRIP:
+            # the branch is taken where the predicate differs from its negation flag
+            counted.append((i, pred[1], counters[0], trip, negated))
     constant = [
         _outcomes(diff, cmp, block, None, "")[0] if axis_of[k] is None else None
         for k, (diff, cmp) in enumerate(leaves.leaves)
     ]
-    axis_groups: list[list[tuple[dict[int, bool | None], int]]] = []
+    constant_runs = {
+        i: _iterations_run(*leaves.leaves[k], block, None, "", counter, trip, runs)[0]
+        for i, k, counter, trip, runs in counted
+        if axis_of[k] is None
+    }
+    axis_groups: list[list[tuple[dict[int, bool | None], dict[int, tuple[int, int]], int]]] = []
     for axis in _CTAID:
         extent = grid[_CTAID.index(axis)]
         mine = [k for k, a in enumerate(axis_of) if a == axis]
+        mine_runs = [c for c in counted if axis_of[c[1]] == axis]
         if not mine or extent > _MAX_AXIS:
-            axis_groups.append([({}, extent)])
+            axis_groups.append([({}, {}, extent)])
             continue
         columns = [
             _outcomes(leaves.leaves[k][0], leaves.leaves[k][1], block, range(extent), axis)
             for k in mine
         ]
-        counts = Counter(zip(*columns, strict=True))
-        axis_groups.append([(dict(zip(mine, key, strict=True)), c) for key, c in counts.items()])
-    blocks = build_cfg(fn)
-    classes: dict[tuple[frozenset[int], frozenset[tuple[int, bool]]], int] = {}
+        run_columns = [
+            _iterations_run(*leaves.leaves[k], block, range(extent), axis, counter, trip, runs)
+            for _, k, counter, trip, runs in mine_runs
+        ]
+        counts = Counter(zip(*columns, *run_columns, strict=True))
+        axis_groups.append(
+            [
+                (
+                    dict(zip(mine, key[: len(mine)], strict=True)),
+                    dict(zip([c[0] for c in mine_runs], key[len(mine) :], strict=True)),
+                    c,
+                )
+                for key, c in counts.items()
+            ]
+        )
+    warps = -(-(block[0] * block[1] * block[2]) // 32)
+    trips = {i: trip for i, _, _, trip, _ in counted}
+    classes: dict[
+        tuple[frozenset[int], frozenset[tuple[int, bool]], frozenset[tuple[int, int, int]]], int
+    ] = {}
     reach_of: dict[frozenset[tuple[int, bool]], frozenset[int]] = {}
     for combo in itertools.product(*axis_groups):
         leaf = list(constant)
+        runs = dict(constant_runs)
         count = 1
-        for outcomes, c in combo:
+        for outcomes, axis_runs, c in combo:
             for k, o in outcomes.items():
                 leaf[k] = o
+            runs.update(axis_runs)
             count *= c
         fixed: dict[int, bool] = {}
         for i, pred, negated in branches:
-            v = _evaluate(pred, leaf)
-            if v is not None:
-                fixed[i] = v != negated
+            n, _active = runs.get(i, (None, 0))
+            if n == 0:
+                fixed[i] = True  # no iteration runs the guarded code: always taken
+            elif n is not None and n < warps * trips[i]:
+                continue  # both ways: the warp-iterations that run it are counted below
+            else:
+                v = _evaluate(pred, leaf)
+                if v is not None:
+                    fixed[i] = v != negated
         key_fixed = frozenset(fixed.items())
         reach = reach_of.get(key_fixed)
         if reach is None:
             reach = reach_of[key_fixed] = _reachable(fn, blocks, fixed)
-        key = (reach, frozenset((i, t) for i, t in fixed.items() if i in reach))
+        partial = frozenset(
+            (i, n, active)
+            for i, (n, active) in runs.items()
+            if i in reach and 0 < n < warps * trips[i]
+        )
+        key = (reach, frozenset((i, t) for i, t in fixed.items() if i in reach), partial)
         classes[key] = classes.get(key, 0) + count
     if len(classes) == 1:
-        ((reach, _fixed_set),) = classes
-        if reach == everything[0].instructions:
+        ((reach, _fixed_set, partial_set),) = classes
+        if reach == everything[0].instructions and not partial_set:
             return everything
     return tuple(
-        BlockClass(count, dict(sorted(fixed_set)), reach)
-        for (reach, fixed_set), count in sorted(classes.items(), key=lambda kv: -kv[1])
+        BlockClass(
+            count,
+            dict(sorted(fixed_set)),
+            reach,
+            {i: (n, active * trips[i]) for i, n, active in sorted(partial_set)},
+            min((active for _, _, active in partial_set), default=None),
+        )
+        for (reach, fixed_set, partial_set), count in sorted(classes.items(), key=lambda kv: -kv[1])
     )

@@ -500,12 +500,13 @@ def _infer_trip_count(
         return None
 
     # the compared value is either the counter itself or counter + constant
-    def single_loop_def(reg: str) -> tuple[int, Instruction] | None:
-        ds = [(i, instrs[i]) for i in loop_defs(reg)]
-        return ds[0] if len(ds) == 1 and ds[0][1].guard is None else None
-
-    def add_step(ins: Instruction, reg: str | None) -> tuple[str, int] | None:
-        """(source register, constant) of ``add/sub dst, src, k``; ``src`` must be ``reg``."""
+    def stepped_def(reg: str, source: str | None) -> tuple[int, str, int] | None:
+        """(index, source register, constant) of the loop's one unguarded def of ``reg``
+        when it is ``add/sub reg, src, k``; ``src`` must be ``source`` unless None."""
+        defs = loop_defs(reg)
+        if len(defs) != 1 or instrs[defs[0]].guard is not None:
+            return None
+        ins = instrs[defs[0]]
         if ins.opcode not in ("add", "sub") or len(ins.operands) != 3:
             return None
         x, y = ins.operands[1].text, ins.operands[2].text
@@ -513,31 +514,23 @@ def _infer_trip_count(
         src = x
         if k is None and ins.opcode == "add":
             k, src = _int_literal(x), y
-        if k is None or (reg is not None and src != reg):
+        if k is None or (source is not None and src != source):
             return None
-        return src, (-k if ins.opcode == "sub" else k)
+        return defs[0], src, (-k if ins.opcode == "sub" else k)
 
-    d = single_loop_def(var)
-    if d is None:
+    found = stepped_def(var, None)
+    if found is None:
         return None
-    var_def_index, var_def = d
-    st = add_step(var_def, None)
-    if st is None:
-        return None
-    counter, k1 = st
+    var_def_index, counter, k1 = found
     extra = 0
     if counter == var:
         step = k1
         step_index = var_def_index
     else:  # var = counter + k1, and counter steps elsewhere in the loop
-        cd = single_loop_def(counter)
-        if cd is None:
+        counter_step = stepped_def(counter, counter)
+        if counter_step is None:
             return None
-        step_index, cdef = cd
-        st2 = add_step(cdef, counter)
-        if st2 is None:
-            return None
-        step = st2[1]
+        step_index, _, step = counter_step
         extra = k1
         # if the counter is stepped before var is computed, var sees the stepped value
         if step_index < var_def_index:

@@ -87,43 +87,48 @@ _NO_DEST_OPCODES = frozenset(
     }
 )
 
-#: special registers (PTX ISA chapter "Special Registers"); names before any ``.x`` suffix
-_SPECIAL_REGISTERS = frozenset(
+#: special registers holding the same value for every thread of a block (PTX ISA chapter
+#: "Special Registers"); names before any ``.x`` suffix
+UNIFORM_SPECIAL_REGISTERS = frozenset(
     {
-        "%tid",
         "%ntid",
-        "%laneid",
-        "%warpid",
-        "%nwarpid",
         "%ctaid",
         "%nctaid",
-        "%smid",
-        "%nsmid",
         "%gridid",
-        "%is_explicit_cluster",
+        "%nsmid",
+        "%smid",
+        "%warpid",
+        "%nwarpid",
         "%clusterid",
         "%nclusterid",
         "%cluster_ctaid",
         "%cluster_nctaid",
         "%cluster_ctarank",
         "%cluster_nctarank",
-        "%lanemask_eq",
-        "%lanemask_le",
-        "%lanemask_lt",
-        "%lanemask_ge",
-        "%lanemask_gt",
-        "%clock",
-        "%clock_hi",
-        "%clock64",
-        "%globaltimer",
-        "%globaltimer_lo",
-        "%globaltimer_hi",
+        "%is_explicit_cluster",
         "%total_smem_size",
-        "%aggr_smem_size",
         "%dynamic_smem_size",
-        "%current_graph_exec",
+        "%aggr_smem_size",
     }
 )
+
+#: every special register: the uniform ones, and those that differ by thread or by read
+_SPECIAL_REGISTERS = UNIFORM_SPECIAL_REGISTERS | {
+    "%tid",
+    "%laneid",
+    "%lanemask_eq",
+    "%lanemask_le",
+    "%lanemask_lt",
+    "%lanemask_ge",
+    "%lanemask_gt",
+    "%clock",
+    "%clock_hi",
+    "%clock64",
+    "%globaltimer",
+    "%globaltimer_lo",
+    "%globaltimer_hi",
+    "%current_graph_exec",
+}
 _SPECIAL_NUMBERED = re.compile(r"%(?:envreg\d+|pm\d+(?:_64)?|reserved_smem_\w+)\Z")
 
 #: bytes per element of each fundamental type (PTX ISA "Fundamental Types")
@@ -331,6 +336,14 @@ def _int_literal(text: str) -> int | None:
 def _is_special(name: str) -> bool:
     base = name.split(".", 1)[0]
     return base in _SPECIAL_REGISTERS or bool(_SPECIAL_NUMBERED.match(base))
+
+
+def _split_operands(src: _Source, at: int, text: str, what: str) -> list[str]:
+    """:func:`_split_top`, an unbalanced ``text`` reported at ``at`` as ``what: reason``."""
+    try:
+        return _split_top(text)
+    except ValueError as exc:
+        raise src.error(at, f"{what}: {exc}") from None
 
 
 def _split_top(text: str) -> list[str]:
@@ -901,10 +914,7 @@ class _Parser:
             args = args.rstrip()
         operands: list[Operand] = []
         if args:
-            try:
-                pieces = _split_top(args)
-            except ValueError as exc:
-                raise self.src.error(op_off, f"operands of {opcode}: {exc}") from None
+            pieces = _split_operands(self.src, op_off, args, f"operands of {opcode}")
             for piece in pieces:
                 p = piece.strip()
                 o = cache.get(p)
@@ -1005,10 +1015,7 @@ class _Parser:
             regs_l: list[str] = []
             inner = p[1:-1].strip()
             if inner:
-                try:
-                    elements = _split_top(inner)
-                except ValueError as exc:
-                    raise self.src.error(at, f"operand {p!r}: {exc}") from None
+                elements = _split_operands(self.src, at, inner, f"operand {p!r}")
                 for e in elements:
                     e = e.strip()
                     if e == "_" or _IMM_RE.match(e):
@@ -1062,10 +1069,7 @@ class _Parser:
             raise self.src.error(at, "empty address '[]'")
         if "," in inner or "{" in inner:  # texture/surface: [tex, {coords}]
             regs: list[str] = []
-            try:
-                parts = _split_top(inner)
-            except ValueError as exc:
-                raise self.src.error(at, f"address [{inner}]: {exc}") from None
+            parts = _split_operands(self.src, at, inner, f"address [{inner}]")
             for part in parts:
                 part = part.strip()
                 if part.startswith("{"):

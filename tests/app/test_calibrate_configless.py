@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.convert.configless_core import check_configless
+from app.convert.configless_core import check_configless, library_runs
 from app.main import create_app
 from app.settings import Settings
 from device_profiles.loader import get_profile
@@ -189,3 +189,27 @@ def test_a_configured_run_no_sm_holds_in_a_mixed_set_is_refused_naming_it(
     assert response.status_code == 422, response.text
     fields = {e["field"] for e in response.json()["errors"]}
     assert fields <= {"measurements.0", "measurements.1"} and fields
+
+
+def test_a_configured_runs_threads_and_registers_reach_the_fit() -> None:
+    """A run that names its kernel's threads and registers is fitted with them: its CTAs per
+    SM are the register file's bound, not shared memory's."""
+    document = {
+        "m": 4096,
+        "n": 4096,
+        "k": 1024,
+        "dtype": "fp16",
+        "measured_time_us": 100.0,
+        "tile_m": 64,
+        "tile_n": 64,
+        "tile_k": 32,
+        "buffer_depth": 2,
+        "threads_per_cta": 256,
+        "registers_per_thread": 128,
+    }
+    (run,) = library_runs([document])
+    assert (run.threads_per_cta, run.registers_per_thread) == (256, 128)
+    resident = int(RunModel(run, DEVICE, 0).model.ctas_per_sm[0])
+    registers = DEVICE.limits.registers_per_sm
+    assert registers is not None
+    assert resident == registers // (256 * 128)

@@ -127,7 +127,7 @@ def test_trouble_falls_back_to_a_random_order_with_one_warning(
     assert time.monotonic() - started < 30  # one timeout of 0.5 s, not one per evaluation
     assert len({tuple(r[p] for p in bench.PARAMS) for r in results}) == 80
     assert strategy.fell_back
-    # every tiling probed: the random order covers them all before climbing
+    # one configuration of every tiling first, in a random order, for the surrogate
     assert len({tiling_of(r) for r in results}) == len({c[:3] for c in space.time_ms})
     warnings = kperf_warnings(caplog)
     assert len(warnings) == 1, warnings
@@ -173,30 +173,8 @@ def test_the_readme_example_compiles_and_calls_the_strategy_as_it_is() -> None:
             target = {"KperfStrategy": KperfStrategy, "tune_kernel": kernel_tuner.tune_kernel}
             if name in target:
                 signature = inspect.signature(target[name])
-                signature.bind(*[None] * len(node.args), **{k.arg: None for k in node.keywords})
+                signature.bind(
+                    *[None] * len(node.args), **{str(k.arg): None for k in node.keywords}
+                )
                 checked += 1
     assert checked == 2
-
-
-def test_a_queued_tiling_already_measured_whole_is_passed_over_not_an_error() -> None:
-    """A tiling the ranking queues after probes and climbs measured all its configurations
-    (seen on the A100's partial cache, where a tiling holds few): the search moves on."""
-    from kperf_client.kernel_tuner import _Search
-
-    class Cost:  # the cost function's one method the search calls (an error-path unit test)
-        calls = 0
-
-        def eval_all(self, configs: list[list[int]], check_restrictions: bool) -> list[float]:
-            Cost.calls += len(configs)
-            return [1.0 + 0.1 * c[3] for c in configs]
-
-    strategy = KperfStrategy(None, "a100", m=4096, n=4096, k=4096, seed=1)
-    configs = [(64, 64, 16, vwm) for vwm in (1, 2)]
-    search = _Search(strategy, ["MWG", "NWG", "KWG", "VWM"], configs, Cost())
-    [tiling] = search.groups
-    search.evaluate(configs)
-    search.starts.add(configs[0])
-    search.stale[tiling] = 1  # its last climb did not improve it
-    evaluated = Cost.calls
-    search._search_tiling(tiling)
-    assert Cost.calls == evaluated and search.times == {configs[0]: 1.1, configs[1]: 1.2}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from perfmodel.ptx import Function
 from perfmodel.ptx.ir import _int_literal
@@ -49,6 +49,8 @@ def _binary(op: str, a: int, b: int) -> int:
 class Run:
     label_visits: Counter[str]
     executed: int  #: instructions executed, ret/exit excluded
+    #: executions of each instruction, by index
+    at: Counter[int] = field(default_factory=Counter)
 
 
 def _wrap(v: int, modifiers: tuple[str, ...]) -> int:
@@ -89,6 +91,7 @@ def run_thread(
         return regs.get(text, 0)
 
     visits: Counter[str] = Counter()
+    at: Counter[int] = Counter()
     executed = 0
     pc = 0
     steps = 0
@@ -103,6 +106,7 @@ def run_thread(
         if op in ("ret", "exit"):
             break
         executed += 1
+        at[pc] += 1
         if ins.guard is not None and bool(regs.get(ins.guard, 0)) == ins.guard_negated:
             pc += 1
             continue
@@ -134,4 +138,4 @@ def run_thread(
         elif ins.defs:
             raise NotImplementedError(ins.text)
         pc += 1
-    return Run(visits, executed)
+    return Run(visits, executed, at)

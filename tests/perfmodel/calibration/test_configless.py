@@ -11,6 +11,7 @@ import pytest
 from perfmodel.calibration.configless import (
     Device,
     LibraryRun,
+    Objective,
     RunModel,
     fit,
     scaled,
@@ -81,3 +82,55 @@ def test_split_k_beyond_the_k_tiles_is_refused_naming_the_configuration() -> Non
     with pytest.raises(CalibrationInputError) as caught:
         fit([run], DEVICE)
     assert caught.value.field == "measurements[0].config"
+
+
+def test_a_kernels_threads_bound_its_ctas_per_sm() -> None:
+    """2048 threads per SM hold two 1024-thread CTAs, whatever shared memory would allow."""
+    limits = SmLimits(32, 200_000, max_threads_per_sm=2048)
+    device = Device(BASE, 40, limits, 100_000, "async-copy", SPACE)
+    config = (32, 32, 32, 2, 1, 1)
+    free = RunModel(LibraryRun(4096, 4096, 512, "tf32", 1.0, config=config), device, 0)
+    bound = RunModel(
+        LibraryRun(4096, 4096, 512, "tf32", 1.0, config=config, threads_per_cta=1024), device, 0
+    )
+    assert int(free.model.ctas_per_sm[0]) > 2
+    assert int(bound.model.ctas_per_sm[0]) == 2
+    with_registers = RunModel(
+        LibraryRun(
+            4096,
+            4096,
+            512,
+            "tf32",
+            1.0,
+            config=config,
+            threads_per_cta=256,
+            registers_per_thread=128,
+        ),
+        Device(
+            BASE,
+            40,
+            SmLimits(32, 200_000, registers_per_sm=65536, max_threads_per_sm=2048),
+            100_000,
+            "async-copy",
+            SPACE,
+        ),
+        0,
+    )
+    assert int(with_registers.model.ctas_per_sm[0]) == 65536 // (256 * 128)
+
+
+@pytest.mark.parametrize("config", [False, True])
+def test_the_fits_jacobian_is_the_residuals_derivative(config: bool) -> None:
+    """Away from ties between configurations the envelope Jacobian equals a central
+    difference of the residuals themselves (the minimum included)."""
+    runs = _runs(_shapes(8, 5), config=config)
+    models = [RunModel(r, DEVICE, i) for i, r in enumerate(runs)]
+    objective = Objective(models, BASE)
+    x = np.array(HIDDEN) / 2
+    jacobian = objective.jacobian(x)
+    h = 1e-6
+    for j in range(x.size):
+        step = np.zeros_like(x)
+        step[j] = h
+        central = (objective.residuals(x + step) - objective.residuals(x - step)) / (2 * h)
+        np.testing.assert_allclose(jacobian[:, j], central, rtol=2e-3, atol=2e-3)

@@ -4,11 +4,7 @@ cache and the pool (the conversion, app.convert.candidates.prepare; then what a 
 the certified solve, the explore shortlist, the response model and its JSON,
 app.jobs.optimize_job).
 
-With ``--layouts``: the certified async solve alone (scorer + one Z3 check) with each
-encoding of the certificate (perfmodel/pipelines/async_copy/encoding.py: arrays, per depth,
-per configuration).
-
-Usage: python -m bench.bench_pipeline [--repeats N] [--layouts]
+Usage: python -m bench.bench_pipeline [--repeats N]
 """
 
 from __future__ import annotations
@@ -36,53 +32,10 @@ def _answer(body: dict[str, Any], profile_json: dict[str, Any]) -> dict[str, Any
     return answer
 
 
-def layouts(repeats: int) -> None:
-    """Median certified async solve per certificate encoding, same problems, one run."""
-    import perfmodel.pipelines.async_copy.encoding as encoding
-    from perfmodel.pipelines.async_copy.encoding import encode_async
-    from solver import optimize_tiling
-
-    options: dict[str, dict[str, bool]] = {
-        "arrays": {},
-        "per depth": {"per_depth": True},
-        "per configuration": {"per_configuration": True},
-    }
-    print(
-        f"| problem ({DEVICE}, async-copy, default space, top_k=5) | "
-        + " | ".join(f"{name} median ms" for name in options)
-        + " | encoded configurations |"
-    )
-    print("|---|---|---|---|---|")
-    for m, n, k in PROBLEMS:
-        request = OptimizeTilingRequest.model_validate(
-            {"m": m, "n": n, "k": k, "device": DEVICE, "pipeline_model": "async-copy"}
-        )
-        problem = prepare(request, default_profiles()[DEVICE]).problem
-        cells, encoded = [], 0
-        for kwargs in options.values():
-
-            def layout(*args: Any, kwargs: dict[str, bool] = kwargs, **_: Any) -> Any:
-                return encode_async(*args, **kwargs)
-
-            encoding.encode_async = layout  # type: ignore[assignment]
-            solve = partial(optimize_tiling, problem, top_k=5)
-            result = solve()
-            assert result.status == "optimal"
-            encoded = result.statistics.encoded_configurations
-            cells.append(f"{median_seconds(solve, repeats) * 1000:.1f}")
-        encoding.encode_async = encode_async
-        print(f"| {m}x{n}x{k} | " + " | ".join(cells) + f" | {encoded} |")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--layouts", action="store_true")
     args = parser.parse_args()
-    if args.layouts:
-        print(f"command: {command_line()}\n")
-        layouts(args.repeats)
-        return
     profile_json = default_profiles()[DEVICE].model_dump(mode="json")
     print(f"command: {command_line()}\n")
     print(

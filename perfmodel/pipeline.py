@@ -116,6 +116,30 @@ class FigureInfo:
     prior_key: str
 
 
+class GemmOnMachine(Protocol):
+    """The GEMM a model bounds or encodes: its shape, the machine, the operands' size (the
+    solver's problems are ones)."""
+
+    @property
+    def shape(self) -> GemmShape: ...
+    @property
+    def machine(self) -> GemmWsMachine: ...
+    @property
+    def element_bytes(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunsToFit:
+    """What a calibration fits: ``runs`` with the figures ``names`` free (in that order), the
+    others at ``base``'s values; ``ratios``: per dtype, (load, compute) throughput over the
+    reference figures (absent dtypes: 1)."""
+
+    base: GemmWsMachine
+    runs: Sequence[Any]
+    names: Sequence[str]
+    ratios: Mapping[str, tuple[float, float]]
+
+
 @runtime_checkable
 class Prediction(Protocol):
     """What every model predicts for one configuration (the optimizer's objectives, §3.2)."""
@@ -190,34 +214,16 @@ class PipelineModel(Protocol):
         """The vectorised scorer: overall time and total MATH wait of every configuration
         under every figure draw, bit-equal to :meth:`simulate`."""
 
-    def bounds(
-        self,
-        shape: GemmShape,
-        machine: GemmWsMachine,
-        element_bytes: int,
-        configs: Configurations,
-    ) -> tuple[IntArray, IntArray]:
+    def bounds(self, gemm: GemmOnMachine, configs: Configurations) -> tuple[IntArray, IntArray]:
         """Sound lower bounds (overall time, total MATH wait) of every configuration, from
         paths of the event graph, independent of the scorer (the certificate's cut)."""
 
-    def encode(
-        self,
-        shape: GemmShape,
-        machine: GemmWsMachine,
-        element_bytes: int,
-        configs: Configurations,
-    ) -> Any:
+    def encode(self, gemm: GemmOnMachine, configs: Configurations) -> Any:
         """The Z3 encoding (solver.encoding.Encoding) of exactly ``configs``: the recurrences
         over integer arrays, ``overall_time`` and ``total_math_wait`` per configuration."""
 
-    def residual_model(
-        self,
-        base: GemmWsMachine,
-        runs: Sequence[Any],
-        names: Sequence[str],
-        ratios: Mapping[str, tuple[float, float]],
-    ) -> PipelineResiduals:
-        """The calibration's closed form over ``runs``, figures ``names`` free (residuals and
+    def residual_model(self, fit: RunsToFit) -> PipelineResiduals:
+        """The calibration's closed form over ``fit``'s runs, its figures free (residuals and
         the exact Jacobian per regime)."""
 
     def run_time_ns(

@@ -44,24 +44,11 @@ def tuning_table_svg(
             gid="loss-band",
             label="loss (entry over optimum)",
         )
-        axes.step(
-            ms,
-            optimum_us,
-            where="post",
-            color="#4C72B0",
-            linewidth=1.2,
-            gid="optimum",
-            label="each M's optimum",
-        )
-        axes.step(
-            ms,
-            entry_us,
-            where="post",
-            color="#C44E52",
-            linewidth=1.2,
-            gid="entry",
-            label="table entry (nearest key)",
-        )
+        for times, color, gid, label in (
+            (optimum_us, "#4C72B0", "optimum", "each M's optimum"),
+            (entry_us, "#C44E52", "entry", "table entry (nearest key)"),
+        ):
+            axes.step(ms, times, where="post", color=color, linewidth=1.2, gid=gid, label=label)
         for key in keys:
             if key in at:
                 axes.plot(

@@ -28,9 +28,6 @@ class Deadline:
     def passed(self) -> bool:
         return time.perf_counter() > self.at
 
-    def remaining_ms(self) -> int:
-        return ms_until(self.at)
-
     def check(self) -> None:
         """SolverTimeout once the limit has passed."""
         if self.passed():

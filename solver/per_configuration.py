@@ -95,23 +95,11 @@ class Instance:
         return self.model.closed_form(p.shape, tiling, p.machine, p.element_bytes)
 
     def bounds(self, configs: Configurations) -> tuple[IntArray, IntArray]:
-        p = self.problem
-        return self.model.bounds(p.shape, p.machine, p.element_bytes, configs)
+        return self.model.bounds(self.problem, configs)
 
     def encode(self, configs: Configurations) -> Encoding:
-        p = self.problem
-        enc: Encoding = self.model.encode(p.shape, p.machine, p.element_bytes, configs)
+        enc: Encoding = self.model.encode(self.problem, configs)
         return enc
-
-    def encodings(self, configs: Configurations) -> list[Encoding]:
-        """The encodings the certificate checks one by one: the model's ``encode_groups``
-        where it encodes its configurations in groups (the L2-reuse term), else one."""
-        groups = getattr(self.model, "encode_groups", None)
-        if groups is None:
-            return [self.encode(configs)]
-        p = self.problem
-        out: list[Encoding] = groups(p.shape, p.machine, p.element_bytes, configs)
-        return out
 
     def resident(self, configs: Configurations) -> npt.NDArray[np.intp]:
         """Indices of the configurations that fit an SM."""
@@ -249,22 +237,16 @@ def certify(
     hopeful = configs.take(np.flatnonzero(may_beat(time_floor, wait_floor, configs, incumbent)))
     if incumbent.tiling not in hopeful.tilings():
         hopeful = Configurations.concat([hopeful, Configurations.of_tilings([incumbent.tiling])])
-    checks: list[CertificateCheck] = []
-    better = None
-    claim = better_than_smtlib(incumbent)
-    for enc in instance.encodings(hopeful):
-        answer = CheckOutcome("unknown")
-        if time.perf_counter() < deadline:
-            answer = session().check(
-                enc.shared,
-                enc.specific + "\n" + claim,
-                timeout_ms=ms_until(deadline),
-            )
-        checks.append(CertificateCheck(CERTIFICATE_CLAIM, answer.outcome))
-        if answer.outcome == "sat":
-            better = _witness(enc, incumbent, deadline)
-            break
-    return Certificate(tuple(checks), better, hopeful.count, configs.count - hopeful.count)
+    enc = instance.encode(hopeful)
+    answer = CheckOutcome("unknown")
+    if time.perf_counter() < deadline:
+        claim = better_than_smtlib(incumbent)
+        answer = session().check(
+            enc.shared, enc.specific + "\n" + claim, timeout_ms=ms_until(deadline)
+        )
+    better = _witness(enc, incumbent, deadline) if answer.outcome == "sat" else None
+    checks = (CertificateCheck(CERTIFICATE_CLAIM, answer.outcome),)
+    return Certificate(checks, better, hopeful.count, configs.count - hopeful.count)
 
 
 def _witness(enc: Encoding, incumbent: Prediction, deadline: float) -> Tiling | None:
@@ -370,15 +352,18 @@ def _objectives(
     return [Objective(term, minimize=True, probe=probe)]
 
 
-def _z3_ranked(
+def _z3_result(
     instance: Instance,
     candidates: Sequence[Tiling],
     predictions: dict[Tiling, Prediction],
     ranks: int,
     deadline: Deadline,
-) -> tuple[list[Prediction], Ranking[Tiling]]:
-    """Z3's ranks among ``candidates``; cut short by the deadline, the proven ranks followed
-    by the best of the rest by the closed form; rank 1 simulated stage by stage."""
+    summary: SearchSummary,
+    feasible: int,
+) -> TilingResult:
+    """Z3's ranks among ``candidates`` (the ``feasible`` configurations the presolve left);
+    cut short by the deadline, the proven ranks followed by the best of the rest by the closed
+    form; rank 1 simulated stage by stage."""
     ranking = rank_encoded(
         instance, Configurations.of_tilings(candidates), predictions, deadline.at, ranks
     )
@@ -387,7 +372,16 @@ def _z3_ranked(
         done = set(ranking.found)
         rest = sorted((s for t, s in predictions.items() if t not in done), key=objective_key)
         ranked += rest[: max(0, ranks - len(ranked))]
-    return instance.ranked([s.tiling for s in ranked]), ranking
+    return result_of(
+        "optimal" if ranking.proven else "timeout",
+        instance.ranked([s.tiling for s in ranked]),
+        summary,
+        deadline,
+        checks=ranking.checks,
+        encoded_configurations=len(candidates),
+        pruned_configurations=feasible - len(candidates),
+        mode=SolverMode.Z3_SEARCH,
+    )
 
 
 # --- a search space --------------------------------------------------------------------------
@@ -471,19 +465,9 @@ def z3_search_space(
     # Presolve: the top_k-th smallest time bounds every rank; ties at it are kept.
     kth = sorted(s.overall_time_ns for s in closed.values())[min(top_k, len(closed)) - 1]
     survivors = [t for t in feasible if closed[t].overall_time_ns <= kth]
-    ranked, ranking = _z3_ranked(
-        instance, survivors, {t: closed[t] for t in survivors}, min(top_k, len(feasible)), deadline
-    )
-    return result_of(
-        "optimal" if ranking.proven else "timeout",
-        ranked,
-        summary,
-        deadline,
-        checks=ranking.checks,
-        encoded_configurations=len(survivors),
-        pruned_configurations=len(feasible) - len(survivors),
-        mode=SolverMode.Z3_SEARCH,
-    )
+    predictions = {t: closed[t] for t in survivors}
+    ranks = min(top_k, len(feasible))
+    return _z3_result(instance, survivors, predictions, ranks, deadline, summary, len(feasible))
 
 
 def _certified_space(
@@ -602,14 +586,5 @@ def _z3_listed(
     instance: Instance, feasible: list[Tiling], ranks: int, deadline: Deadline
 ) -> TilingResult:
     predictions = dict(zip(feasible, instance.ranked(feasible), strict=True))
-    ranked, ranking = _z3_ranked(instance, feasible, predictions, ranks, deadline)
-    return result_of(
-        "optimal" if ranking.proven else "timeout",
-        ranked,
-        SearchSummary(0, 0, {}),
-        deadline,
-        checks=ranking.checks,
-        encoded_configurations=len(feasible),
-        pruned_configurations=0,
-        mode=SolverMode.Z3_SEARCH,
-    )
+    placeholder = SearchSummary(0, 0, {})
+    return _z3_result(instance, feasible, predictions, ranks, deadline, placeholder, len(feasible))

@@ -159,6 +159,9 @@ SERVER_MODULES = (
 LAZY_SERVER_IMPORTS = {
     ("cli.py", "_serve"),
     ("client.py", "KperfClient.__aenter__"),
+    # the Kernel Tuner strategy's surrogate: imported only inside a tuning
+    # (kernel_tuner.py, lazily), where Kernel Tuner and its numpy are installed
+    ("kernel_tuner_surrogate.py", ""),
 }
 
 

@@ -12,7 +12,7 @@ wait is W S L. Its oracle here is a brute force over its own stage-by-stage simu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from perfmodel.calibration.gemm_ws_model import THROUGHPUTS, internal_values, sh
 from perfmodel.calibration.records import GEMM_WS_FIGURES
 from perfmodel.gemm_ws import DurationTable, GemmShape, GemmWsMachine, Tiling, ns_to_us, us_to_ns
 from perfmodel.gemm_ws_scoring import Configurations, Figures, Scores
-from perfmodel.pipeline import stage_work
+from perfmodel.pipeline import GemmOnMachine, RunsToFit, stage_work
 from perfmodel.pipelines.paper import GEMM_WS_FIGURE_INFO
 from solver.encoding import Encoding
 from tests.gemm_ws_cases import A6000
@@ -166,16 +166,14 @@ class SerialPipeline:
         array = np.array(rows, dtype=np.int64).reshape(len(rows), configs.count, 2)
         return Scores(array[:, :, 0], array[:, :, 1])
 
-    def bounds(
-        self, shape: GemmShape, machine: GemmWsMachine, element_bytes: int, configs: Configurations
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def bounds(self, gemm: GemmOnMachine, configs: Configurations) -> tuple[np.ndarray, np.ndarray]:
         # the closed form is exact, so it is a sound (tight) lower bound
-        scores = self.score(shape, configs, Figures.of_machine(machine), element_bytes)
+        figures = Figures.of_machine(gemm.machine)
+        scores = self.score(gemm.shape, configs, figures, gemm.element_bytes)
         return scores.overall_time_ns[0], scores.total_math_wait_ns[0]
 
-    def encode(
-        self, shape: GemmShape, machine: GemmWsMachine, element_bytes: int, configs: Configurations
-    ) -> Encoding:
+    def encode(self, gemm: GemmOnMachine, configs: Configurations) -> Encoding:
+        shape, machine = gemm.shape, gemm.machine
         lines = [
             "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
             "(declare-const buffer_depth Int)",
@@ -200,15 +198,10 @@ class SerialPipeline:
         lines.append(f"(assert (or {' '.join(choices)}))")
         return Encoding.parse("\n".join(lines), overall_time_floor_ns=0)
 
-    def residual_model(
-        self,
-        base: GemmWsMachine,
-        runs: Sequence[Any],
-        names: Sequence[str],
-        ratios: Mapping[str, tuple[float, float]],
-    ) -> SerialResiduals:
+    def residual_model(self, fit: RunsToFit) -> SerialResiduals:
+        base, ratios = fit.base, fit.ratios
         rows = []
-        for run in runs:
+        for run in fit.runs:
             shape, tiling = shape_and_tiling(run)
             work = stage_work(shape, tiling)
             load_ratio, compute_ratio = ratios.get(run.dtype, (1.0, 1.0))
@@ -223,7 +216,7 @@ class SerialPipeline:
         return SerialResiduals(
             np.array(rows, dtype=np.float64),
             internal_values(base, GEMM_WS_FIGURES),
-            np.array([GEMM_WS_FIGURES.index(n) for n in names], dtype=np.intp),
+            np.array([GEMM_WS_FIGURES.index(n) for n in fit.names], dtype=np.intp),
         )
 
     def run_time_ns(

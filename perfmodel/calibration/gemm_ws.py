@@ -42,7 +42,7 @@ from perfmodel.gemm_ws import (
     scaled_throughputs,
     simulate_closed_form,
 )
-from perfmodel.pipeline import PipelineModel, PipelineResiduals
+from perfmodel.pipeline import PipelineModel, PipelineResiduals, RunsToFit
 from perfmodel.pipelines.paper import PaperPipeline
 
 #: multistart: the prior medians, the base figures, then draws from the prior
@@ -179,7 +179,7 @@ def fit_gemm_ws(
     measured = np.array([m.measured_time_us for m in measurements], dtype=np.float64)
     ratios = dict(dtype_ratios or {})
     specs = _specs(base, names, {**default_priors(base, names), **(priors or {})})
-    model = model_of_runs.residual_model(base, measurements, names, ratios)
+    model = model_of_runs.residual_model(RunsToFit(base, measurements, names, ratios))
 
     def report(x: FloatArray, rows: IntArray) -> FloatArray:
         values = {s.name: s.to_value(float(xi)) for s, xi in zip(specs, x, strict=True)}
@@ -287,7 +287,7 @@ def predict_gemm_ws_interval_us(
     names = [f.name for f in result.fitted]
     ratios = dict(dtype_ratios or {})
     chosen: PipelineModel = pipeline or PaperPipeline(WaveTimeModel(wave_time_model))
-    model = chosen.residual_model(base, runs, names, ratios)
+    model = chosen.residual_model(RunsToFit(base, runs, names, ratios))
     specs = _specs(base, names, default_priors(base, names))  # for the coordinates only
     belief = Posterior(
         np.array(result.posterior_mean_log), np.array(result.posterior_covariance_log)

@@ -27,8 +27,7 @@ Derivation: docs/model-notes.md, "Memory hierarchy, L2 reuse, split-K and tf32" 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,7 +46,14 @@ from perfmodel.gemm_ws_memory_model import (
 )
 from perfmodel.gemm_ws_scoring import Configurations, Figures, IntArray, Scores
 from perfmodel.gemm_ws_traffic import Traffic
-from perfmodel.pipeline import FigureInfo, PipelineModel, PipelineResiduals, answer_fields
+from perfmodel.pipeline import (
+    FigureInfo,
+    GemmOnMachine,
+    PipelineModel,
+    PipelineResiduals,
+    RunsToFit,
+)
+from perfmodel.pipelines.async_copy import AsyncCopyPipeline
 from perfmodel.pipelines.async_copy.encoding import _constant_recurrences, _last_math_start
 from perfmodel.pipelines.async_copy.recurrences import (
     AsyncDurations,
@@ -64,22 +70,11 @@ MEMORY_MODELS = ("dram-stream", "l2-reuse")
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryPrediction:
-    """One configuration under the L2-aware model: times in ns, its full wave's stage
-    (durations and, when simulated, events in ns) and its traffic."""
+class MemoryPrediction(AsyncSimulation):
+    """One configuration under the L2-aware model, as the async-copy model reports one (times
+    in ns; ``durations`` and, when simulated, ``events`` of a stage of the first wave, full
+    else the partial one; ``wave_time_ns`` to its last MATH's end), and its traffic."""
 
-    shape: GemmShape
-    tiling: Tiling
-    overall_time_ns: int
-    total_math_wait_ns: int
-    waves: int
-    stages: int
-    ctas_per_sm: int
-    full_waves: int
-    partial_wave_ctas: int
-    #: a stage of the first wave (full, else the partial one), ns
-    durations: AsyncDurations
-    events: tuple[AsyncStageEvents, ...]
     dram_bytes: float
     l2_hit_rate: float
 
@@ -187,32 +182,25 @@ class L2ReuseModel:
         )
         stage_events: tuple[AsyncStageEvents, ...] = ()
         if events:
+            # the stage's events in ticks, each time (every field but the stage) in ns
             stage_events = tuple(
-                AsyncStageEvents(
-                    ev.stage,
-                    *(
-                        int(ticks_to_ns(v))
-                        for v in (
-                            ev.issue_start_ns,
-                            ev.arrival_ns,
-                            ev.math_start_ns,
-                            ev.math_wait_ns,
-                        )
-                    ),
-                )
+                AsyncStageEvents(ev.stage, *(int(ticks_to_ns(v)) for v in astuple(ev)[1:]))
                 for ev in run_stages(ticks, int(s.stages[0]), int(s.depth[0]))
             )
+        bound, in_flight = steady_state(shown, tiling.buffer_depth)
         return MemoryPrediction(
             shape=shape,
             tiling=tiling,
-            overall_time_ns=time_ns,
-            total_math_wait_ns=wait_ns,
-            waves=full + (1 if partial else 0),
-            stages=int(s.stages[0]),
             ctas_per_sm=per_sm,
+            durations=shown,
+            stages=int(s.stages[0]),
             full_waves=full,
             partial_wave_ctas=partial,
-            durations=shown,
+            wave_time_ns=stage_events[-1].math_start_ns + shown.math_ns if stage_events else 0,
+            overall_time_ns=time_ns,
+            total_math_wait_ns=wait_ns,
+            stages_in_flight=in_flight,
+            bound=bound,
             events=stage_events,
             dram_bytes=float(e.traffic.dram_bytes[0]),
             l2_hit_rate=float(e.traffic.l2_hit_rate[0]),
@@ -282,15 +270,9 @@ class L2ReuseModel:
         e = self._evaluate(shape, figures.sm_count, element_bytes, configs)
         return Scores(e.overall_time_ns[None, :], e.total_math_wait_ns[None, :])
 
-    def bounds(
-        self,
-        shape: GemmShape,
-        machine: GemmWsMachine,
-        element_bytes: int,
-        configs: Configurations,
-    ) -> tuple[IntArray, IntArray]:
+    def bounds(self, gemm: GemmOnMachine, configs: Configurations) -> tuple[IntArray, IntArray]:
         """Floors of the overall time (module docstring); the MATH wait's floor is 0."""
-        s = self._evaluate(shape, machine.sm_count, element_bytes, configs).ticks
+        s = self._evaluate(gemm.shape, gemm.machine.sm_count, gemm.element_bytes, configs).ticks
         per_sm, full, partial = s.wave_shares()
 
         def main_floor(share: IntArray) -> IntArray:
@@ -303,27 +285,15 @@ class L2ReuseModel:
         floor_ns: IntArray = ticks_to_ns(ticks)
         return floor_ns, np.zeros(configs.count, dtype=np.int64)
 
-    def encode(
-        self,
-        shape: GemmShape,
-        machine: GemmWsMachine,
-        element_bytes: int,
-        configs: Configurations,
-    ) -> RasterEncoding:
+    def encode(self, gemm: GemmOnMachine, configs: Configurations) -> RasterEncoding:
         """(A1)-(A3) and the waves of each of ``configs`` (module docstring)."""
         if not configs.count:
             raise ValueError("encode needs at least one configuration")
-        s = self._evaluate(shape, machine.sm_count, element_bytes, configs).ticks
+        s = self._evaluate(gemm.shape, gemm.machine.sm_count, gemm.element_bytes, configs).ticks
         return _encode(s, configs)
 
-    def residual_model(
-        self,
-        base: GemmWsMachine,
-        runs: Sequence[Any],
-        names: Sequence[str],
-        ratios: Mapping[str, tuple[float, float]],
-    ) -> PipelineResiduals:
-        return self.base.residual_model(base, runs, names, ratios)
+    def residual_model(self, fit: RunsToFit) -> PipelineResiduals:
+        return self.base.residual_model(fit)
 
     def run_time_ns(
         self, shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, run: Any
@@ -332,20 +302,7 @@ class L2ReuseModel:
 
     def answer_fields(self, prediction: Any, element_bytes: int) -> dict[str, object]:
         p: MemoryPrediction = prediction
-        d = p.durations
-        bound, in_flight = steady_state(d, p.tiling.buffer_depth)
-        a = p.tiling.tile_m * p.tiling.tile_k
-        load_a = (2 * d.issue_ns * a + a + p.tiling.tile_k * p.tiling.tile_n) // (
-            2 * (a + p.tiling.tile_k * p.tiling.tile_n)
-        )
-        out = answer_fields(
-            (load_a, d.issue_ns - load_a),
-            d.math_ns,
-            p.total_math_wait_ns,
-            bound.value,
-            (p.ctas_per_sm, in_flight),
-            d.latency_ns,
-        )
+        out = AsyncCopyPipeline().answer_fields(p, element_bytes)
         out.update(
             group_m=p.tiling.group_m,
             split_k=p.tiling.split_k,
@@ -355,34 +312,12 @@ class L2ReuseModel:
         return out
 
     def timeline_rows(self, prediction: Any) -> list[dict[str, float | int | None]]:
-        from perfmodel.pipelines.async_copy import AsyncCopyPipeline
-
-        return AsyncCopyPipeline().timeline_rows(_as_async(prediction))
+        return AsyncCopyPipeline().timeline_rows(prediction)
 
     def timeline_svg(self, prediction: Any, machine: GemmWsMachine, **labels: Any) -> bytes:
         from render.timeline import async_timeline_svg
 
-        return async_timeline_svg(_as_async(prediction), machine, **labels)
-
-
-def _as_async(p: MemoryPrediction) -> AsyncSimulation:
-    """The prediction's first wave as the async-copy timeline draws it."""
-    bound, in_flight = steady_state(p.durations, p.tiling.buffer_depth)
-    return AsyncSimulation(
-        shape=p.shape,
-        tiling=p.tiling,
-        ctas_per_sm=p.ctas_per_sm,
-        durations=p.durations,
-        stages=p.stages,
-        full_waves=p.full_waves,
-        partial_wave_ctas=p.partial_wave_ctas,
-        wave_time_ns=p.events[-1].math_start_ns + p.durations.math_ns if p.events else 0,
-        overall_time_ns=p.overall_time_ns,
-        total_math_wait_ns=p.total_math_wait_ns,
-        stages_in_flight=in_flight,
-        bound=bound,
-        events=p.events,
-    )
+        return async_timeline_svg(prediction, machine, **labels)
 
 
 def _durations(s: StageTimes, share: int) -> AsyncDurations:
@@ -442,7 +377,7 @@ def _encode(s: StageTimes, configs: Configurations) -> RasterEncoding:
             d = AsyncDurations(share, *(int(v[i]) for v in stage_of[wave]))
             key = f"c{i}"
             _constant_recurrences(a, wave, depth, window, key, d)
-            last = _last_math_start(f"M_{wave}_{key}", stages, depth, window, True)
+            last = _last_math_start(f"M_{wave}_{key}", stages, depth, window)
             tail = d.math_ns if s.tail_math else 0
             main = f"(+ {last} {tail + int(s.epilogue[i])})"
             wait = f"(* {share} (- {last} {(stages - 1) * d.math_ns}))"

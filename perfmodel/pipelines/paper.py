@@ -7,7 +7,7 @@ parts (numpy, Z3, matplotlib) are imported where a member runs."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,13 @@ from perfmodel.gemm_ws import (
     simulate_closed_form,
     us_to_ns,
 )
-from perfmodel.pipeline import FigureInfo, answer_fields, timeline_row
+from perfmodel.pipeline import (
+    FigureInfo,
+    GemmOnMachine,
+    RunsToFit,
+    answer_fields,
+    timeline_row,
+)
 
 if TYPE_CHECKING:
     from perfmodel.calibration.gemm_ws_model import GemmWsResidualModel
@@ -93,19 +99,14 @@ class PaperPipeline:
 
         return score_configurations(shape, configs, figures, self.wave_model)
 
-    def bounds(
-        self,
-        shape: GemmShape,
-        machine: GemmWsMachine,
-        element_bytes: int,
-        configs: Configurations,
-    ) -> tuple[IntArray, IntArray]:
+    def bounds(self, gemm: GemmOnMachine, configs: Configurations) -> tuple[IntArray, IntArray]:
         """solver/bounds.py's cuts per configuration: Sm(S) >= max(L + (S-1) T, S L), and
         L + (S-1)(L + T) at depth 1 (eq. 1 serialises load and MATH)."""
         import numpy as np
 
         from perfmodel.gemm_ws_scoring import rounded_once
 
+        shape, machine = gemm.shape, gemm.machine
         table = duration_table(machine)
         tm, tn, tk, depth = configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
         load = rounded_once(tm * tk, table.load_ns) + rounded_once(tk * tn, table.load_ns)
@@ -123,13 +124,7 @@ class PaperPipeline:
         wait_floor = waves * (floor - (stages - 1) * t)
         return time_floor.astype(np.int64), wait_floor.astype(np.int64)
 
-    def encode(
-        self,
-        shape: GemmShape,
-        machine: GemmWsMachine,
-        element_bytes: int,
-        configs: Configurations,
-    ) -> Any:
+    def encode(self, gemm: GemmOnMachine, configs: Configurations) -> Any:
         (encode_listed,) = _listed_encoding
         tilings = [
             Tiling(*values)
@@ -137,18 +132,12 @@ class PaperPipeline:
                 *(getattr(configs, f).tolist() for f in configs.__slots__), strict=True
             )
         ]
-        return encode_listed(shape, machine, tilings, element_bytes, self.wave_model)
+        return encode_listed(gemm.shape, gemm.machine, tilings, gemm.element_bytes, self.wave_model)
 
-    def residual_model(
-        self,
-        base: GemmWsMachine,
-        runs: Sequence[Any],
-        names: Sequence[str],
-        ratios: Mapping[str, tuple[float, float]],
-    ) -> GemmWsResidualModel:
+    def residual_model(self, fit: RunsToFit) -> GemmWsResidualModel:
         from perfmodel.calibration.gemm_ws_model import closed_form_model
 
-        return closed_form_model(base, runs, names, self.wave_model, ratios)
+        return closed_form_model(fit.base, fit.runs, fit.names, self.wave_model, fit.ratios)
 
     def run_time_ns(
         self, shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, run: Any
@@ -186,7 +175,5 @@ class PaperPipeline:
         return timeline_svg(prediction, machine, **labels)
 
 
-@functools.lru_cache(maxsize=64)
-def duration_table(machine: GemmWsMachine) -> DurationTable:
-    """One machine's duration table, built once (exact rationals cost ~30 us a figure)."""
-    return DurationTable(machine)
+#: one machine's duration table, built once (exact rationals cost ~30 us a figure)
+duration_table = functools.lru_cache(maxsize=64)(DurationTable)

@@ -28,8 +28,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from perfmodel.ptx.cfg import _COMPARE, BasicBlock, Loop, build_cfg, find_loops
 from perfmodel.ptx.ir import Function, Instruction
 from perfmodel.ptx.linear import ITER, LinearForm, LinearValues
@@ -193,6 +191,8 @@ def _outcomes(
 def _warp_corners(diff: LinearForm, block: tuple[int, int, int]) -> list[tuple[int, int]]:
     """Per warp of a block (linear thread id // 32), the least and greatest value of
     ``diff``'s thread part plus constant over its threads."""
+    import numpy as np  # loaded in the worker that analyses, not by importers of render
+
     n_t = block[0] * block[1] * block[2]
     linear = np.arange(n_t, dtype=np.int64)
     tid = (linear % block[0], linear // block[0] % block[1], linear // (block[0] * block[1]))
@@ -220,6 +220,8 @@ def _iterations_run(
     of the warp has ``(diff cmp 0) == runs_when``. The compared value is linear in ``t``, so
     over a warp's threads it ranges between two corners shifted by ``step x t``; the
     comparison is monotone, so some thread satisfies it when a corner does."""
+    import numpy as np  # loaded in the worker that analyses, not by importers of render
+
     k = diff.coefs.get(axis, 0) if axis_values is not None else 0
     step = diff.coefs[counter]
     rel = _COMPARE[cmp]

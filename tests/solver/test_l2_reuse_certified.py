@@ -197,9 +197,9 @@ def test_bounds_hold_and_the_encoding_evaluates_the_scorer() -> None:
         shape, machine, eb = problem.shape, problem.machine, problem.element_bytes
         scores = model.score(shape, configs, Figures.of_machine(machine), eb)
         times, waits = scores.overall_time_ns[0], scores.total_math_wait_ns[0]
-        time_floor, wait_floor = model.bounds(shape, machine, eb, configs)
+        time_floor, wait_floor = model.bounds(problem, configs)
         assert (time_floor <= times).all() and (wait_floor <= waits).all()
-        enc = model.encode(shape, machine, eb, configs)
+        enc = model.encode(problem, configs)
         solver = z3.Solver()
         solver.from_string(enc.smtlib)
         for i in rng.sample(range(configs.count), min(5, configs.count)):

@@ -8,17 +8,21 @@ imported where a member runs."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling, ns_to_us
-from perfmodel.pipeline import FigureInfo, answer_fields, timeline_row
+from perfmodel.pipeline import (
+    FigureInfo,
+    GemmOnMachine,
+    RunsToFit,
+    answer_fields,
+    timeline_row,
+)
 from perfmodel.pipelines.async_copy.recurrences import (
     AsyncDurationTable,
     AsyncSimulation,
     simulate_async,
-    simulate_async_closed_form,
 )
 from perfmodel.pipelines.paper import GEMM_WS_FIGURE_INFO
 
@@ -47,8 +51,9 @@ class AsyncCopyPipeline:
     def closed_form(
         self, shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, element_bytes: int
     ) -> AsyncSimulation:
-        return simulate_async_closed_form(
-            shape, tiling, machine, self.limits, element_bytes, async_table(machine)
+        table = async_table(machine)
+        return simulate_async(
+            shape, tiling, machine, self.limits, element_bytes, table, events=False
         )
 
     def simulate(
@@ -80,42 +85,26 @@ class AsyncCopyPipeline:
 
         return score_async_configurations(shape, configs, figures, self.limits, element_bytes)
 
-    def bounds(
-        self,
-        shape: GemmShape,
-        machine: GemmWsMachine,
-        element_bytes: int,
-        configs: Configurations,
-    ) -> tuple[IntArray, IntArray]:
+    def bounds(self, gemm: GemmOnMachine, configs: Configurations) -> tuple[IntArray, IntArray]:
         from perfmodel.pipelines.async_copy.bounds import async_plan
 
-        plan = async_plan(shape, machine, self.limits, element_bytes, configs)
+        plan = async_plan(gemm.shape, gemm.machine, self.limits, gemm.element_bytes, configs)
         return plan.overall_time_floor_ns, plan.total_math_wait_floor_ns
 
-    def encode(
-        self,
-        shape: GemmShape,
-        machine: GemmWsMachine,
-        element_bytes: int,
-        configs: Configurations,
-    ) -> Any:
+    def encode(self, gemm: GemmOnMachine, configs: Configurations) -> Any:
         from perfmodel.pipelines.async_copy.bounds import encoded_configs
         from perfmodel.pipelines.async_copy.encoding import encode_async
 
-        table = AsyncDurationTable(machine)
-        encoded = encoded_configs(shape, machine, self.limits, element_bytes, configs)
-        return encode_async(encoded, table.epilogue_ns, table.init_ns, per_configuration=True)
+        table = AsyncDurationTable(gemm.machine)
+        encoded = encoded_configs(
+            gemm.shape, gemm.machine, self.limits, gemm.element_bytes, configs
+        )
+        return encode_async(encoded, table.epilogue_ns, table.init_ns)
 
-    def residual_model(
-        self,
-        base: GemmWsMachine,
-        runs: Sequence[Any],
-        names: Sequence[str],
-        ratios: Mapping[str, tuple[float, float]],
-    ) -> AsyncResidualModel:
+    def residual_model(self, fit: RunsToFit) -> AsyncResidualModel:
         from perfmodel.pipelines.async_copy.calibration import async_closed_form_model
 
-        return async_closed_form_model(base, runs, names, self.limits, ratios)
+        return async_closed_form_model(fit.base, fit.runs, fit.names, self.limits, fit.ratios)
 
     def run_time_ns(
         self, shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, run: Any
@@ -125,7 +114,7 @@ class AsyncCopyPipeline:
 
         limits, element_bytes = run_limits(self.limits, run), ELEMENT_BYTES[run.dtype]
         table = async_table(machine)
-        sim = simulate_async_closed_form(shape, tiling, machine, limits, element_bytes, table)
+        sim = simulate_async(shape, tiling, machine, limits, element_bytes, table, events=False)
         return sim.overall_time_ns
 
     def answer_fields(self, prediction: Any, element_bytes: int) -> dict[str, object]:
@@ -161,10 +150,8 @@ class AsyncCopyPipeline:
         return async_timeline_svg(prediction, machine, **labels)
 
 
-@functools.lru_cache(maxsize=64)
-def async_table(machine: GemmWsMachine) -> AsyncDurationTable:
-    """One machine's duration table, built once (exact rationals)."""
-    return AsyncDurationTable(machine)
+#: one machine's duration table, built once (exact rationals)
+async_table = functools.lru_cache(maxsize=64)(AsyncDurationTable)
 
 
 def a_share_ns(tiling: Tiling, issue_ns: int) -> int:

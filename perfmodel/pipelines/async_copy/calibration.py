@@ -14,7 +14,7 @@ paper's closed form (gemm_ws_model.py), so the Jacobian below is exact within a 
 CTAs per SM of each run are fixed (shared memory, the profile's cap, and the run's threads
 and registers when it gives them): they depend on the tiling, never on the fitted figures.
 Residuals are reported with the service's integer-ns model
-(recurrences.simulate_async_closed_form).
+(recurrences.simulate_async, closed form).
 """
 
 from __future__ import annotations

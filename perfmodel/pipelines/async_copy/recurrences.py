@@ -214,10 +214,6 @@ def steady_state(durations: AsyncDurations, depth: int) -> tuple[Bound, int]:
     return Bound.MATH, depth
 
 
-def _wave_time_ns(durations: AsyncDurations, stages: int, depth: int, epilogue_ns: int) -> int:
-    return last_math_start_ns(durations, stages, depth) + durations.math_ns + epilogue_ns
-
-
 def simulate_async(
     shape: GemmShape,
     tiling: Tiling,
@@ -225,28 +221,42 @@ def simulate_async(
     limits: SmLimits,
     element_bytes: int,
     table: AsyncDurationTable | None = None,
+    *,
+    events: bool = True,
 ) -> AsyncSimulation:
     """Eq. (A1)-(A3) for one configuration; ValueError when one CTA does not fit an SM.
 
     The busiest SM runs q = ceil(tiles / SMs) CTAs: floor(q / c) full waves of c CTAs sharing
     it, then one wave of the q mod c left (they share the SM among fewer, so run faster).
     Wave count = ceil(q / c) = ceil(tiles / (SMs x c)): waves count CTA slots.
+
+    ``events=False``: the closed form, each wave's last MATH start in O(1) from
+    :func:`last_math_start_ns` instead of stage by stage, without per-stage events
+    (``events`` is empty): every other field equal (the total MATH wait telescopes to
+    M(S) - (S - 1) T per CTA, GeMM-WS 8).
     """
     table = table or AsyncDurationTable(machine)
     plan = _wave_plan(shape, tiling, machine, limits, element_bytes)
     stages, depth = stage_count(shape, tiling), tiling.buffer_depth
-    epilogue = us_to_ns(machine.t_epilogue_us)
+    overall, wait, wave = table.init_ns, 0, 0
+    first_wave: tuple[AsyncStageEvents, ...] = ()
+    for ctas, count in ((plan.per_sm, plan.full_waves), (plan.partial, 1)):
+        if not (ctas and count):
+            continue
+        durations = table.durations(tiling, ctas)
+        if events:
+            stepped = run_stages(durations, stages, depth)
+            last, cta_wait = stepped[-1].math_start_ns, sum(e.math_wait_ns for e in stepped)
+            first_wave = first_wave or tuple(stepped)
+        else:
+            last = last_math_start_ns(durations, stages, depth)
+            cta_wait = last - (stages - 1) * durations.math_ns
+        this_wave = last + durations.math_ns + table.epilogue_ns
+        wave = wave or this_wave
+        overall += count * this_wave
+        wait += count * ctas * cta_wait
     full = table.durations(tiling, plan.per_sm)
-    events = run_stages(full, stages, depth)
-    wave = events[-1].math_start_ns + full.math_ns + epilogue
-    overall = plan.full_waves * wave + us_to_ns(machine.t_init_us)
-    wait = plan.full_waves * plan.per_sm * sum(e.math_wait_ns for e in events)
-    if plan.partial:
-        rest = table.durations(tiling, plan.partial)
-        rest_events = run_stages(rest, stages, depth)
-        overall += rest_events[-1].math_start_ns + rest.math_ns + epilogue
-        wait += plan.partial * sum(e.math_wait_ns for e in rest_events)
-    return _simulation(shape, tiling, plan, full, stages, wave, overall, wait, tuple(events))
+    return _simulation(shape, tiling, plan, full, stages, wave, overall, wait, first_wave)
 
 
 def _simulation(
@@ -297,30 +307,3 @@ def _wave_plan(
     per_sm = min(ctas, busiest)  # an SM never holds more CTAs than it is given
     full_waves, partial = divmod(busiest, per_sm)
     return _WavePlan(per_sm, full_waves, partial)
-
-
-def simulate_async_closed_form(
-    shape: GemmShape,
-    tiling: Tiling,
-    machine: GemmWsMachine,
-    limits: SmLimits,
-    element_bytes: int,
-    table: AsyncDurationTable | None = None,
-) -> AsyncSimulation:
-    """:func:`simulate_async` in O(1) from :func:`last_math_start_ns`, without per-stage
-    events (``events`` is empty): every other field equal (the total MATH wait telescopes to
-    M(S) - (S - 1) T per CTA, GeMM-WS 8)."""
-    table = table or AsyncDurationTable(machine)
-    plan = _wave_plan(shape, tiling, machine, limits, element_bytes)
-    stages, depth = stage_count(shape, tiling), tiling.buffer_depth
-    overall, wait, wave = table.init_ns, 0, 0
-    for ctas, count in ((plan.per_sm, plan.full_waves), (plan.partial, 1)):
-        if ctas and count:
-            durations = table.durations(tiling, ctas)
-            last = last_math_start_ns(durations, stages, depth)
-            this_wave = last + durations.math_ns + table.epilogue_ns
-            wave = wave or this_wave
-            overall += count * this_wave
-            wait += count * ctas * (last - (stages - 1) * durations.math_ns)
-    full = table.durations(tiling, plan.per_sm)
-    return _simulation(shape, tiling, plan, full, stages, wave, overall, wait, ())

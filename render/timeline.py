@@ -261,16 +261,21 @@ def _cut_band(ax: Axes, axis: TimeAxis, gid: str, text: str, rotation: float = 9
     )
 
 
+def _work(color: str) -> dict[str, Any]:
+    """The style of a work bar (a load, a MATH, the epilogue): filled, a thin white edge."""
+    return {"facecolor": color, "edgecolor": "white", "linewidth": 0.4}
+
+
 STYLE: dict[str, dict[str, Any]] = {
-    "load-a": {"facecolor": COLORS["load_a"], "edgecolor": "white", "linewidth": 0.4},
-    "load-b": {"facecolor": COLORS["load_b"], "edgecolor": "white", "linewidth": 0.4},
+    "load-a": _work(COLORS["load_a"]),
+    "load-b": _work(COLORS["load_b"]),
     "dma-stall": {
         "facecolor": "none",
         "edgecolor": COLORS["dma_stall"],
         "hatch": "////",
         "linewidth": 0.5,
     },
-    "math": {"facecolor": COLORS["math"], "edgecolor": "white", "linewidth": 0.4},
+    "math": _work(COLORS["math"]),
     "math-wait": {
         "facecolor": COLORS["math_wait"],
         "alpha": 0.25,
@@ -278,7 +283,26 @@ STYLE: dict[str, dict[str, Any]] = {
         "hatch": "xx",
         "linewidth": 0.5,
     },
+    "epilogue": _work(COLORS["epilogue"]),
 }
+#: the async-copy wave panel's bars; the in-flight span and the MATH wait are thinner
+ASYNC_STYLE: dict[str, dict[str, Any]] = {
+    "issue": _work(ASYNC_COLORS["issue"]),
+    "in-flight": {
+        "height": FLIGHT_HEIGHT,
+        "facecolor": ASYNC_COLORS["flight"],
+        "edgecolor": "none",
+    },
+    "math-wait": {
+        "height": WAIT_HEIGHT,
+        "facecolor": COLORS["math_wait"],
+        "alpha": 0.35,
+        "edgecolor": "none",
+    },
+    "math": _work(COLORS["math"]),
+}
+#: bars that stand for a wait, not for work: a wait of 0 ns is not drawn
+_WAITS = ("dma-stall", "dma-stall-b", "math-wait")
 
 
 def _draw_stage(
@@ -290,35 +314,25 @@ def _draw_stage(
     a_end, b_end = e.load_a_start_ns + d.t_load_a_ns, e.load_b_start_ns + d.t_load_b_ns
     math_end = e.math_start_ns + d.t_math_ns
     previous_b_end = events[i - 2].load_b_start_ns + d.t_load_b_ns if i > 1 else 0
-    stall = STYLE["dma-stall"]
-    # DMA stalls: eq. (1)/(2) waited for a free buffer slot (the MATH of stage i - depth)
-    _bar(
-        ax,
-        axis,
-        previous_b_end,
-        e.load_a_start_ns,
-        "dma",
-        f"stage-{i}-dma-stall",
-        work=False,
-        **stall,
-    )
-    _bar(ax, axis, a_end, e.load_b_start_ns, "dma", f"stage-{i}-dma-stall-b", work=False, **stall)
-    _bar(ax, axis, e.load_a_start_ns, a_end, "dma", f"stage-{i}-load-a", **STYLE["load-a"])
-    _bar(ax, axis, e.load_b_start_ns, b_end, "dma", f"stage-{i}-load-b", **STYLE["load-b"])
+    # DMA stalls: eq. (1)/(2) waited for a free buffer slot (the MATH of stage i - depth);
+    # §3.2 Wait(i): the MATH warp idles until b_i has arrived
+    bars = [
+        (previous_b_end, e.load_a_start_ns, "dma", "dma-stall", "dma-stall"),
+        (a_end, e.load_b_start_ns, "dma", "dma-stall-b", "dma-stall"),
+        (e.load_a_start_ns, a_end, "dma", "load-a", "load-a"),
+        (e.load_b_start_ns, b_end, "dma", "load-b", "load-b"),
+    ]
+    if math_shown:
+        wait_start = e.math_start_ns - e.math_wait_ns
+        bars += [
+            (wait_start, e.math_start_ns, "math", "math-wait", "math-wait"),
+            (e.math_start_ns, math_end, "math", "math", "math"),
+        ]
+    for start, end, lane, part, style in bars:
+        gid = f"stage-{i}-{part}"
+        _bar(ax, axis, start, end, lane, gid, work=part not in _WAITS, **STYLE[style])
     if not math_shown:
         return
-    # §3.2 Wait(i): the MATH warp idles until b_i has arrived
-    _bar(
-        ax,
-        axis,
-        e.math_start_ns - e.math_wait_ns,
-        e.math_start_ns,
-        "math",
-        f"stage-{i}-math-wait",
-        work=False,
-        **STYLE["math-wait"],
-    )
-    _bar(ax, axis, e.math_start_ns, math_end, "math", f"stage-{i}-math", **STYLE["math"])
     # the stage number: inside its MATH bar when it fits, else just below it
     inside = d.t_math_ns >= label_min_ns
     ax.text(
@@ -365,9 +379,7 @@ def _draw_wave(ax: Axes, sim: Simulation, machine: GemmWsMachine, wave_end_ns: i
         wave_end_ns,
         "epilogue",
         "t-epilogue",
-        facecolor=COLORS["epilogue"],
-        edgecolor="white",
-        linewidth=0.4,
+        **STYLE["epilogue"],
     )
     ax.text(
         axis.x(wave_end_ns - epilogue_ns),
@@ -616,32 +628,25 @@ def _draw_async_wave(ax: Axes, sim: AsyncSimulation, machine: GemmWsMachine) -> 
     whole = drawn == sim.stages
     end_ns = sim.wave_time_ns if whole else sim.events[drawn - 1].math_start_ns + t
     rows = drawn + (1 if whole else 0)  # the epilogue's row under the stages
-    thin: dict[str, Any] = {"edgecolor": "white", "linewidth": 0.4}
     for e in sim.events[:drawn]:
         i, y = e.stage, rows - e.stage + 1
         issue_end = e.issue_start_ns + d
-        _bar(
-            ax,
-            axis,
-            e.issue_start_ns,
-            issue_end,
-            y,
-            f"stage-{i}-issue",
-            facecolor=ASYNC_COLORS["issue"],
-            **thin,
-        )
-        # (A2): in flight from the end of the issue until the data arrive, lambda later
-        _bar(
-            ax,
-            axis,
-            issue_end,
-            e.arrival_ns,
-            y,
-            f"stage-{i}-in-flight",
-            height=FLIGHT_HEIGHT,
-            facecolor=ASYNC_COLORS["flight"],
-            edgecolor="none",
-        )
+        # (A2): in flight from the end of the issue until the data arrive, lambda later;
+        # §3.2 Wait(i), under the row: the MATH warp idles from MATH i-1's end to M(i)
+        for start, end, row, part in (
+            (e.issue_start_ns, issue_end, y, "issue"),
+            (issue_end, e.arrival_ns, y, "in-flight"),
+            (
+                e.math_start_ns - e.math_wait_ns,
+                e.math_start_ns,
+                y - BAR_HEIGHT / 2 - WAIT_HEIGHT / 2,
+                "math-wait",
+            ),
+            (e.math_start_ns, e.math_start_ns + t, y, "math"),
+        ):
+            gid = f"stage-{i}-{part}"
+            _bar(ax, axis, start, end, row, gid, work=part not in _WAITS, **ASYNC_STYLE[part])
+        # drawn over the bars whatever the order added (lines come after patches)
         ax.add_artist(
             Line2D(
                 [e.arrival_ns / 1000],
@@ -654,42 +659,9 @@ def _draw_async_wave(ax: Axes, sim: AsyncSimulation, machine: GemmWsMachine) -> 
                 gid=f"stage-{i}-arrival",
             )
         )
-        # §3.2 Wait(i), under the row: the MATH warp idles from MATH i-1's end to M(i)
-        _bar(
-            ax,
-            axis,
-            e.math_start_ns - e.math_wait_ns,
-            e.math_start_ns,
-            y - BAR_HEIGHT / 2 - WAIT_HEIGHT / 2,
-            f"stage-{i}-math-wait",
-            work=False,
-            height=WAIT_HEIGHT,
-            facecolor=COLORS["math_wait"],
-            alpha=0.35,
-            edgecolor="none",
-        )
-        _bar(
-            ax,
-            axis,
-            e.math_start_ns,
-            e.math_start_ns + t,
-            y,
-            f"stage-{i}-math",
-            facecolor=COLORS["math"],
-            **thin,
-        )
     if whole:
         epilogue_start_ns = sim.wave_time_ns - us_to_ns(machine.t_epilogue_us)
-        _bar(
-            ax,
-            axis,
-            epilogue_start_ns,
-            sim.wave_time_ns,
-            1.0,
-            "t-epilogue",
-            facecolor=COLORS["epilogue"],
-            **thin,
-        )
+        _bar(ax, axis, epilogue_start_ns, sim.wave_time_ns, 1.0, "t-epilogue", **STYLE["epilogue"])
         _wave_end(ax, end_ns / 1000, rows + 0.75, "M(S) + T + T_EPILOGUE", sim.wave_time_ns)
     else:
         ax.text(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -135,15 +136,7 @@ class Figures:
 
     @classmethod
     def of_machine(cls, machine: GemmWsMachine) -> Figures:
-        return cls(
-            sm_count=machine.sm_count,
-            t_init_us=machine.t_init_us,
-            t_epilogue_us=machine.t_epilogue_us,
-            load_startup_latency_us=machine.load_startup_latency_us,
-            compute_startup_latency_us=machine.compute_startup_latency_us,
-            load_throughput_elements_per_us=machine.load_throughput_elements_per_us,
-            compute_throughput_macs_per_us=machine.compute_throughput_macs_per_us,
-        )
+        return cls(machine.sm_count, *(getattr(machine, name) for name in _DRAWN_FIGURES))
 
     def columns(self) -> dict[str, FloatArray]:
         """Each drawn figure as a (D,) float64 array, validated as GemmWsMachine validates one
@@ -174,16 +167,8 @@ class Figures:
 
     def _machine(self, columns: dict[str, FloatArray], draw: int) -> GemmWsMachine:
         """Draw ``draw`` as a machine (for the exact fallbacks of the few undecided roundings)."""
-        value = {name: float(column[draw]) for name, column in columns.items()}
-        return GemmWsMachine(
-            self.sm_count,
-            t_init_us=value["t_init_us"],
-            t_epilogue_us=value["t_epilogue_us"],
-            load_startup_latency_us=value["load_startup_latency_us"],
-            compute_startup_latency_us=value["compute_startup_latency_us"],
-            load_throughput_elements_per_us=value["load_throughput_elements_per_us"],
-            compute_throughput_macs_per_us=value["compute_throughput_macs_per_us"],
-        )
+        value: dict[str, Any] = {name: float(column[draw]) for name, column in columns.items()}
+        return GemmWsMachine(self.sm_count, **value)
 
 
 #: the drawn figures, in GemmWsMachine's field order
@@ -221,7 +206,7 @@ def _durations_ns(
     start = 1000.0 * startup_us[:, None]
     value = term + start + 0.5
     if not np.all(value < MAX_SCORED_TIME_NS):
-        raise ScoreOverflow("a stage duration exceeds the scorer's int64 range")
+        raise ScoreOverflow("a duration exceeds the scorer's int64 range")
     floor = np.floor(value)
     margin = _FLOAT_RELATIVE_ERROR * (term + start) + 1e-9
     # the float floor is right unless the exact value may sit on the other side of an integer
@@ -233,19 +218,14 @@ def _durations_ns(
 
 
 def _times_ns(values_us: FloatArray) -> IntArray:
-    """us_to_ns of every value, exact: float64 where it decides the rounding, us_to_ns (on
-    the rationals the floats denote) elsewhere."""
-    scaled = 1000.0 * values_us
-    value = scaled + 0.5
-    if not np.all(value < MAX_SCORED_TIME_NS):
-        raise ScoreOverflow("a time exceeds the scorer's int64 range")
-    floor = np.floor(value)
-    margin = _FLOAT_RELATIVE_ERROR * scaled + 1e-9
-    undecided = (value - floor < margin) | (floor + 1.0 - value < margin)
-    result = floor.astype(np.int64)
-    for d in np.nonzero(undecided)[0]:
-        result[d] = us_to_ns(float(values_us[d]))
-    return result
+    """us_to_ns of every value, exact: :func:`_durations_ns` of no work after a startup of
+    the value (us_to_ns, on the rationals the floats denote, where float64 cannot decide)."""
+
+    def exact(draw: int) -> Callable[[int], int]:
+        return lambda _work: us_to_ns(float(values_us[draw]))
+
+    zero = np.zeros(1, dtype=np.int64)
+    return _durations_ns(zero, np.ones_like(values_us), values_us, exact)[:, 0]
 
 
 def _paper_pipeline_closed_form(

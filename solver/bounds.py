@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfmodel.gemm_ws import (
@@ -57,10 +56,8 @@ def triple_bounds(
     space: SearchSpace,
     element_bytes: int,
     wave_model: WaveTimeModel,
-    check_deadline: Callable[[], None] | None = None,
 ) -> list[TripleBound]:
-    """Bounds for every (TM, TN, TK) of ``space``; ``check_deadline`` is called now and then
-    so a caller can abandon a large space by raising."""
+    """Bounds for every (TM, TN, TK) of ``space``."""
     table = duration_table(machine)
     limit = machine.shared_memory_per_block_bytes if space.enforce_shared_memory else None
     t_epilogue = us_to_ns(machine.t_epilogue_us)
@@ -81,11 +78,7 @@ def triple_bounds(
         for tm, tn in itertools.product(space.tile_m, space.tile_n)
     }
     bounds = []
-    for count, (tm, tn, tk) in enumerate(
-        itertools.product(space.tile_m, space.tile_n, space.tile_k)
-    ):
-        if check_deadline is not None and count % 4096 == 0:
-            check_deadline()
+    for tm, tn, tk in itertools.product(space.tile_m, space.tile_n, space.tile_k):
         t_a, t_b = load_a[tm, tk], load_b[tk, tn]
         t_math = table.math_ns(tm * tn * tk)
         stages, waves = stages_of[tk], waves_of[tm, tn]

@@ -65,34 +65,32 @@ def lexicographic_optimum(
             return LexResult(None, False, checks)
         model = solver.model()
         fixed: list[int] = []
+
+        def improve(claim: z3.BoolRef) -> z3.CheckSatResult:
+            """Check ``claim`` in a scope of its own; on "sat" its model is the new best."""
+            nonlocal model
+            solver.push()
+            solver.add(claim)
+            outcome = check()
+            if outcome == z3.sat:
+                model = solver.model()
+            solver.pop()
+            return outcome
+
         for objective in objectives:
-            best = model.eval(objective.term, model_completion=True)
+            term, minimize = objective.term, objective.minimize
+            best = model.eval(term, model_completion=True)
             probe = objective.probe(tuple(fixed)) if objective.probe is not None else None
             if probe is not None and _better(objective, probe, best):
-                solver.push()
-                solver.add(
-                    objective.term <= probe if objective.minimize else objective.term >= probe
-                )
-                outcome = check()
-                if outcome == z3.sat:
-                    model = solver.model()
-                    best = model.eval(objective.term, model_completion=True)
-                solver.pop()
+                outcome = improve(term <= probe if minimize else term >= probe)
+                best = model.eval(term, model_completion=True)
                 if outcome not in (z3.sat, z3.unsat):
                     return LexResult(model, False, checks)
-            while True:
-                solver.push()
-                solver.add(objective.term < best if objective.minimize else objective.term > best)
-                outcome = check()
-                if outcome == z3.sat:
-                    model = solver.model()
-                    best = model.eval(objective.term, model_completion=True)
-                solver.pop()
-                if outcome == z3.unsat:
-                    break
-                if outcome != z3.sat:
-                    return LexResult(model, False, checks)
-            solver.add(objective.term == best)
+            while (outcome := improve(term < best if minimize else term > best)) == z3.sat:
+                best = model.eval(term, model_completion=True)
+            if outcome != z3.unsat:
+                return LexResult(model, False, checks)
+            solver.add(term == best)
             fixed.append(int(str(best)))
         return LexResult(model, True, checks)
     finally:

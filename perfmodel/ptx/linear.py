@@ -231,14 +231,9 @@ class LinearValues:
             return LinearForm(start.const, dict(start.coefs), True, deps, params, more)
         if len(forms) == 1:
             return forms[0]
-        first = forms[0]
-        if all(dict(f.coefs) == dict(first.coefs) for f in forms[1:]):
-            deps = frozenset().union(*(f.opaque for f in forms))
-            params = frozenset().union(*(f.params for f in forms))
-            more = frozenset().union(*(f.carried for f in forms))
-            same = all(f.known and f.const == first.const for f in forms)
-            return LinearForm(first.const, dict(first.coefs), not same, deps, params, more)
-        return _opaque(*forms)
+        # a join of definitions with one thread part (checked above): known where all agree
+        same = all(f.known and f.const == start.const for f in forms)
+        return LinearForm(start.const, dict(start.coefs), not same, deps, params, more)
 
     def operand(self, o: Operand) -> LinearForm:
         if o.kind == "immediate":

@@ -28,6 +28,7 @@ from fractions import Fraction
 from typing import Any
 
 from perfmodel.gemm_ws import (
+    NS_PER_US,
     GemmShape,
     GemmWsMachine,
     SmLimits,
@@ -76,15 +77,8 @@ class AsyncDurationTable:
         self._issue: dict[int, int] = {}
         self._math: dict[int, int] = {}
 
-    def issue_work_ns(self, tile_m: int, tile_n: int, tile_k: int) -> int:
-        """One stage's A and B elements / load throughput, rounded half up (one CTA alone)."""
-        return self.issue_ns_of_elements(tile_m * tile_k + tile_k * tile_n)
-
-    def math_work_ns(self, tile_m: int, tile_n: int, tile_k: int) -> int:
-        """One stage's MACs / compute throughput, rounded half up (one CTA alone)."""
-        return self.math_ns_of_macs(tile_m * tile_n * tile_k)
-
     def issue_ns_of_elements(self, elements: int) -> int:
+        """``elements`` (one stage's A and B) / load throughput, rounded half up (one CTA alone)."""
         # Memoised: a search space has few distinct tile sizes, and rational arithmetic
         # dominates the optimizer's presolve otherwise.
         if elements not in self._issue:
@@ -92,6 +86,7 @@ class AsyncDurationTable:
         return self._issue[elements]
 
     def math_ns_of_macs(self, macs: int) -> int:
+        """``macs`` (one stage's) / compute throughput, rounded half up (one CTA alone)."""
         if macs not in self._math:
             self._math[macs] = _round_half_up(macs * self.math_ns_per_mac)
         return self._math[macs]
@@ -102,13 +97,10 @@ class AsyncDurationTable:
         tm, tn, tk = tiling.tile_m, tiling.tile_n, tiling.tile_k
         return AsyncDurations(
             ctas=ctas,
-            issue_ns=ctas * self.issue_work_ns(tm, tn, tk),
+            issue_ns=ctas * self.issue_ns_of_elements(tm * tk + tk * tn),
             latency_ns=self.latency_ns,
-            math_ns=ctas * self.math_work_ns(tm, tn, tk) + self.math_startup_ns,
+            math_ns=ctas * self.math_ns_of_macs(tm * tn * tk) + self.math_startup_ns,
         )
-
-
-NS_PER_US = 1000
 
 
 def _round_half_up(value: Fraction) -> int:
@@ -256,21 +248,7 @@ def simulate_async(
         overall += count * this_wave
         wait += count * ctas * cta_wait
     full = table.durations(tiling, plan.per_sm)
-    return _simulation(shape, tiling, plan, full, stages, wave, overall, wait, first_wave)
-
-
-def _simulation(
-    shape: GemmShape,
-    tiling: Tiling,
-    plan: _WavePlan,
-    full: AsyncDurations,
-    stages: int,
-    wave_time_ns: int,
-    overall_time_ns: int,
-    total_math_wait_ns: int,
-    events: tuple[AsyncStageEvents, ...],
-) -> AsyncSimulation:
-    bound, in_flight = steady_state(full, tiling.buffer_depth)
+    bound, in_flight = steady_state(full, depth)
     return AsyncSimulation(
         shape=shape,
         tiling=tiling,
@@ -279,12 +257,12 @@ def _simulation(
         stages=stages,
         full_waves=plan.full_waves,
         partial_wave_ctas=plan.partial,
-        wave_time_ns=wave_time_ns,
-        overall_time_ns=overall_time_ns,
-        total_math_wait_ns=total_math_wait_ns,
+        wave_time_ns=wave,
+        overall_time_ns=overall,
+        total_math_wait_ns=wait,
         stages_in_flight=in_flight,
         bound=bound,
-        events=events,
+        events=first_wave,
     )
 
 

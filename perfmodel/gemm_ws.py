@@ -89,17 +89,10 @@ class SmLimits:
     registers_per_thread: int | None = None
 
     def __post_init__(self) -> None:
-        for name in (
-            "max_blocks_per_sm",
-            "shared_memory_per_sm_bytes",
-            "registers_per_sm",
-            "max_threads_per_sm",
-            "threads_per_cta",
-            "registers_per_thread",
-        ):
-            value = getattr(self, name)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
             if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
+                raise ValueError(f"{f.name} must be at least 1, got {value}")
 
     def ctas_per_sm(self, shared_memory_per_cta_bytes: int) -> int:
         """Resident CTAs per SM: the tightest of the block cap, shared memory, threads and
@@ -205,20 +198,14 @@ class DurationTable:
     """
 
     def __init__(self, machine: GemmWsMachine) -> None:
-        self._load = _affine_ns(
+        #: T_LOAD for a tile of ``elements`` matrix elements
+        self.load_ns = _affine_ns(
             machine.load_throughput_elements_per_us, machine.load_startup_latency_us
         )
-        self._math = _affine_ns(
+        #: T_MATH for ``macs`` multiply-accumulates
+        self.math_ns = _affine_ns(
             machine.compute_throughput_macs_per_us, machine.compute_startup_latency_us
         )
-
-    def load_ns(self, elements: int) -> int:
-        """T_LOAD for a tile of ``elements`` matrix elements."""
-        return self._load(elements)
-
-    def math_ns(self, macs: int) -> int:
-        """T_MATH for ``macs`` multiply-accumulates."""
-        return self._math(macs)
 
     def stage(self, tiling: Tiling) -> StageDurations:
         return StageDurations(

@@ -78,11 +78,6 @@ def register(name: str, factory: Factory) -> None:
     _FACTORIES[name] = factory
 
 
-def unregister(name: str) -> None:
-    """Stop serving ``name`` (built-in models included)."""
-    del _FACTORIES[name]
-
-
 def names() -> tuple[str, ...]:
     """The names served, in registration order."""
     return tuple(_FACTORIES)
@@ -115,5 +110,4 @@ __all__ = [
     "names",
     "register",
     "resolve",
-    "unregister",
 ]

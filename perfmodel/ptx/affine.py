@@ -157,8 +157,7 @@ class AffineAnalysis:
         form = self.address_form(index)
         if form is None:
             return None
-        v = form.coefs.get("tid.x", 0)
-        return v
+        return form.coefs.get("tid.x", 0)
 
     # ---- evaluation
     def _operand_reg(self, reg: str) -> _Val:

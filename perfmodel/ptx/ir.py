@@ -543,7 +543,6 @@ class _Parser:
         self.address_size = 32
         self.module_shared: list[tuple[str, int, int]] = []
         self.functions: list[Function] = []
-        self.func_names: set[str] = set()
 
     # ---- scanning primitives
     def skip_ws(self, pos: int) -> int:
@@ -680,7 +679,7 @@ class _Parser:
             raise self.src.error(pos, "declaration has no state space or function")
         kind = words[k]
         if _FUNC_HEAD_RE.match(kind):
-            self.function(pos, stmt, None, None)  # prototype only: record the name
+            self.function(pos, stmt, None, None)  # prototype only: its header is checked
             return
         if kind == ".shared":
             body = stmt[stmt.index(".shared") + len(".shared") :]
@@ -748,14 +747,12 @@ class _Parser:
             nums = tuple(int(x) for x in re.findall(r"\d+", d.group(2)))
             tuning[d.group(1)] = nums
         if open_brace is None or end is None:
-            self.func_names.add(name)
-            return
+            return  # a prototype: nothing to record
         if any(f.name == name for f in self.functions):
             raise self.src.error(hpos, f"function {name} is defined twice")
         fb = _FunctionBuilder(name, is_entry, tuple(params), self.src.pos(pos)[0])
         fb.tuning = tuning
         self.body(fb, open_brace + 1, end - 1)
-        self.func_names.add(name)
         self.functions.append(self.finish(fb))
 
     def body(self, fb: _FunctionBuilder, pos: int, end: int) -> None:

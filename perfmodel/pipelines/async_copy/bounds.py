@@ -44,8 +44,6 @@ class AsyncPlan:
     math_work_ns: IntArray
     latency_ns: int
     math_startup_ns: int
-    epilogue_ns: int
-    init_ns: int
     #: lower bound on the overall time (the module docstring)
     overall_time_floor_ns: IntArray
     #: lower bound on the total MATH wait: sum over CTAs of M(S) - (S - 1) T, at M(S)'s bound
@@ -95,8 +93,6 @@ def async_plan(
         math_work_ns=math,
         latency_ns=lam,
         math_startup_ns=startup,
-        epilogue_ns=table.epilogue_ns,
-        init_ns=table.init_ns,
         overall_time_floor_ns=floor.astype(np.int64),
         total_math_wait_floor_ns=wait_floor.astype(np.int64),
     )

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodel.calibration.engine import BoolArray, FloatArray, IntArray
+from perfmodel.calibration.engine import FloatArray, IntArray
 from perfmodel.calibration.gemm_ws_model import (
     GemmWsRun,
     internal_values,
@@ -179,17 +179,13 @@ class AsyncResidualModel:
     def jacobian(self, x: FloatArray) -> FloatArray:
         return np.asarray(self._terms(x)[1][:, self._fitted], dtype=np.float64)
 
-    def _issue_bound(self, x: FloatArray) -> BoolArray:
+    def load_bound_runs(self, x: FloatArray) -> int:
+        """Runs whose copy issue outlasts their MATH (d >= T) at ``x``."""
         a, b, _, l_math, _, _ = self._figures(x)
         r = self._runs
         d = r.full_ctas * a * r.load_elements
         t = r.full_ctas * b * r.macs + l_math
-        bound: BoolArray = d >= t
-        return bound
-
-    def load_bound_runs(self, x: FloatArray) -> int:
-        """Runs whose copy issue outlasts their MATH (d >= T) at ``x``."""
-        return int(self._issue_bound(x).sum())
+        return int((d >= t).sum())
 
     def overlapped_runs(self) -> int:
         """Every run: under async-copy even depth 1 overlaps the issue of stage i+1 with

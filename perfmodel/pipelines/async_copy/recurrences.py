@@ -228,14 +228,21 @@ def simulate_async(
     M(S) - (S - 1) T per CTA, GeMM-WS 8).
     """
     table = table or AsyncDurationTable(machine)
-    plan = _wave_plan(shape, tiling, machine, limits, element_bytes)
+    ctas = limits.ctas_per_sm(tiling.shared_memory_bytes(element_bytes))
+    if ctas < 1:
+        raise ValueError(
+            "buffer_depth x stage buffer exceeds the shared memory of one SM: no CTA fits"
+        )
+    busiest = wave_count(shape, tiling, machine.sm_count)  # q, §2.1.1's W
+    per_sm = min(ctas, busiest)  # an SM never holds more CTAs than it is given
+    full_waves, partial = divmod(busiest, per_sm)
     stages, depth = stage_count(shape, tiling), tiling.buffer_depth
     overall, wait, wave = table.init_ns, 0, 0
     first_wave: tuple[AsyncStageEvents, ...] = ()
-    for ctas, count in ((plan.per_sm, plan.full_waves), (plan.partial, 1)):
-        if not (ctas and count):
+    for sharing, count in ((per_sm, full_waves), (partial, 1)):
+        if not (sharing and count):
             continue
-        durations = table.durations(tiling, ctas)
+        durations = table.durations(tiling, sharing)
         if events:
             stepped = run_stages(durations, stages, depth)
             last, cta_wait = stepped[-1].math_start_ns, sum(e.math_wait_ns for e in stepped)
@@ -246,17 +253,17 @@ def simulate_async(
         this_wave = last + durations.math_ns + table.epilogue_ns
         wave = wave or this_wave
         overall += count * this_wave
-        wait += count * ctas * cta_wait
-    full = table.durations(tiling, plan.per_sm)
+        wait += count * sharing * cta_wait
+    full = table.durations(tiling, per_sm)
     bound, in_flight = steady_state(full, depth)
     return AsyncSimulation(
         shape=shape,
         tiling=tiling,
-        ctas_per_sm=plan.per_sm,
+        ctas_per_sm=per_sm,
         durations=full,
         stages=stages,
-        full_waves=plan.full_waves,
-        partial_wave_ctas=plan.partial,
+        full_waves=full_waves,
+        partial_wave_ctas=partial,
         wave_time_ns=wave,
         overall_time_ns=overall,
         total_math_wait_ns=wait,
@@ -264,24 +271,3 @@ def simulate_async(
         bound=bound,
         events=first_wave,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _WavePlan:
-    per_sm: int
-    full_waves: int
-    partial: int
-
-
-def _wave_plan(
-    shape: GemmShape, tiling: Tiling, machine: GemmWsMachine, limits: SmLimits, element_bytes: int
-) -> _WavePlan:
-    ctas = limits.ctas_per_sm(tiling.shared_memory_bytes(element_bytes))
-    if ctas < 1:
-        raise ValueError(
-            "buffer_depth x stage buffer exceeds the shared memory of one SM: no CTA fits"
-        )
-    busiest = wave_count(shape, tiling, machine.sm_count)  # q, §2.1.1's W
-    per_sm = min(ctas, busiest)  # an SM never holds more CTAs than it is given
-    full_waves, partial = divmod(busiest, per_sm)
-    return _WavePlan(per_sm, full_waves, partial)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from solver.errors import SolverTimeout
-
 
 def ms_until(at: float) -> int:
     """What is left until ``at`` (perf_counter seconds), in whole milliseconds, at least 1 (a
@@ -24,14 +22,6 @@ class Deadline:
     @property
     def at(self) -> float:
         return self.started + self.time_limit_s
-
-    def passed(self) -> bool:
-        return time.perf_counter() > self.at
-
-    def check(self) -> None:
-        """SolverTimeout once the limit has passed."""
-        if self.passed():
-            raise SolverTimeout(self.time_limit_s)
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000

@@ -63,30 +63,23 @@ def feasible_configurations(problem: TilingProblem) -> Configurations | None:
     return Configurations.concat(chunks)
 
 
-def drawn_figures(
+def _figures_with_point(
     machine: GemmWsMachine,
     draws: dict[str, np.typing.NDArray[np.float64]],
     ratios: tuple[float, float],
+    count: int,
 ) -> Figures:
-    """The scorer's figures: each drawn one (reference-dtype values, its throughputs scaled by
-    ``ratios`` = (load, compute) as the request's machine was), the rest ``machine``'s."""
+    """The scorer's figures: draw 0 ``machine``'s point figures, then the ``count`` draws:
+    each drawn figure (reference-dtype values, its throughputs scaled by ``ratios`` = (load,
+    compute) as the request's machine was), the rest ``machine``'s (the scorer validates the
+    result)."""
     point = Figures.of_machine(machine)
-    values: dict[str, object] = {}
-    for name, drawn in draws.items():
-        scale = ratios[_THROUGHPUTS.index(name)] if name in _THROUGHPUTS else 1.0
-        values[name] = drawn * scale
-    fields = {f: values.get(f, getattr(point, f)) for f in Figures.__slots__}
-    return Figures(**fields)  # type: ignore[arg-type]
-
-
-def _with_point(machine: GemmWsMachine, figures: Figures, count: int) -> Figures:
-    """``figures`` (each a scalar or ``count`` draws) with ``machine``'s point figures
-    prepended as draw 0 (the scorer validates the result)."""
-    point = Figures.of_machine(machine)
-    fields: dict[str, object] = {"sm_count": figures.sm_count}
+    fields: dict[str, object] = {"sm_count": point.sm_count}
     for name in Figures.__slots__[1:]:
-        drawn = np.broadcast_to(np.asarray(getattr(figures, name), dtype=np.float64), (count,))
-        fields[name] = np.concatenate([[float(getattr(point, name))], drawn])
+        value = getattr(point, name)
+        scale = ratios[_THROUGHPUTS.index(name)] if name in _THROUGHPUTS else 1.0
+        drawn = np.asarray(draws[name] * scale if name in draws else value, dtype=np.float64)
+        fields[name] = np.concatenate([[float(value)], np.broadcast_to(drawn, (count,))])
     return Figures(**fields)  # type: ignore[arg-type]
 
 
@@ -147,10 +140,10 @@ def explore_scored(
     point figures and under ``draws`` draws of ``belief``, as :func:`explore_problem` (an
     explicit candidate list's path calls it directly); None when a draw's times overflow the
     scorer."""
-    figures = drawn_figures(machine, belief.draws(np.random.default_rng(seed), draws), ratios)
+    drawn = belief.draws(np.random.default_rng(seed), draws)
     try:
         # one scorer call: row 0 the point figures, rows 1.. the draws
-        scores = score(_with_point(machine, figures, draws))
+        scores = score(_figures_with_point(machine, drawn, ratios, draws))
     except ScoreOverflow:
         return None
     point_time, point_wait = scores.overall_time_ns[0], scores.total_math_wait_ns[0]

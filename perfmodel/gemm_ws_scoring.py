@@ -257,7 +257,8 @@ def score_configurations(
     their scores (the closed form reads the depth only as "1 or more than 1"): each distinct
     (tile_m, tile_n, tile_k, depth 1 or not) is scored once and the columns copied."""
     columns = figures.columns()
-    if configs.count and min(int(a.min()) for a in _columns(configs)) < 1:
+    tiles = (configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth)
+    if configs.count and min(int(a.min()) for a in tiles) < 1:
         raise ValueError("tile sizes and buffer depths must be at least 1")
     if configs.count > 1 and columns["t_init_us"].shape[0] > 1:
         _, first, inverse = np.unique(
@@ -283,10 +284,6 @@ def _pipeline_keys(configs: Configurations) -> npt.NDArray[np.int64]:
         key: npt.NDArray[np.int64] = ((tm * base_n + tn) * base_k + tk) * 2 + depth_one
         return key
     return np.stack([tm, tn, tk, depth_one], axis=1)
-
-
-def _columns(configs: Configurations) -> tuple[IntArray, IntArray, IntArray, IntArray]:
-    return configs.tile_m, configs.tile_n, configs.tile_k, configs.buffer_depth
 
 
 def _score(

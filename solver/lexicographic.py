@@ -81,7 +81,9 @@ def lexicographic_optimum(
             term, minimize = objective.term, objective.minimize
             best = model.eval(term, model_completion=True)
             probe = objective.probe(tuple(fixed)) if objective.probe is not None else None
-            if probe is not None and _better(objective, probe, best):
+            # a probe worth checking is strictly better than the model's value
+            current = int(str(best))
+            if probe is not None and (probe < current if minimize else probe > current):
                 outcome = improve(term <= probe if minimize else term >= probe)
                 best = model.eval(term, model_completion=True)
                 if outcome not in (z3.sat, z3.unsat):
@@ -95,11 +97,6 @@ def lexicographic_optimum(
         return LexResult(model, True, checks)
     finally:
         solver.pop()
-
-
-def _better(objective: Objective, value: int, than: z3.ExprRef) -> bool:
-    current = int(str(than))
-    return value < current if objective.minimize else value > current
 
 
 _Found = TypeVar("_Found")

@@ -126,12 +126,7 @@ class PaperPipeline:
 
     def encode(self, gemm: GemmOnMachine, configs: Configurations) -> Any:
         (encode_listed,) = _listed_encoding
-        tilings = [
-            Tiling(*values)
-            for values in zip(
-                *(getattr(configs, f).tolist() for f in configs.__slots__), strict=True
-            )
-        ]
+        tilings = configs.tilings()
         return encode_listed(gemm.shape, gemm.machine, tilings, gemm.element_bytes, self.wave_model)
 
     def residual_model(self, fit: RunsToFit) -> GemmWsResidualModel:

@@ -241,26 +241,16 @@ def _iterations_run(
 
 class _LoopIndex:
     """The loops of ``fn``, each instruction's basic block and each register's defining
-    instructions, built once per function (the first counted guard asks) and shared by every
-    guard: :func:`_trip_of` per guard would rescan the function and its loops each time."""
+    instructions, built once per function (when the first counted guard asks) and shared by
+    every guard: :func:`_trip_of` per guard would rescan the function and its loops each time."""
 
     def __init__(self, fn: Function, blocks: Sequence[BasicBlock]) -> None:
-        self._fn = fn
-        self._blocks = blocks
-        self._built = False
-        self.loops: tuple[Loop, ...] = ()
-        self.block_of: dict[int, int] = {}
+        self.loops: tuple[Loop, ...] = find_loops(fn, blocks)
+        self.block_of = {i: bb.index for bb in blocks for i in range(bb.start, bb.end)}
         self.defs_of: dict[str, list[int]] = {}
-
-    def build(self) -> _LoopIndex:
-        if not self._built:
-            self._built = True
-            self.loops = find_loops(self._fn, self._blocks)
-            self.block_of = {i: bb.index for bb in self._blocks for i in range(bb.start, bb.end)}
-            for i, ins in enumerate(self._fn.instructions):
-                for reg in ins.defs:
-                    self.defs_of.setdefault(reg, []).append(i)
-        return self
+        for i, ins in enumerate(fn.instructions):
+            for reg in ins.defs:
+                self.defs_of.setdefault(reg, []).append(i)
 
 
 def _trip_of(fn: Function, index: _LoopIndex, counter: str, branch: int) -> int | None:
@@ -268,7 +258,6 @@ def _trip_of(fn: Function, index: _LoopIndex, counter: str, branch: int) -> int 
     (``iter:<reg>``), when ``branch`` is a forward branch inside that loop's body to a target
     inside it (a guard that skips part of an iteration, not a loop exit or back edge) and the
     loop analysis infers the count."""
-    index.build()
     at = index.defs_of.get(counter[len(ITER) :], [])
     block_of = index.block_of
     loops = [lp for lp in index.loops if any(block_of.get(i) in lp.blocks for i in at)]
@@ -306,7 +295,7 @@ def block_classes(
         axis_of.append(axes[0] if len(axes) == 1 else (None if not axes else "many"))
     # guards of one comparison on a loop's index: (branch, leaf, counter, trip, runs_when)
     counted: list[tuple[int, int, str, int, bool]] = []
-    loop_index = _LoopIndex(fn, blocks)
+    loop_index: _LoopIndex | None = None
     for i, pred, negated in branches:
         if pred is None or pred[0] != "leaf" or not isinstance(pred[1], int):
             continue
@@ -314,6 +303,7 @@ def block_classes(
         counters = [s for s in diff.coefs if s.startswith(ITER) and diff.coefs[s]]
         if len(counters) != 1 or cmp in ("eq", "ne") or axis_of[pred[1]] == "many":
             continue
+        loop_index = loop_index or _LoopIndex(fn, blocks)
         trip = _trip_of(fn, loop_index, counters[0], i)
         if trip is not None and 0 < trip <= _MAX_TRIP:
             # the branch is taken where the predicate differs from its negation flag

@@ -68,11 +68,11 @@ def build_cfg(fn: Function, fixed: Mapping[int, bool] | None = None) -> tuple[Ba
         if ins.opcode in _TERMINATORS and i + 1 < n:
             leaders.add(i + 1)
     starts = sorted(leaders)
+    ends = [*starts[1:], n]
     block_of_start = {s: b for b, s in enumerate(starts)}
     label_index = fn.label_index
     succs: list[list[int]] = []
-    for b in range(len(starts)):
-        e = starts[b + 1] if b + 1 < len(starts) else n
+    for b, e in enumerate(ends):
         last = instrs[e - 1]
         out: list[int] = []
         falls = last.opcode not in _TERMINATORS or last.guard is not None
@@ -96,8 +96,7 @@ def build_cfg(fn: Function, fixed: Mapping[int, bool] | None = None) -> tuple[Ba
         for s2 in ss:
             preds[s2].append(b)
     blocks = []
-    for b, s in enumerate(starts):
-        e = starts[b + 1] if b + 1 < len(starts) else n
+    for b, (s, e) in enumerate(zip(starts, ends, strict=True)):
         labels = instrs[s].labels
         blocks.append(
             BasicBlock(

@@ -167,14 +167,10 @@ class LinearValues:
     def _special(self, reg: str) -> LinearForm:
         base, _, comp = reg.partition(".")
         comp = comp or "x"
-        if base == "%tid" and comp in "xyz":
-            return LinearForm(0, {f"tid.{comp}": 1})
-        if base == "%ctaid" and comp in "xyz":
-            return LinearForm(0, {f"ctaid.{comp}": 1})
-        if base == "%ntid" and comp in "xyz":
-            return _known(self.block["xyz".index(comp)])
-        if base == "%nctaid" and comp in "xyz":
-            return _known(self.grid["xyz".index(comp)])
+        if base in ("%tid", "%ctaid") and comp in "xyz":
+            return LinearForm(0, {f"{base[1:]}.{comp}": 1})
+        if base in ("%ntid", "%nctaid") and comp in "xyz":
+            return _known((self.block if base == "%ntid" else self.grid)["xyz".index(comp)])
         if base == "%laneid":  # consecutive lanes are consecutive tid.x in full-width rows
             return LinearForm(0, {"tid.x": 1}, True, frozenset({"tid.x", "tid.y", "tid.z"}))
         return LinearForm(0, {}, True, frozenset(SYMBOLS))  # clocks, %warpid, %smid...

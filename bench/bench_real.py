@@ -361,9 +361,16 @@ def evaluate(
         rows += _by_k(case, test_ids, calibrated)
     elapsed = time.perf_counter() - started
     scales = ", ".join(f"{v:.2f}" for v in result.log_scale)
+    harness = ""
+    if result.harness_log_scale:
+        h = result.harness
+        harness = (
+            f"; harness: floor {h.floor_us:.1f} us, serial split-K hand-off "
+            f"{h.serial_handoff_us:.2f} us"
+        )
     rows.append(
         f"<!-- {case.dataset} {case.gpu}: {elapsed:.0f} s, fit {fit_s:.1f} s; "
-        f"fitted ln(figure / base): {scales} -->"
+        f"fitted ln(figure / base): {scales}{harness} -->"
     )
     return rows
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from device_profiles.schema import FLOOR_FIGURE
 from perfmodel.belief import FigureBelief, Prior, interval_of
 from perfmodel.calibration import validate
 from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
@@ -321,10 +322,6 @@ def _specs(
         FigureSpec(name, float(getattr(base, name)), name in RECIPROCAL, priors[name])
         for name in names
     )
-
-
-#: the figure that reaches only profiles with a throughput floor (sector_bytes)
-FLOOR_FIGURE = "throughput_efficiency"
 
 
 def fittable_figures(device: ManyBspDevice) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, ns_to_us
 
 if TYPE_CHECKING:
     from perfmodel.calibration.engine import FloatArray, IntArray
+    from perfmodel.calibration.records import GemmWsMeasurement
     from perfmodel.gemm_ws_scoring import Configurations, Figures, Scores
 
 
@@ -130,7 +131,7 @@ class RunsToFit:
     reference figures (absent dtypes: 1)."""
 
     base: GemmWsMachine
-    runs: Sequence[Any]
+    runs: Sequence[GemmWsMeasurement]
     names: Sequence[str]
     ratios: Mapping[str, tuple[float, float]]
 

@@ -25,7 +25,6 @@ from perfmodel.calibration.engine import (
 )
 from perfmodel.calibration.gemm_ws_model import (
     THROUGHPUTS,
-    GemmWsRun,
     shape_and_tiling,
 )
 from perfmodel.calibration.records import (
@@ -63,7 +62,7 @@ ZERO_LATENCY_PRIOR = Prior(
 
 def predict_gemm_ws_us(
     machine: GemmWsMachine,
-    run: GemmWsRun,
+    run: GemmWsMeasurement,
     wave_time_model: WaveTimeModel = WaveTimeModel.PAPER,
 ) -> float:
     """The service's prediction of ``run`` in microseconds: :func:`perfmodel.gemm_ws.simulate`'s
@@ -253,7 +252,7 @@ def apply_gemm_ws(base: GemmWsMachine, result: CalibrationResult) -> GemmWsMachi
 def predict_gemm_ws_interval_us(
     base: GemmWsMachine,
     result: CalibrationResult,
-    runs: Sequence[GemmWsRun],
+    runs: Sequence[GemmWsMeasurement],
     *,
     wave_time_model: WaveTimeModel = WaveTimeModel.PAPER,
     dtype_ratios: Mapping[str, tuple[float, float]] | None = None,

@@ -8,23 +8,10 @@ import random
 
 import numpy as np
 
-from perfmodel.calibration.configless import (
-    Device,
-    LibraryRun,
-    RunModel,
-    fit,
-    harness_bases,
-    scaled,
-)
+from perfmodel.calibration.configless import LibraryRun, RunModel, fit, harness_bases, scaled
 from perfmodel.calibration.harness import Harness, observed_us
-from perfmodel.gemm_ws import SmLimits
-from perfmodel.gemm_ws_memory_model import MemoryModelFigures, Space
-from perfmodel.gemm_ws_traffic import MemoryFigures
-
-SPACE = Space.product(tiles=(32, 64, 128), depths=(2, 4), group_m=(1, 8), split_k=(1, 4))
-BASE = MemoryModelFigures(2.5, 1.5, 0.02, 1.4e6, MemoryFigures(40, 2000, 6000, 2e7, 0.7, 0.35), 2.5)
-DEVICE = Device(BASE, 40, SmLimits(8, 200_000), 100_000, "async-copy", SPACE)
-HIDDEN = (-0.3, 0.1, 0.0, 0.6, 0.4, 0.2, 0.0, 0.5)
+from perfmodel.gemm_ws_memory_model import MemoryModelFigures
+from tests.perfmodel.calibration.test_configless import BASE, DEVICE, HIDDEN
 
 
 def test_serial_split_k_trades_the_reduction_launch_for_its_hand_offs() -> None:

@@ -221,6 +221,39 @@ def test_sm_count_and_clock_reproduce_the_published_fp32_peak(
     assert peak == pytest.approx(peak_fp32_tflops, rel=0.01)
 
 
+def test_the_h100_tensor_clock_reproduces_the_published_tensor_peak() -> None:
+    """H100 SXM datasheet: 989.4 dense FP16 tensor TFLOPS; whitepaper: 4,096 dense FP16
+    tensor FLOP per clock per SM (twice the A100 SM's, whose 312 TFLOPS = 108 x 2,048 x 1,410
+    MHz): the tensor peak's clock is below the SM's 1,980 MHz maximum."""
+    hw = get_profile("h100").hardware
+    assert hw.tensor_clock_mhz is not None and hw.clock_mhz is not None
+    peak = hw.sm_count.value * 4096 * hw.tensor_clock_mhz.value * 1e6 / 1e12
+    assert peak == pytest.approx(989.4, rel=0.001)
+    assert hw.tensor_clock_mhz.value < hw.clock_mhz.value
+
+
+def test_tensor_core_gemms_see_the_sm_clocked_figures_at_the_tensor_clock() -> None:
+    """L2 bandwidth and shared-memory bandwidth scale with the SM clock, L2 latency inversely,
+    DRAM figures not at all; FFMA (fp32) GEMMs and GPUs without a tensor clock are unchanged."""
+    from device_profiles.memory import memory_model_device
+
+    h100 = get_profile("h100")
+    tensor, ffma = (memory_model_device(h100, d).base for d in ("tf32", "fp32"))
+    ratio = 1830 / 1980
+    assert tensor.memory.l2_bandwidth_gb_per_s == pytest.approx(
+        ffma.memory.l2_bandwidth_gb_per_s * ratio
+    )
+    assert tensor.memory.l2_latency_us == pytest.approx(ffma.memory.l2_latency_us / ratio)
+    assert tensor.shared_memory_bytes_per_us == pytest.approx(128 * 1830)
+    assert ffma.shared_memory_bytes_per_us == pytest.approx(128 * 1980)
+    assert tensor.memory.dram_bandwidth_gb_per_s == ffma.memory.dram_bandwidth_gb_per_s
+    assert tensor.memory.dram_latency_us == ffma.memory.dram_latency_us
+    a100 = get_profile("a100")
+    assert memory_model_device(a100, "tf32").base.memory == (
+        memory_model_device(a100, "fp32").base.memory
+    )
+
+
 @pytest.mark.parametrize(
     ("device", "shared_per_sm_kb", "shared_per_block_kb"),
     # CUDA C++ Programming Guide, technical specifications per compute capability

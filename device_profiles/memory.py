@@ -68,13 +68,11 @@ def memory_model_device(
         memory=MemoryFigures(
             sm_count=sms,
             dram_bandwidth_gb_per_s=memory.dram_bandwidth_gb_per_s.value,
-            l2_bandwidth_gb_per_s=memory.l2_bandwidth_gb_per_s.value * slower,
+            l2_bandwidth_gb_per_s=memory.l2_bandwidth_gb_per_s.value,
             l2_size_bytes=memory.l2_size_bytes.value,
             dram_latency_us=memory.dram_latency_ns.value / 1000 * LOAD_STARTUP_OVER_POINTER_CHASE,
-            l2_latency_us=memory.l2_latency_ns.value
-            / 1000
-            * LOAD_STARTUP_OVER_POINTER_CHASE
-            / slower,
+            l2_latency_us=memory.l2_latency_ns.value / 1000 * LOAD_STARTUP_OVER_POINTER_CHASE,
+            sm_clock_ratio=slower,
         ),
         reduction_overhead_us=launch,
         shared_memory_bytes_per_us=SHARED_MEMORY_BYTES_PER_CLOCK * clock_mhz * slower,

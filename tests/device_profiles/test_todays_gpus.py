@@ -8,6 +8,7 @@ documents the profiles cite.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -17,6 +18,7 @@ from device_profiles import calibration_status, get_profile
 from device_profiles.loader import PROFILE_DIR
 from device_profiles.schema import REQUIRED_MANY_BSP_CLASSES, DeviceProfile, Figure
 from device_profiles.status import calibration_needs
+from perfmodel.gemm_ws_traffic import Grid, gemm_traffic
 
 TODAY = ("v100", "a100", "h100")
 
@@ -239,15 +241,20 @@ def test_tensor_core_gemms_see_the_sm_clocked_figures_at_the_tensor_clock() -> N
 
     h100 = get_profile("h100")
     tensor, ffma = (memory_model_device(h100, d).base for d in ("tf32", "fp32"))
-    ratio = 1830 / 1980
-    assert tensor.memory.l2_bandwidth_gb_per_s == pytest.approx(
-        ffma.memory.l2_bandwidth_gb_per_s * ratio
-    )
-    assert tensor.memory.l2_latency_us == pytest.approx(ffma.memory.l2_latency_us / ratio)
+    # the L2 figures stay the profile's (a fit reports and stores them so); the traffic
+    # applies the clock
+    assert tensor.memory.sm_clock_ratio == pytest.approx(1830 / 1980)
+    assert ffma.memory.sm_clock_ratio == 1.0
+    assert dataclasses.replace(tensor.memory, sm_clock_ratio=1.0) == ffma.memory
     assert tensor.shared_memory_bytes_per_us == pytest.approx(128 * 1830)
     assert ffma.shared_memory_bytes_per_us == pytest.approx(128 * 1980)
-    assert tensor.memory.dram_bandwidth_gb_per_s == ffma.memory.dram_bandwidth_gb_per_s
-    assert tensor.memory.dram_latency_us == ffma.memory.dram_latency_us
+    grid = Grid.of(128, 128, 32, 1, 1, 1)
+    # 4096^2 x 4096 at 128 x 128: every wave bound by the L2's per-SM share
+    hot, cold = (
+        gemm_traffic(4096, 4096, 4096, 4, grid, f.memory).load_throughput_elements_per_us[0]
+        for f in (tensor, ffma)
+    )
+    assert hot == pytest.approx(cold * 1830 / 1980, rel=1e-9)
     a100 = get_profile("a100")
     assert memory_model_device(a100, "tf32").base.memory == (
         memory_model_device(a100, "fp32").base.memory

@@ -255,6 +255,8 @@ REQUIRED_GEMM_WS_FIGURES: tuple[str, ...] = tuple(GemmWsSection.model_fields)
 #: model name -> the profile section holding its figures
 MODEL_SECTIONS: dict[str, str] = {"gemm-ws": "gemm_ws", "many-bsp": "many_bsp"}
 
+#: the Many-BSP figure only the throughput floor reads (profiles with ``sector_bytes``)
+FLOOR_FIGURE = "throughput_efficiency"
 #: model name -> the section names of the figures a calibration run fits from measured runs
 #: (POST /calibrate, ``kperf calibrate``): what no public source gives for a device but
 #: measurements on it determine. Every other required figure must be cited in the file.
@@ -263,7 +265,7 @@ CALIBRATABLE_FIGURES: dict[str, tuple[str, ...]] = {
         "mu",
         "block_launch_overhead_cycles",
         "warp_launch_overhead_cycles",
-        "throughput_efficiency",
+        FLOOR_FIGURE,
     ),
     "gemm-ws": REQUIRED_GEMM_WS_FIGURES,
 }

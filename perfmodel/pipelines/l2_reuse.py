@@ -62,7 +62,8 @@ from perfmodel.pipelines.async_copy.recurrences import (
     run_stages,
     steady_state,
 )
-from solver.encoding import Encoding, _max
+from perfmodel.smtlib import maximum as _max
+from solver.encoding import Encoding
 
 #: the request's memory-term switch: "dram-stream" (every load at the machine's DRAM share,
 #: no memory term) or "l2-reuse" (this module)

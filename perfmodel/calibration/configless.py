@@ -127,6 +127,7 @@ def scaled(base: MemoryModelFigures, log_scale: Sequence[float] | FloatArray) ->
             l2_size_bytes=mem.l2_size_bytes,
             dram_latency_us=mem.dram_latency_us * f["load_latency_scale"],
             l2_latency_us=mem.l2_latency_us * f["load_latency_scale"],
+            sm_clock_ratio=mem.sm_clock_ratio,
         ),
         reduction_overhead_us=base.reduction_overhead_us * f["reduction_overhead_us"],
         shared_memory_bytes_per_us=base.shared_memory_bytes_per_us,

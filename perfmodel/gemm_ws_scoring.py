@@ -19,6 +19,7 @@ another pipeline model's closed form can sit beside it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -136,7 +137,8 @@ class Figures:
 
     @classmethod
     def of_machine(cls, machine: GemmWsMachine) -> Figures:
-        return cls(machine.sm_count, *(getattr(machine, name) for name in _DRAWN_FIGURES))
+        """The machine's figures (every field of this class is one of GemmWsMachine's)."""
+        return cls(**{f.name: getattr(machine, f.name) for f in dataclasses.fields(cls)})
 
     def columns(self) -> dict[str, FloatArray]:
         """Each drawn figure as a (D,) float64 array, validated as GemmWsMachine validates one

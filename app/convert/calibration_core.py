@@ -167,12 +167,8 @@ def to_fit(result: CalibrationResult) -> CalibrationFit:
 
 
 def _fitted(f: FittedFigure) -> FittedFigureOut:
-    prior = None
-    if f.prior_median is not None and f.prior_sigma_log is not None:
-        prior = FigurePriorOut(
-            median=f.prior_median, sigma_log=f.prior_sigma_log, source=f.prior_source or ""
-        )
-    return FittedFigureOut(**shared_fields(FittedFigureOut, f), prior=prior)
+    prior = FigurePriorOut(**shared_fields(FigurePriorOut, f.prior)) if f.prior else None
+    return FittedFigureOut(**shared_fields(FittedFigureOut, f, besides=("prior",)), prior=prior)
 
 
 def _errors(summary: ErrorSummary) -> CalibrationErrorSummary:

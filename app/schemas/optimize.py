@@ -307,11 +307,16 @@ class GemmWsRun(RequestModel):
     )
 
 
-class TilingPrediction(BaseModel):
+class TilingOut(BaseModel):
+    """A tiling in an answer: the output tile and stage depth (elements), the buffer depth."""
+
     tile_m: int = Field(description="TM, rows of the output tile, elements")
     tile_n: int = Field(description="TN, columns of the output tile, elements")
     tile_k: int = Field(description="TK, reduction depth of one stage, elements")
     buffer_depth: int = Field(description="stages held by the shared-memory circular buffer")
+
+
+class TilingPrediction(TilingOut):
     predicted_time_us: float = Field(description="overall execution time W x wave + T_INIT, us")
     waves: int = Field(description="W = ceil(output tiles / SMs)")
     stages: int = Field(description="S = ceil(K / TK)")
@@ -398,14 +403,10 @@ class TilingPrediction(BaseModel):
     )
 
 
-class InfeasibleCandidate(BaseModel):
+class InfeasibleCandidate(TilingOut):
     """A requested candidate that a hardware constraint rejects (not ranked)."""
 
     input_index: int = Field(description="position in the request's candidates list")
-    tile_m: int = Field(description="TM, elements")
-    tile_n: int = Field(description="TN, elements")
-    tile_k: int = Field(description="TK, elements")
-    buffer_depth: int = Field(description="stages held by the shared-memory circular buffer")
     params: dict[str, Any] | None = Field(description="the candidate's params, as given")
     constraint: str = Field(
         description="the constraint that rejects it, named as in search.rejected (e.g. "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel.manybsp import PredictRequest
+from perfmodel.prior import Prior
 
 GEMM_WS_MODEL = "gemm-ws"
 MANY_BSP_MODEL = "many-bsp"
@@ -76,9 +77,7 @@ class FittedFigure:
     base_value: float
     standard_error: float | None
     identifiable: bool
-    prior_median: float | None = None
-    prior_sigma_log: float | None = None
-    prior_source: str | None = None
+    prior: Prior | None = None
     posterior_sd_log: float | None = None
     interval_low: float | None = None
     interval_high: float | None = None

@@ -129,17 +129,13 @@ class Tiling(Answer):
     buffer_depth: int = Field(description="stages held by the shared-memory circular buffer")
 
 
-class GemmProblem(Answer):
-    """A GEMM: C (m x n) = A (m x k) B (k x n), elements of ``dtype``."""
+class GemmWsRun(Tiling):
+    """One GEMM launch: the problem, its element type and the tiling it ran with (elements)."""
 
     m: int
     n: int
     k: int
     dtype: str
-
-
-class GemmWsRun(Tiling, GemmProblem):
-    """One GEMM launch: the problem, its element type and the tiling it ran with (elements)."""
 
 
 class TilingPrediction(Tiling):
@@ -264,9 +260,13 @@ class MeasurementsAdded(Answer):
     total: int = Field(description="runs in the device's record")
 
 
-class GemmWsRunRecord(GemmProblem):
+class GemmWsRunRecord(Answer):
     """A recorded GeMM-WS run; no configuration for a library's own pick."""
 
+    m: int
+    n: int
+    k: int
+    dtype: str
     tile_m: int | None = None
     tile_n: int | None = None
     tile_k: int | None = None

@@ -12,7 +12,7 @@ import z3
 
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import ELEMENT_BYTES, GemmShape, GemmWsMachine, Tiling, WaveTimeModel
-from perfmodel.pipeline import PipelineModel, Prediction
+from perfmodel.pipeline import GemmOnMachine, PipelineModel, Prediction
 from perfmodel.pipelines.paper import PaperPipeline
 from solver.deadline import Deadline
 from solver.errors import InvalidSearchSpace, SolverTimeout
@@ -53,15 +53,12 @@ class CertificateCheck:
     outcome: str
 
 
-class GemmProblem:
-    """What a search-space problem and a candidate-list problem share: a GEMM of
-    ``element_bytes`` operands, solved under ``pipeline`` (None: the paper's model with
+class GemmProblem(GemmOnMachine):
+    """What a search-space problem and a candidate-list problem share: a GEMM on a machine
+    (:class:`GemmOnMachine`), solved under ``pipeline`` (None: the paper's model with
     ``wave_model``). The dataclasses below declare the fields."""
 
     __slots__ = ()
-    shape: GemmShape
-    machine: GemmWsMachine
-    element_bytes: int
     wave_model: WaveTimeModel
     pipeline: PipelineModel | None
 

@@ -61,8 +61,8 @@ def library_runs(documents: Sequence[Mapping[str, Any]]) -> list[LibraryRun]:
                 run.measured_time_us,
                 1,
                 config,
-                run.threads_per_cta,
-                run.registers_per_thread,
+                threads_per_cta=run.threads_per_cta,
+                registers_per_thread=run.registers_per_thread,
             )
         )
     return out

@@ -118,6 +118,9 @@ class HardwareLimits(_Strict):
     registers_per_sm: PositiveFigure | None = None
     max_registers_per_thread: PositiveFigure | None = None
     clock_mhz: PositiveFigure | None = None
+    #: the SM clock the data sheet's tensor-core rate assumes, where below clock_mhz: the clock
+    #: a tensor-core GEMM runs at (device_profiles/memory.py scales the SM-clocked figures)
+    tensor_clock_mhz: PositiveFigure | None = None
 
 
 class GemmWsSection(_Strict):

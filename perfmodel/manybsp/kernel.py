@@ -237,7 +237,7 @@ def kernel_terms(
 
     ``block_warps`` (Volta and later; 0: not applied): the warps of a block. Below ``n_ws``,
     a block occupies only some of the SM's schedulers, so blocks also run side by side
-    (docs/model-notes.md, "Blocks smaller than the schedulers")."""
+    (docs/model-notes.md, "Unrolled tile rows and small blocks")."""
     speedup = min(mu, (1 + rho * interleaved_warps) / 2)
     if block_warps and block_warps < n_ws:
         # a block of fewer warps than schedulers leaves schedulers to other blocks: rho blocks

@@ -17,7 +17,8 @@ trip count, the iterations in which some thread of each warp runs the guarded co
 counted (the compared value is linear in the iteration, so each iteration's range over a
 warp's threads is two corners): the class keeps the warps that run it and their
 warp-iterations; the caller evaluates those warps only and scales the guarded code's
-iterations by their share.
+iterations by their share. A guard of one comparison outside any counted loop (a tile loop
+nvcc unrolled) is counted the same way, as one iteration.
 """
 
 from __future__ import annotations
@@ -48,12 +49,13 @@ class BlockClass:
     blocks: int  #: blocks of the grid in the class
     fixed_branches: Mapping[int, bool]  #: guarded ``bra`` index -> direction (True: taken)
     instructions: frozenset[int]  #: indices of the instructions the class can execute
-    #: guarded ``bra`` index -> (warp-iterations that run the code it skips, the warps that
-    #: run it at all x the trip count of the loop whose index the guard compares), for guards
-    #: that hold in part of them
+    #: guarded ``bra`` index -> (warp-iterations that run the code it skips, the class's
+    #: warps (``active_warps``) x the trip count of the loop whose index the guard compares,
+    #: 1 outside a loop), for guards that hold in part of them
     iterations_run: Mapping[int, tuple[int, int]] = field(default_factory=dict)
-    #: warps of a block that run code behind such a guard (the fewest over the guards; the
-    #: rest leave at once), or None when every warp does
+    #: warps of a block the class is evaluated on: the most that run code behind such a
+    #: guard (the rest leave at once), every warp when other code runs on all of them; None
+    #: when no guard holds in part of the warps
     active_warps: int | None = None
 
 

@@ -5,6 +5,7 @@ straight-line interpretation of the PTX of every thread."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,27 @@ def _guard(fn: Function, kernel: str) -> int:
     raise AssertionError("no row check")
 
 
+def _executions(
+    fn: Function,
+    block: tuple[int, int, int],
+    grid: tuple[int, int, int],
+    by: int,
+    args: dict[str, float],
+) -> list[Counter[int]]:
+    """Per thread of block (0, by, 0), in linear order: how often each instruction ran."""
+    return [
+        run_thread(
+            fn,
+            tid=(t % block[0], t // block[0], 0),
+            ctaid=(0, by, 0),
+            ntid=block,
+            nctaid=grid,
+            args={k: int(v) for k, v in args.items()},
+        ).at
+        for t in range(block[0] * block[1] * block[2])
+    ]
+
+
 def _model(classes: tuple[BlockClass, ...], guard: int, warps: int) -> tuple[int, int]:
     """(warp-iterations running the guarded code, warps running it) over the grid."""
     iterations = active = 0
@@ -72,17 +94,8 @@ def test_warp_iterations_behind_a_tile_row_check_match_a_straight_line_run(
     warps = math.ceil(n_t / 32)
     iterations = active = 0
     for by in range(grid[1]):
-        lanes = [
-            run_thread(
-                fn,
-                tid=(t % block[0], t // block[0], 0),
-                ctaid=(0, by, 0),
-                ntid=block,
-                nctaid=grid,
-                args={k: int(v) for k, v in args.items()},
-            ).at[guard + 1]  # the first instruction the guard skips: once per iteration run
-            for t in range(n_t)
-        ]
+        # the first instruction the guard skips: once per iteration run
+        lanes = [at[guard + 1] for at in _executions(fn, block, grid, by, args)]
         for w in range(warps):
             # the guard holds for a prefix of each thread's rows, so a warp runs the
             # iterations of its longest prefix
@@ -155,17 +168,7 @@ def test_warps_behind_unrolled_row_checks_match_a_straight_line_run(
     per_check = dict.fromkeys(checks, 0)
     any_row = 0
     for by in range(grid[1]):
-        runs = [
-            run_thread(
-                fn,
-                tid=(t % block[0], t // block[0], 0),
-                ctaid=(0, by, 0),
-                ntid=block,
-                nctaid=grid,
-                args={k: int(v) for k, v in args.items()},
-            ).at
-            for t in range(n_t)
-        ]
+        runs = _executions(fn, block, grid, by, args)
         for w in range(warps):
             lanes = runs[32 * w : 32 * w + 32]
             rows = [any(at[g + 1] for at in lanes) for g in checks]

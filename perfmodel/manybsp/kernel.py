@@ -225,30 +225,14 @@ def kernel_terms(
     tau: int,
     mu: float,
     interleaved_warps: int = 1,
-    block_warps: int = 0,
-    n_ws: int = 1,
 ) -> KernelTerms:
     """eq. (24) when rho >= tau, else eq. (25), term by term.
 
     ``interleaved_warps``: on Volta and later, w (eq. 6) -- each warp has its own program
     counter and the scheduler interleaves warps at instruction granularity, so the resident
     warps per scheduler, not only the resident blocks, overlap each other's latency:
-    min(mu, (1 + rho w) / 2) (docs/model-notes.md, "Throughput floor").
-
-    ``block_warps`` (Volta and later; 0: not applied): the warps of a block. Below ``n_ws``,
-    a block occupies only some of the SM's schedulers, so blocks also run side by side
-    (docs/model-notes.md, "Unrolled tile rows and small blocks")."""
+    min(mu, (1 + rho w) / 2) (docs/model-notes.md, "Throughput floor")."""
     speedup = min(mu, (1 + rho * interleaved_warps) / 2)
-    if block_warps and block_warps < n_ws:
-        # a block of fewer warps than schedulers leaves schedulers to other blocks: rho blocks
-        # put rho x block_warps / n_ws warps on each scheduler, and n_ws / block_warps blocks
-        # run side by side on separate schedulers (all rho of them while each warp has a
-        # scheduler to itself)
-        per_scheduler = rho * block_warps / n_ws
-        if per_scheduler <= 1:
-            speedup = float(rho)
-        else:
-            speedup = min(mu, (1 + per_scheduler) / 2) * n_ws / block_warps
     blocks = n_b / n_sm * comp / speedup
     if rho >= tau:  # eq. (24)
         return KernelTerms(block_launch_overhead_cycles, blocks, 0.0, novlp / 2, "24")
@@ -312,10 +296,6 @@ def kernel_from_totals(
         tau=min(tau, rho) if interleaved else tau,
         mu=device.mu,
         interleaved_warps=w if interleaved else 1,
-        block_warps=math.ceil((totals.threads or launch.n_t) / device.warp_size)
-        if interleaved
-        else 0,
-        n_ws=device.n_ws,
     )
     kernel, equation = terms.total, terms.equation
     floor = 0.0

@@ -64,37 +64,3 @@ def test_fewer_blocks_than_slots_add_no_rounds() -> None:
     )
     assert terms.equation == "25" and terms.rounds == 0.0
     assert terms.total == 10.0 + 2 / 4 * 100.0 / 1.0 + 150.0
-
-
-@pytest.mark.parametrize(("block_warps", "rho"), [(1, 2), (1, 4), (1, 8), (2, 2), (3, 4)])
-def test_blocks_of_fewer_warps_than_schedulers_run_side_by_side(block_warps: int, rho: int) -> None:
-    """A block of fewer warps than an SM's schedulers occupies only some of them. When every
-    resident warp has a scheduler to itself (rho x block_warps <= n_ws), the SM runs its rho
-    blocks side by side, each in its own comp: n_b / n_sm / rho rounds of comp, whatever the
-    paper's one-scheduler overlap (1 + rho) / 2 says; with more warps than schedulers, each
-    scheduler overlaps its share of them."""
-    n_ws, n_sm, n_b, comp = 4, 10, 4000, 1000.0
-    terms = kernel_terms(
-        block_launch_overhead_cycles=0.0,
-        n_b=n_b,
-        n_sm=n_sm,
-        comp=comp,
-        novlp=0.0,
-        rho=rho,
-        K=n_b / (n_sm * rho),
-        tau=1,
-        mu=1e9,
-        interleaved_warps=1,
-        block_warps=block_warps,
-        n_ws=n_ws,
-    )
-    per_scheduler = rho * block_warps / n_ws
-    if per_scheduler <= 1:
-        assert terms.blocks == pytest.approx(n_b / n_sm / rho * comp)
-    else:
-        # each scheduler holds per_scheduler warps of as many blocks, overlapped as eq. (24)
-        # overlaps resident blocks: (1 + k) / 2
-        side_by_side = n_ws / block_warps
-        assert terms.blocks == pytest.approx(
-            n_b / n_sm * comp / (side_by_side * (1 + per_scheduler) / 2)
-        )

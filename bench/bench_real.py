@@ -19,7 +19,10 @@ Errors are |predicted / measured - 1|. Datasets:
   profile h100, nvMMH H100_SXM.
 - neusight_linear_train: cuBLAS fp32 (FFMA) per GPU, configuration from the kernel name (tile
   from ``*_sgemm_AxB_*``: tile_n A, tile_m B, tile_k 8, depth 2, split_k = grid_z, group_m 1;
-  threads per CTA = block_x, which bounds the CTAs resident per SM):
+  threads per CTA = block_x, which bounds the CTAs resident per SM); PyTorch calls timed with
+  CUDA events, so fitted with the framework floor, and split-K whose partial sums exceed
+  PyTorch 2.1's 1 MiB cuBLASLt workspace reduced serially in the kernel
+  (perfmodel.calibration.harness; ``--kernel-times``: neither, the model before them):
   a100 (A100-PCIE-40GB, nvMMH A100_PCIE_80GB), v100, p100 (PCIe parts: profiles' figures).
   Uncalibrated optimum vs measured on 200 seeded shapes per GPU (configuration left out).
 - cutlass_tf32_rtx3090: 36 configurations at 8192^3, tf32, rtx-a6000 figures on 82 SMs,
@@ -69,6 +72,8 @@ class Case:
     test: int | None = None
     #: measured-best comparison instead of per-run errors (one shape, many configurations)
     best_only: bool = False
+    #: the runs are framework calls timed with CUDA events: fitted with a floor
+    framework_floor: bool = False
 
 
 def _nvmmh(gpu: str, precision: str) -> Callable[[LibraryRun], float] | None:
@@ -101,6 +106,13 @@ def xla() -> Case:
     return Case("xla_sm90_tf32", "H100 (sm_90)", device, runs, nvmmh=_nvmmh("H100_SXM", "TST"))
 
 
+#: PyTorch 2.1's cuBLASLt workspace (pytorch/pytorch pull requests 73439, 2022: 1 MiB; 101145,
+#: 2023: still the compile-time default, made settable; 120925, 2024: 4 MiB from PyTorch 2.3):
+#: split-K whose fp32 partial sums fit it runs a reduction kernel, else cuBLAS reduces in the
+#: GEMM kernel (NeuSight's kernel lists: splitKreduce_kernel launched on 1,348 of the 1,405
+#: split-K runs within 1 MiB, on none of the 4,951 beyond it)
+LT_WORKSPACE_BYTES = 1 << 20
+
 #: NeuSight GPU -> (profile, nvMMH GPU)
 NEUSIGHT = {
     "NVIDIA A100-PCIE-40GB": ("a100", "A100_PCIE_80GB"),
@@ -109,7 +121,10 @@ NEUSIGHT = {
 }
 
 
-def neusight(gpu: str, seed: int, test: int) -> Case:
+def neusight(gpu: str, seed: int, test: int, harness: bool = True, serial: bool = True) -> Case:
+    """The NeuSight runs of ``gpu``; ``harness`` False: fitted as kernel times (no framework
+    floor), ``serial`` False: every split-K run with a reduction kernel (the model before the
+    harness terms, for the ablation rows)."""
     profile_id, nv_gpu = NEUSIGHT[gpu]
     runs, split = [], []
     with open(DATA / "neusight_linear_train/linear_fp32_cublas_train.csv", encoding="utf-8") as f:
@@ -120,16 +135,18 @@ def neusight(gpu: str, seed: int, test: int) -> Case:
             if tile is None:
                 continue
             z = int(r["grid_z"])
+            m, n = int(r["m"]), int(r["n"])
             config = (int(tile.group(2)), int(tile.group(1)), 8, 2, 1, z)
             runs.append(
                 LibraryRun(
-                    int(r["m"]),
-                    int(r["n"]),
+                    m,
+                    n,
                     int(r["k"]),
                     "fp32",
                     float(r["latency_ms"]) * 1e3,
                     config=config,
                     threads_per_cta=int(r["block_x"]),
+                    serial_split_k=serial and z > 1 and z * m * n * 4 > LT_WORKSPACE_BYTES,
                 )
             )
             split.append(z > 1)
@@ -144,6 +161,7 @@ def neusight(gpu: str, seed: int, test: int) -> Case:
         nvmmh=_nvmmh(nv_gpu, "SSS") if nv_gpu else None,
         subsets=(("grid_z > 1", lambda i: split[i]),),
         test=test,
+        framework_floor=harness,
     )
 
 
@@ -234,10 +252,12 @@ def _calibrated(case: Case, seed: int) -> tuple[list[int], list[float], FitResul
     train = [runs[i] for i in order[: case.train]]
     test_ids = order[case.train :][: case.test] if case.test else order[case.train :]
     started = time.perf_counter()
-    result = fit(train, case.device)
+    result = fit(train, case.device, framework_floor=case.framework_floor)
     fit_s = time.perf_counter() - started
     errors = [
-        RunModel(runs[i], case.device, i).predict_us(result.figures) / runs[i].measured_time_us - 1
+        RunModel(runs[i], case.device, i).predict_us(result.figures, result.harness)
+        / runs[i].measured_time_us
+        - 1
         for i in test_ids
     ]
     return test_ids, errors, result, fit_s
@@ -341,9 +361,16 @@ def evaluate(
         rows += _by_k(case, test_ids, calibrated)
     elapsed = time.perf_counter() - started
     scales = ", ".join(f"{v:.2f}" for v in result.log_scale)
+    harness = ""
+    if result.harness_log_scale:
+        h = result.harness
+        harness = (
+            f"; harness: floor {h.floor_us:.1f} us, serial split-K hand-off "
+            f"{h.serial_handoff_us:.2f} us"
+        )
     rows.append(
         f"<!-- {case.dataset} {case.gpu}: {elapsed:.0f} s, fit {fit_s:.1f} s; "
-        f"fitted ln(figure / base): {scales} -->"
+        f"fitted ln(figure / base): {scales}{harness} -->"
     )
     return rows
 
@@ -398,6 +425,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--svg", type=Path, default=None)
     parser.add_argument("--only", default=None, help="a dataset name: run that one alone")
+    parser.add_argument(
+        "--kernel-times",
+        action="store_true",
+        help="NeuSight fitted as bare kernel times (no framework floor, every split-K with a "
+        "reduction kernel): the model before the harness terms",
+    )
     args = parser.parse_args(argv)
     if not DATA.exists():
         print(f"skipped: {DATA} absent")
@@ -413,7 +446,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|")
     builders: list[tuple[str, Callable[[], Case]]] = [("xla_sm90_tf32", xla)]
     builders += [
-        ("neusight_linear_train", functools.partial(neusight, g, args.seed, args.neusight_test))
+        (
+            "neusight_linear_train",
+            functools.partial(
+                neusight,
+                g,
+                args.seed,
+                args.neusight_test,
+                harness=not args.kernel_times,
+                serial=not args.kernel_times,
+            ),
+        )
         for g in NEUSIGHT
     ]
     builders += [("cutlass_tf32_rtx3090", cutlass)]

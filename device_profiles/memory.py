@@ -55,6 +55,8 @@ def memory_model_device(
     launch = memory.kernel_launch_us.value
     clock = profile.hardware.clock_mhz
     clock_mhz = clock.value if clock is not None else math.inf
+    # figures clocked with the SMs, measured at clock_mhz, at the clock the GEMM runs at
+    slower = tensor_clock_ratio(profile, dtype)
     figures = MemoryModelFigures(
         t_init_us=launch,
         t_epilogue_us=gemm.t_epilogue_us.value,
@@ -70,9 +72,10 @@ def memory_model_device(
             l2_size_bytes=memory.l2_size_bytes.value,
             dram_latency_us=memory.dram_latency_ns.value / 1000 * LOAD_STARTUP_OVER_POINTER_CHASE,
             l2_latency_us=memory.l2_latency_ns.value / 1000 * LOAD_STARTUP_OVER_POINTER_CHASE,
+            sm_clock_ratio=slower,
         ),
         reduction_overhead_us=launch,
-        shared_memory_bytes_per_us=SHARED_MEMORY_BYTES_PER_CLOCK * clock_mhz,
+        shared_memory_bytes_per_us=SHARED_MEMORY_BYTES_PER_CLOCK * clock_mhz * slower,
     )
     block = profile.hardware.shared_memory_per_block_bytes
     space = Space.product()
@@ -86,6 +89,27 @@ def memory_model_device(
         pipeline=pipeline,
         space=space,
     )
+
+
+def tensor_clock_ratio(profile: DeviceProfile, dtype: str) -> float:
+    """The SM clock a tensor-core GEMM runs at over the profile's clock_mhz (at most 1; 1 for
+    other element types or where the profile gives no tensor clock). The data sheets quote
+    tensor-core rates at a boost clock below the SM's maximum (H100 SXM: 989.4 TFLOPS dense
+    fp16 = 132 SMs x 4,096 FLOP per clock at 1,830 MHz, against 1,980 MHz), while the L2 and
+    shared-memory figures were measured at the maximum. L2 bandwidth per SM per clock is about
+    the same on GPUs of different clocks (gpu-benches gpu-l2-cache at the maximum boost
+    clocks, which the files do not record: A100-80 5.4 TB/s, 108 SMs, 1,410 MHz; H100 PCIe
+    7.0 TB/s, 114 SMs, 1,755 MHz; H200 9.9 TB/s, 132 SMs, 1,980 MHz: 35-38 bytes per clock
+    per SM), so those figures scale with the clock, the L2 latency (cycles) inversely; DRAM's
+    bandwidth and latency do not (the memory's own clock)."""
+    hardware = profile.hardware
+    if (
+        dtype not in TENSOR_CORE_DTYPES
+        or hardware.tensor_clock_mhz is None
+        or hardware.clock_mhz is None
+    ):
+        return 1.0
+    return min(1.0, hardware.tensor_clock_mhz.value / hardware.clock_mhz.value)
 
 
 def _capability(profile: DeviceProfile) -> tuple[int, ...]:

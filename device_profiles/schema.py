@@ -118,6 +118,9 @@ class HardwareLimits(_Strict):
     registers_per_sm: PositiveFigure | None = None
     max_registers_per_thread: PositiveFigure | None = None
     clock_mhz: PositiveFigure | None = None
+    #: the SM clock the data sheet's tensor-core rate assumes, where below clock_mhz: the clock
+    #: a tensor-core GEMM runs at (device_profiles/memory.py scales the SM-clocked figures)
+    tensor_clock_mhz: PositiveFigure | None = None
 
 
 class GemmWsSection(_Strict):
@@ -252,6 +255,8 @@ REQUIRED_GEMM_WS_FIGURES: tuple[str, ...] = tuple(GemmWsSection.model_fields)
 #: model name -> the profile section holding its figures
 MODEL_SECTIONS: dict[str, str] = {"gemm-ws": "gemm_ws", "many-bsp": "many_bsp"}
 
+#: the Many-BSP figure only the throughput floor reads (profiles with ``sector_bytes``)
+FLOOR_FIGURE = "throughput_efficiency"
 #: model name -> the section names of the figures a calibration run fits from measured runs
 #: (POST /calibrate, ``kperf calibrate``): what no public source gives for a device but
 #: measurements on it determine. Every other required figure must be cited in the file.
@@ -260,7 +265,7 @@ CALIBRATABLE_FIGURES: dict[str, tuple[str, ...]] = {
         "mu",
         "block_launch_overhead_cycles",
         "warp_launch_overhead_cycles",
-        "throughput_efficiency",
+        FLOOR_FIGURE,
     ),
     "gemm-ws": REQUIRED_GEMM_WS_FIGURES,
 }

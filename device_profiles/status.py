@@ -21,6 +21,7 @@ from typing import Literal
 
 from device_profiles.schema import (
     CALIBRATABLE_FIGURES,
+    FLOOR_FIGURE,
     REQUIRED_GEMM_WS_FIGURES,
     REQUIRED_MANY_BSP_CLASSES,
     REQUIRED_MANY_BSP_FIGURES,
@@ -82,6 +83,8 @@ class ModelStatus:
     estimates: tuple[FigureNeed, ...]
     #: the profile was fitted to measured runs of this model (POST /calibrate)
     calibrated: bool = False
+    #: what a calibration that names no ``fit`` fits on this profile (:func:`default_fit`)
+    default_fit: tuple[str, ...] = ()
 
     @property
     def served(self) -> bool:
@@ -191,7 +194,25 @@ def model_status(profile: DeviceProfile, model: str) -> ModelStatus:
         else:
             missing.append(need)
     calibrated = profile.calibration is not None and profile.calibration.model == model
-    return ModelStatus(model, tuple(needs), tuple(missing), tuple(estimates), calibrated)
+    return ModelStatus(
+        model,
+        tuple(needs),
+        tuple(missing),
+        tuple(estimates),
+        calibrated,
+        default_fit(profile, model),
+    )
+
+
+def default_fit(profile: DeviceProfile, model: str) -> tuple[str, ...]:
+    """The figures a calibration of ``model`` on ``profile`` fits when it names no ``fit``
+    (perfmodel.calibration's default): every calibratable figure, but the throughput floor's
+    efficiency on a Many-BSP profile without ``sector_bytes``, where no floor reads it."""
+    figures = CALIBRATABLE_FIGURES[model]
+    floor = profile.many_bsp is not None and profile.many_bsp.sector_bytes is not None
+    if model == "many-bsp" and not floor:
+        return tuple(name for name in figures if name != FLOOR_FIGURE)
+    return figures
 
 
 def calibration_status(profile: DeviceProfile) -> dict[str, ModelStatus]:

@@ -271,6 +271,11 @@ class ShapeModel:
         # one CTA's MATH per stage: the MAC rate, or the shared-memory reads of its A and B
         # tiles, whichever is slower
         smem_us = elements * self.element_bytes / figures.shared_memory_bytes_per_us
+        # its epilogue stages the C tile through shared memory (written from the accumulators,
+        # read back by the store): twice the tile's bytes at the shared-memory bandwidth
+        staged_us = (
+            2.0 * (s.tile_m * s.tile_n * self.output_bytes) / figures.shared_memory_bytes_per_us
+        )
         math_us = np.maximum(macs / figures.compute_throughput_macs_per_us, smem_us)
         loads = _COLD_LOADS[self.pipeline]
         serial = not _SHARES_SM[self.pipeline]
@@ -285,6 +290,7 @@ class ShapeModel:
             math=math_us,
             math_startup=np.full_like(lam, figures.compute_startup_latency_us),
             epilogue=np.full_like(lam, figures.t_epilogue_us),
+            epilogue_per_cta=np.broadcast_to(staged_us, lam.shape).astype(np.float64),
             store_per_cta=store_per_cta,
             fixed=figures.t_init_us + cold + reduction,
             tail_math=not serial,
@@ -337,6 +343,8 @@ class StageTimes:
     math: npt.NDArray[Any]  # T of one CTA alone, without the MATH startup
     math_startup: npt.NDArray[Any]
     epilogue: npt.NDArray[Any]
+    #: one CTA's C tile through shared memory, paid by each CTA sharing the SM in a wave
+    epilogue_per_cta: npt.NDArray[Any]
     store_per_cta: npt.NDArray[Any]  # one CTA's C tile at DRAM bandwidth
     fixed: npt.NDArray[Any]  # T_INIT + the cold first stage + split-K's reduction
     #: the wave ends after its last MATH (async-copy), or when it starts (the paper's Sm(S))
@@ -363,6 +371,7 @@ class StageTimes:
                 "math",
                 "math_startup",
                 "epilogue",
+                "epilogue_per_cta",
                 "store_per_cta",
                 "fixed",
             )
@@ -388,9 +397,11 @@ class StageTimes:
         """(d, lambda, T) of a stage when ``share`` CTAs share the SM."""
         return share * self.issue, self.latency, share * self.math + self.math_startup
 
-    def wave_end(self, last_math_start: Any, t: Any) -> Any:
-        """A wave's main part: its last MATH start, that MATH (async-copy), T_EPILOGUE."""
-        return last_math_start + (t if self.tail_math else 0) + self.epilogue
+    def wave_end(self, last_math_start: Any, t: Any, share: Any) -> Any:
+        """A wave's main part when ``share`` CTAs share the SM: its last MATH start, that
+        MATH (async-copy), T_EPILOGUE and the CTAs' C tiles through shared memory."""
+        tail = t if self.tail_math else 0
+        return last_math_start + tail + self.epilogue + share * self.epilogue_per_cta
 
     def stored(self, share: IntArray) -> Any:
         """The C store of a wave of ``share`` CTAs per SM."""
@@ -407,7 +418,8 @@ def kernel_times(s: StageTimes) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     def wave(share: IntArray) -> tuple[Any, Any, Any]:
         d, lam, t = s.wave(share)
         last = last_math_start_formula(d, lam, t, s.stages, s.depth, np.maximum)
-        return s.wave_end(last, t), s.stored(share), share * (last - (s.stages - 1) * t)
+        end = s.wave_end(last, t, share)
+        return end, s.stored(share), share * (last - (s.stages - 1) * t)
 
     main_full, store_full, wait_full = wave(per_sm)
     main_partial, store_partial, wait_partial = wave(np.maximum(partial, 1))

@@ -19,6 +19,7 @@ another pipeline model's closed form can sit beside it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -135,15 +136,8 @@ class Figures:
 
     @classmethod
     def of_machine(cls, machine: GemmWsMachine) -> Figures:
-        return cls(
-            sm_count=machine.sm_count,
-            t_init_us=machine.t_init_us,
-            t_epilogue_us=machine.t_epilogue_us,
-            load_startup_latency_us=machine.load_startup_latency_us,
-            compute_startup_latency_us=machine.compute_startup_latency_us,
-            load_throughput_elements_per_us=machine.load_throughput_elements_per_us,
-            compute_throughput_macs_per_us=machine.compute_throughput_macs_per_us,
-        )
+        """The machine's figures (every field of this class is one of GemmWsMachine's)."""
+        return cls(**{f.name: getattr(machine, f.name) for f in dataclasses.fields(cls)})
 
     def columns(self) -> dict[str, FloatArray]:
         """Each drawn figure as a (D,) float64 array, validated as GemmWsMachine validates one

@@ -50,10 +50,17 @@ class MemoryFigures:
     l2_size_bytes: float
     dram_latency_us: float
     l2_latency_us: float
+    #: the SM clock the GEMM runs at over the clock the L2 figures were measured at (a
+    #: tensor-core GEMM's, device_profiles/memory.py ``tensor_clock_ratio``): the L2's
+    #: bandwidth scales with it and its latency inversely; the figures above stay the
+    #: profile's, so a fit reports and stores them in the profile's terms
+    sm_clock_ratio: float = 1.0
 
     def __post_init__(self) -> None:
         if self.sm_count < 1:
             raise ValueError("sm_count must be at least 1")
+        if not 0 < self.sm_clock_ratio <= 1:
+            raise ValueError("sm_clock_ratio must be in (0, 1]")
         for name in ("dram_bandwidth_gb_per_s", "l2_bandwidth_gb_per_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
@@ -184,7 +191,8 @@ class WavePanels:
         dram = self.distinct - kept * self.shared
         # a wave's loads: DRAM and L2 bandwidth bounds (bytes per us = GB/s x 1e3), L2's the
         # share of the SMs the wave occupies
-        l2_share = figures.l2_bandwidth_gb_per_s * 1e3 * self.sms / figures.sm_count
+        l2 = figures.l2_bandwidth_gb_per_s * figures.sm_clock_ratio
+        l2_share = l2 * 1e3 * self.sms / figures.sm_count
         load_us = np.maximum(
             dram / (figures.dram_bandwidth_gb_per_s * 1e3), self.requested / l2_share
         )
@@ -197,7 +205,8 @@ class WavePanels:
             requested_bytes=requested_total,
             l2_hit_rate=hit,
             load_throughput_elements_per_us=requested_total / self.element_bytes / sm_time,
-            load_latency_us=hit * figures.l2_latency_us + (1.0 - hit) * figures.dram_latency_us,
+            load_latency_us=hit * figures.l2_latency_us / figures.sm_clock_ratio
+            + (1.0 - hit) * figures.dram_latency_us,
             k_per_cta=self.k_per_cta,
             ctas=self.ctas,
             reduction_bytes=self.reduction_bytes,

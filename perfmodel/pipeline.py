@@ -7,22 +7,17 @@ certificate, explore shortlists, calibration, the timeline picture, the HTTP con
 through :class:`PipelineModel`; the registry (perfmodel/pipelines/__init__.py) maps the name a
 request or a profile gives to one implementation, once per request.
 
-The seam for new terms
-----------------------
-Two things are model-agnostic and sit in one place each, so a new term is written once for
-every model:
+The configuration record
+------------------------
+A configuration is a :class:`perfmodel.gemm_ws.Tiling` (scalar) or a
+:class:`perfmodel.gemm_ws_scoring.Configurations` (int64 columns, one per dimension). The
+scorer, the encoders and the certificate iterate ``Configurations.__slots__`` and
+``dataclasses.fields(Tiling)`` generically, so a new search dimension (``group_m``,
+``split_k``) is a new column there and a new range in ``solver.search_space.SearchSpace``.
 
-* **The configuration record.** A configuration is a :class:`perfmodel.gemm_ws.Tiling` (scalar)
-  or a :class:`perfmodel.gemm_ws_scoring.Configurations` (int64 columns, one per dimension).
-  The scorer, the encoders and the certificate iterate ``Configurations.__slots__`` and
-  ``dataclasses.fields(Tiling)`` generically, so a new search dimension (``group_m``,
-  ``split_k``) is a new column there and a new range in ``solver.search_space.SearchSpace``.
-* **The per-stage quantities.** :func:`stage_work` turns (problem, configuration) into what
-  the recurrences consume: elements loaded per stage (A and B tiles), MACs per stage, stages
-  per tile and output tiles (CTAs); each model turns them into durations with the device
-  figures. A memory-hierarchy term (L2 reuse by raster group, split-K's shorter reduction and
-  larger grid) changes :func:`stage_work` and :class:`StageWork` once, and every model's
-  closed form, simulator, scorer, bounds and encoding read the changed quantities.
+:func:`stage_work` gives the §2.1-§2.2 quantities of one scalar configuration (elements
+loaded and MACs per stage, stages, output tiles) for a model written outside this package;
+the built-in models compute the same quantities in their own vectorised and exact forms.
 """
 
 from __future__ import annotations
@@ -35,6 +30,7 @@ from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, ns_to_us
 
 if TYPE_CHECKING:
     from perfmodel.calibration.engine import FloatArray, IntArray
+    from perfmodel.calibration.records import GemmWsMeasurement
     from perfmodel.gemm_ws_scoring import Configurations, Figures, Scores
 
 
@@ -58,7 +54,7 @@ class StageWork:
 
 
 def stage_work(shape: GemmShape, tiling: Tiling) -> StageWork:
-    """The per-stage quantities of ``tiling`` on ``shape`` (the seam of the module docstring)."""
+    """The per-stage quantities of ``tiling`` on ``shape`` (§2.1-§2.2)."""
     tm, tn, tk = tiling.tile_m, tiling.tile_n, tiling.tile_k
     return StageWork(
         load_a_elements=tm * tk,
@@ -116,16 +112,14 @@ class FigureInfo:
     prior_key: str
 
 
-class GemmOnMachine(Protocol):
-    """The GEMM a model bounds or encodes: its shape, the machine, the operands' size (the
-    solver's problems are ones)."""
+class GemmOnMachine:
+    """The GEMM a model bounds or encodes: its shape, the machine, the operands' size. The
+    solver's problems (solver/problem.py) are the dataclasses that declare these fields."""
 
-    @property
-    def shape(self) -> GemmShape: ...
-    @property
-    def machine(self) -> GemmWsMachine: ...
-    @property
-    def element_bytes(self) -> int: ...
+    __slots__ = ()
+    shape: GemmShape
+    machine: GemmWsMachine
+    element_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +129,7 @@ class RunsToFit:
     reference figures (absent dtypes: 1)."""
 
     base: GemmWsMachine
-    runs: Sequence[Any]
+    runs: Sequence[GemmWsMeasurement]
     names: Sequence[str]
     ratios: Mapping[str, tuple[float, float]]
 

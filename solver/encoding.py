@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import z3
 
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, WaveTimeModel, us_to_ns
+from perfmodel.smtlib import all_equal, integer, maximum, one_of
 from solver.bounds import TripleBound, triple_bounds
 from solver.search_space import SearchSpace
 
@@ -97,20 +98,6 @@ class Encoding:
         )
 
 
-def _int(value: int) -> str:
-    return str(value) if value >= 0 else f"(- {-value})"
-
-
-def _one_of(var: str, values: tuple[int, ...]) -> str:
-    if values == tuple(range(values[0], values[-1] + 1)):
-        return f"(and (>= {var} {values[0]}) (<= {var} {values[-1]}))"
-    return "(or " + " ".join(f"(= {var} {v})" for v in values) + ")"
-
-
-def _max(a: str, b: str) -> str:
-    return f"(ite (>= {a} {b}) {a} {b})"
-
-
 @dataclass(frozen=True, slots=True)
 class EncodingText:
     """An encoding as SMT-LIB 2 text in two parts whose conjunction is the encoding.
@@ -156,7 +143,7 @@ def encode_text(
     ]
     out: list[str] = []
     a = out.append
-    a(f"(assert {_one_of('buffer_depth', space.buffer_depth)})")
+    a(f"(assert {one_of('buffer_depth', space.buffer_depth)})")
     tail_math = wave_model is WaveTimeModel.INCLUDE_LAST_MATH
     t_epilogue = us_to_ns(machine.t_epilogue_us)
     t_init = us_to_ns(machine.t_init_us)
@@ -166,7 +153,7 @@ def encode_text(
     # count W (§2.1.1), its shared-memory depth limit and the cuts of solver/bounds.py.
     choices = []
     for t in triples:
-        triple = f"(and (= tile_m {t.tile_m}) (= tile_n {t.tile_n}) (= tile_k {t.tile_k}))"
+        triple = all_equal({"tile_m": t.tile_m, "tile_n": t.tile_n, "tile_k": t.tile_k})
         choices.append(triple)
         facts = [
             f"(= t_load_a {t.t_load_a_ns})",
@@ -188,7 +175,7 @@ def encode_text(
     r = shared.append  # the recurrences: the same text for the same deepest depth and window
     # Sm(j) = -T_MATH for j <= 0: Sm(j) + T_MATH = 0, the slot is free from the start.
     for j in range(1 - deepest, 1):
-        r(f"(assert (= (select Sm {_int(j)}) (- t_math)))")
+        r(f"(assert (= (select Sm {integer(j)}) (- t_math)))")
     for i in range(1, window + 1):
         # The release of stage i - buffer_depth: a select at a symbolic index.
         slot_free = f"(+ (select Sm (- {i} buffer_depth)) t_math)"
@@ -196,9 +183,9 @@ def encode_text(
         if i == 1:
             r(f"(assert (= {sa} 0))")  # eq. (1), i = 1
         else:
-            r(f"(assert (= {sa} {_max(f'(+ (select Sb {i - 1}) t_load_b)', slot_free)}))")  # (1)
-        r(f"(assert (= {sb} {_max(f'(+ {sa} t_load_a)', slot_free)}))")  # eq. (2)
-        r(f"(assert (= {sm} {_max(f'(+ (select Sm {i - 1}) t_math)', f'(+ {sb} t_load_b)')}))")
+            r(f"(assert (= {sa} {maximum(f'(+ (select Sb {i - 1}) t_load_b)', slot_free)}))")  # (1)
+        r(f"(assert (= {sb} {maximum(f'(+ {sa} t_load_a)', slot_free)}))")  # eq. (2)
+        r(f"(assert (= {sm} {maximum(f'(+ (select Sm {i - 1}) t_math)', f'(+ {sb} t_load_b)')}))")
 
     # Sm(S): read inside the window, else extrapolate the periodic increment.
     period = f"(- (select Sm {window}) (select Sm {window - 1}))"
@@ -247,7 +234,7 @@ def encode_listed(
         space = SearchSpace((tm,), (tn,), (tk,), tuple(sorted(listed)), False)
         bounds += triple_bounds(shape, machine, space, element_bytes, wave_model)
         allowed = " ".join(f"(= buffer_depth {d})" for d in space.buffer_depth)
-        triple = f"(and (= tile_m {tm}) (= tile_n {tn}) (= tile_k {tk}))"
+        triple = all_equal({"tile_m": tm, "tile_n": tn, "tile_k": tk})
         only.append(f"(assert (=> {triple} (or {allowed})))")
     every_depth = tuple(sorted({t.buffer_depth for t in tilings}))
     space = SearchSpace((tm,), (tn,), (tk,), every_depth, False)

@@ -404,3 +404,21 @@ def test_no_place_branches_on_the_pipeline_model() -> None:
             if _MODEL_BRANCH.search(line):
                 branches.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert len(branches) <= MODEL_BRANCHES_ALLOWED, branches
+
+
+def test_no_package_imports_another_packages_private_names() -> None:
+    """A leading underscore is private to its package: perfmodel's encodings share their
+    SMT-LIB helpers with solver through perfmodel/smtlib.py, not solver's internals."""
+    crossings = []
+    for module, path in _product_modules().items():
+        package = module.split(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            source = node.module.split(".")[0]
+            if source == package or source not in PRODUCT_PACKAGES:
+                continue
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            if private:
+                crossings.append(f"{module}: from {node.module} import {', '.join(private)}")
+    assert crossings == []

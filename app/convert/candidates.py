@@ -52,7 +52,7 @@ def prepare(
     settings = pipeline_settings(request, profile, enforce_shared_memory=enforce)
     model = pipelines.resolve(pipeline_name(request, profile), settings)
     device, problem = _problem_of(request, profile)
-    model = memory_term(model, request, profile)
+    model = memory_term(model, request, profile, settings)
     return PreparedRequest(device, dataclasses.replace(problem, pipeline=model))
 
 

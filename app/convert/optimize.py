@@ -165,15 +165,20 @@ def check_memory_model(request: OptimizeTilingRequest, space: SearchSpace) -> No
 
 
 def memory_term(
-    model: PipelineModel, request: OptimizeTilingRequest, profile: DeviceProfile | None
+    model: PipelineModel,
+    request: OptimizeTilingRequest,
+    profile: DeviceProfile | None,
+    settings: PipelineSettings,
 ) -> PipelineModel:
     """``model`` with the request's memory term: unchanged for 'dram-stream', else the
-    L2-reuse term on the profile's cited memory section (device_profiles/memory.py)."""
+    L2-reuse term on the profile's cited memory section (device_profiles/memory.py), under the
+    residency limits of ``settings`` (:func:`pipeline_settings`: the request's CTA size and
+    enforce_shared_memory), whichever pipeline model answers."""
     if request.memory_model == "dram-stream":
         return model
     # numpy and the memory figures load only for requests that ask for them
     from device_profiles.memory import memory_model_device
-    from perfmodel.pipelines import memory_recurrences
+    from perfmodel.pipelines import check_cta_fits, memory_recurrences
     from perfmodel.pipelines.l2_reuse import L2ReuseModel
 
     if request.solver != "certified":
@@ -183,14 +188,14 @@ def memory_term(
         )
     if profile is None or request.device_params is not None:
         raise ModelNotServed("inline", "l2-reuse", ["memory"], field="memory_model")
+    # the term's residency counts CTAs under every pipeline model: one must fit an SM
+    check_cta_fits(settings.limits)
     pipeline = memory_recurrences(model)
     try:
         device = memory_model_device(profile, request.dtype, pipeline)
     except ValueError as error:
         raise ModelNotServed(profile.id, "l2-reuse", [str(error)], field="memory_model") from error
-    # the request's residency limits where the pipeline model has them (async-copy)
-    limits = getattr(model, "limits", device.limits)
-    wrapped: PipelineModel = L2ReuseModel(model, device.base, limits, pipeline)
+    wrapped: PipelineModel = L2ReuseModel(model, device.base, settings.limits, pipeline)
     return wrapped
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from app.convert.fields import shared_fields
 from app.convert.tuning_model import KeyRanking, TableModel
 from app.schemas.base import provenance_out
-from app.schemas.optimize import OptimizeTilingRequest, ValueRange
+from app.schemas.optimize import OptimizeTilingRequest, TilingOut, ValueRange
 from app.schemas.tuning_table import (
     EngineConfigOut,
     LossOverRange,
@@ -21,7 +21,6 @@ from app.schemas.tuning_table import (
     TableSearchOut,
     TableSearchSpace,
     TableSolverOut,
-    TableTiling,
     TuningTableRequest,
     TuningTableResponse,
 )
@@ -214,8 +213,8 @@ def table_model(request: TuningTableRequest, profile: DeviceProfile | None) -> T
     return model
 
 
-def _tiling_out(t: Tiling) -> TableTiling:
-    return TableTiling(**shared_fields(TableTiling, t))
+def _tiling_out(t: Tiling) -> TilingOut:
+    return TilingOut(**shared_fields(TilingOut, t))
 
 
 def _engine_config(tiling: Tiling, config: TableConfig) -> EngineConfigOut:

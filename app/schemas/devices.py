@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -11,7 +12,6 @@ from app.schemas.base import ProfileProvenanceOut, provenance_out
 from device_profiles import DeviceProfile, FigureNeed, ModelStatus, calibration_status
 from device_profiles.provenance import figure_statuses, provenance
 from device_profiles.schema import (
-    CALIBRATABLE_FIGURES,
     MODEL_SECTIONS,
     CalibrationErrorSummary,
     CalibrationProvenance,
@@ -215,19 +215,26 @@ def device_history(
     )
 
 
-def calibrate_call(model: str, device_id: str, fit: list[str] | tuple[str, ...]) -> CalibrateCall:
-    """POST /calibrate (and ``kperf calibrate``) fitting ``fit`` for ``model`` on a device."""
+def calibrate_call(
+    model: str,
+    device_id: str,
+    fit: Sequence[str],
+    default_fit: Sequence[str] | None,
+) -> CalibrateCall:
+    """POST /calibrate (and ``kperf calibrate``) fitting ``fit`` for ``model`` on a device
+    whose calibration without ``fit`` fits ``default_fit`` (None: not known here)."""
     body = {"model": model, "base_device": device_id, "fit": list(fit), "measurements": []}
     cli = f"kperf calibrate runs.jsonl --model {model} --device {device_id}"
-    if set(fit) != set(CALIBRATABLE_FIGURES[model]):
-        cli += f" --fit {','.join(fit)}"  # the CLI fits every figure of the model by default
+    if default_fit is None or set(fit) != set(default_fit):
+        cli += f" --fit {','.join(fit)}"  # without --fit the device's default is fitted
     return CalibrateCall(body=body, cli=cli)
 
 
-def calibrate_hint(model: str, device_id: str, fit: list[str] | tuple[str, ...]) -> str:
-    """One line naming the calibration call, for error messages."""
+def calibrate_hint(model: str, device_id: str, fit: Sequence[str]) -> str:
+    """One line naming the calibration call, for error messages (the device's default fit
+    is not at hand there: the command names the figures)."""
     head = json.dumps({"model": model, "base_device": device_id, "fit": list(fit)})[:-1]
-    cli = calibrate_call(model, device_id, fit).cli
+    cli = calibrate_call(model, device_id, fit, None).cli
     return f'POST /calibrate {head}, "measurements": [...]}} or `{cli}`'
 
 
@@ -243,7 +250,11 @@ def model_calibration(device_id: str, status: ModelStatus) -> ModelCalibration:
         figures=[_need(n) for n in status.needs_calibration],
         missing=[_need(n) for n in status.missing],
         estimates=[_need(n) for n in status.estimates],
-        calibrate=calibrate_call(status.model, device_id, status.fit) if status.fit else None,
+        calibrate=(
+            calibrate_call(status.model, device_id, status.fit, status.default_fit)
+            if status.fit
+            else None
+        ),
     )
 
 

@@ -12,12 +12,15 @@ from app.schemas.optimize import (
     MAX_PROBLEM_DIMENSION,
     SPACE_OR_CANDIDATES_SCHEMA,
     CandidateIn,
+    ColumnsN,
     DepthRange,
     DepthValues,
     Dtype,
     GemmWsDeviceParams,
+    ReductionK,
     SearchSpaceSpec,
     TileValues,
+    TilingOut,
 )
 from app.settings import TIME_LIMIT_CEILING_S
 from device_profiles.schema import MAX_ID_CHARS, PipelineModelName
@@ -92,8 +95,8 @@ class TuningTableRequest(RequestModel):
         }
     )
 
-    n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
-    k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")
+    n: ColumnsN
+    k: ReductionK
     dtype: Dtype = Field(
         default="fp8",
         description="element type of A and B; the vllm and sglang formats are fp8 "
@@ -193,15 +196,8 @@ class EngineConfigOut(BaseModel):
     num_stages: int
 
 
-class TableTiling(BaseModel):
-    tile_m: int = Field(description="TM, elements")
-    tile_n: int = Field(description="TN, elements")
-    tile_k: int = Field(description="TK, elements")
-    buffer_depth: int = Field(description="A/B buffers in shared memory")
-
-
 class ShortlistEntryOut(BaseModel):
-    tiling: TableTiling
+    tiling: TilingOut
     config: EngineConfigOut
     predicted_time_us: float = Field(description="at this key, us")
     probability_best: float | None = Field(description="as the entry's")
@@ -210,7 +206,7 @@ class ShortlistEntryOut(BaseModel):
 class TableEntryOut(BaseModel):
     m: int = Field(description="the key")
     config: EngineConfigOut
-    tiling: TableTiling
+    tiling: TilingOut
     input_index: int | None = Field(
         default=None, description="position in the request's candidates (null for a space)"
     )
@@ -221,7 +217,7 @@ class TableEntryOut(BaseModel):
     probability_best: float | None = Field(
         description="share of draws of the device's figures in which this tiling is fastest"
     )
-    optimum: TableTiling = Field(description="this M's own certified optimum")
+    optimum: TilingOut = Field(description="this M's own certified optimum")
     optimum_time_us: float = Field(description="its predicted time, us")
     loss: float = Field(description="predicted_time / optimum_time - 1 (0: the optimum)")
     certified: bool = Field(description="Z3 proved the optimum at this M")

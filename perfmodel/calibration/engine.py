@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
 from perfmodel.belief import Posterior, Prior
-from perfmodel.errors import UnfittableMeasurements
+from perfmodel.errors import CalibrationInputError, UnfittableMeasurements
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
@@ -106,6 +106,39 @@ class FigureSpec:
 
     def to_value(self, x: float) -> float:
         return 1.0 / x if self.reciprocal else x
+
+
+#: a figure with no cited prior is believed within a factor e of its base value (1 sd)
+DEFAULT_SIGMA_LOG = 1.0
+
+
+def default_priors(
+    base: object, names: Sequence[str], zero: Prior, reciprocal: Collection[str]
+) -> dict[str, Prior]:
+    """Priors for the figures ``names`` of ``base`` no profile cites one for: centred on the
+    base values, wide. A base value of 0 gets ``zero`` (ln 0 has no prior); a figure fitted
+    as its reciprocal (``reciprocal``) must be > 0 (CalibrationInputError naming it)."""
+    out = {}
+    for name in names:
+        value = float(getattr(base, name))
+        if value > 0:
+            out[name] = Prior(value, DEFAULT_SIGMA_LOG, "base value, no cited prior (wide)")
+        elif name in reciprocal:
+            raise CalibrationInputError(f"base.{name}", f"must be > 0 to be fitted, got {value}")
+        else:
+            out[name] = zero
+    return out
+
+
+def figure_specs(
+    base: object, names: Sequence[str], priors: Mapping[str, Prior], reciprocal: Collection[str]
+) -> tuple[FigureSpec, ...]:
+    """One spec per figure of ``names``, at ``base``'s value under its prior; those in
+    ``reciprocal`` are fitted as 1/value (:class:`FigureSpec`)."""
+    return tuple(
+        FigureSpec(name, float(getattr(base, name)), name in reciprocal, priors[name])
+        for name in names
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,18 +13,18 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from perfmodel.belief import Posterior, Prior, interval_of
-from perfmodel.calibration import validate
+from perfmodel.calibration import engine, validate
 from perfmodel.calibration.engine import (
     FigureSpec,
     FitProblem,
     FloatArray,
     IntArray,
+    figure_specs,
     internal_of,
     theta_of,
 )
 from perfmodel.calibration.gemm_ws_model import (
     THROUGHPUTS,
-    GemmWsRun,
     shape_and_tiling,
 )
 from perfmodel.calibration.records import (
@@ -53,17 +53,16 @@ METHOD_PREFIX = (
     "on relative error at an estimated noise scale plus log-normal prior residuals; "
     f"{N_STARTS} starts; Laplace posterior; "
 )
-#: a figure with no cited prior is believed within a factor e of its base value (1 sd)
-DEFAULT_SIGMA_LOG = 1.0
-#: a latency whose base value is 0 ("negligible", §4.2.3) gets this median (10 ns) and a wide
+#: a latency whose base value is 0 ("negligible", §4.2.3) gets a median of 10 ns and a wide
 #: spread: ln(0) has no prior, and 10 ns per stage is as negligible as 0 at GPU scale
-ZERO_LATENCY_MEDIAN_US = 0.01
-ZERO_LATENCY_SIGMA_LOG = 3.0
+ZERO_LATENCY_PRIOR = Prior(
+    0.01, 3.0, "base value 0 (negligible): 10 ns, wide (docs/model-notes.md)"
+)
 
 
 def predict_gemm_ws_us(
     machine: GemmWsMachine,
-    run: GemmWsRun,
+    run: GemmWsMeasurement,
     wave_time_model: WaveTimeModel = WaveTimeModel.PAPER,
 ) -> float:
     """The service's prediction of ``run`` in microseconds: :func:`perfmodel.gemm_ws.simulate`'s
@@ -118,27 +117,7 @@ def check_gemm_ws_shared_memory(
 
 def default_priors(base: GemmWsMachine, names: Sequence[str]) -> dict[str, Prior]:
     """Priors for figures no profile cites one for: centred on the base values, wide."""
-    out = {}
-    for name in names:
-        value = float(getattr(base, name))
-        if value > 0:
-            out[name] = Prior(value, DEFAULT_SIGMA_LOG, "base value, no cited prior (wide)")
-        else:
-            out[name] = Prior(
-                ZERO_LATENCY_MEDIAN_US,
-                ZERO_LATENCY_SIGMA_LOG,
-                "base value 0 (negligible): 10 ns, wide (docs/model-notes.md)",
-            )
-    return out
-
-
-def _specs(
-    base: GemmWsMachine, names: Sequence[str], priors: Mapping[str, Prior]
-) -> tuple[FigureSpec, ...]:
-    return tuple(
-        FigureSpec(name, float(getattr(base, name)), name in THROUGHPUTS, priors[name])
-        for name in names
-    )
+    return engine.default_priors(base, names, ZERO_LATENCY_PRIOR, THROUGHPUTS)
 
 
 def machine_with(base: GemmWsMachine, values: dict[str, float]) -> GemmWsMachine:
@@ -178,7 +157,8 @@ def fit_gemm_ws(
     model_of_runs: PipelineModel = pipeline or PaperPipeline(WaveTimeModel(wave_time_model))
     measured = np.array([m.measured_time_us for m in measurements], dtype=np.float64)
     ratios = dict(dtype_ratios or {})
-    specs = _specs(base, names, {**default_priors(base, names), **(priors or {})})
+    priors = {**default_priors(base, names), **(priors or {})}
+    specs = figure_specs(base, names, priors, THROUGHPUTS)
     model = model_of_runs.residual_model(RunsToFit(base, measurements, names, ratios))
 
     def report(x: FloatArray, rows: IntArray) -> FloatArray:
@@ -272,7 +252,7 @@ def apply_gemm_ws(base: GemmWsMachine, result: CalibrationResult) -> GemmWsMachi
 def predict_gemm_ws_interval_us(
     base: GemmWsMachine,
     result: CalibrationResult,
-    runs: Sequence[GemmWsRun],
+    runs: Sequence[GemmWsMeasurement],
     *,
     wave_time_model: WaveTimeModel = WaveTimeModel.PAPER,
     dtype_ratios: Mapping[str, tuple[float, float]] | None = None,
@@ -288,7 +268,8 @@ def predict_gemm_ws_interval_us(
     ratios = dict(dtype_ratios or {})
     chosen: PipelineModel = pipeline or PaperPipeline(WaveTimeModel(wave_time_model))
     model = chosen.residual_model(RunsToFit(base, runs, names, ratios))
-    specs = _specs(base, names, default_priors(base, names))  # for the coordinates only
+    # for the coordinates only
+    specs = figure_specs(base, names, default_priors(base, names), THROUGHPUTS)
     belief = Posterior(
         np.array(result.posterior_mean_log), np.array(result.posterior_covariance_log)
     )

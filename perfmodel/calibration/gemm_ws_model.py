@@ -17,12 +17,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from perfmodel.calibration.engine import BoolArray, FloatArray, IntArray
-from perfmodel.calibration.records import GEMM_WS_FIGURES
+from perfmodel.calibration.records import GEMM_WS_FIGURES, GemmWsMeasurement
 from perfmodel.gemm_ws import (
     GemmShape,
     GemmWsMachine,
@@ -37,26 +36,7 @@ THROUGHPUTS = ("load_throughput_elements_per_us", "compute_throughput_macs_per_u
 KINK_TOLERANCE = 1e-6
 
 
-class GemmWsRun(Protocol):
-    """A problem shape and the tiling it ran with (a :class:`GemmWsMeasurement` is one)."""
-
-    @property
-    def m(self) -> int: ...
-    @property
-    def n(self) -> int: ...
-    @property
-    def k(self) -> int: ...
-    @property
-    def tile_m(self) -> int: ...
-    @property
-    def tile_n(self) -> int: ...
-    @property
-    def tile_k(self) -> int: ...
-    @property
-    def buffer_depth(self) -> int: ...
-
-
-def shape_and_tiling(run: GemmWsRun) -> tuple[GemmShape, Tiling]:
+def shape_and_tiling(run: GemmWsMeasurement) -> tuple[GemmShape, Tiling]:
     return GemmShape(run.m, run.n, run.k), Tiling(
         run.tile_m, run.tile_n, run.tile_k, run.buffer_depth
     )
@@ -77,7 +57,7 @@ class _Runs:
 
 
 def _runs(
-    measurements: Sequence[GemmWsRun],
+    measurements: Sequence[GemmWsMeasurement],
     sm_count: int,
     dtype_ratios: Mapping[str, tuple[float, float]],
 ) -> _Runs:
@@ -88,7 +68,7 @@ def _runs(
     serial = []
     for m in measurements:
         shape, tiling = shape_and_tiling(m)
-        load_ratio, compute_ratio = dtype_ratios.get(getattr(m, "dtype", ""), (1.0, 1.0))
+        load_ratio, compute_ratio = dtype_ratios.get(m.dtype, (1.0, 1.0))
         cols[0].append(m.tile_k * (m.tile_m + m.tile_n) / load_ratio)
         cols[1].append(m.tile_m * m.tile_n * m.tile_k / compute_ratio)
         cols[2].append(stage_count(shape, tiling))
@@ -182,7 +162,7 @@ class GemmWsResidualModel:
 
 def closed_form_model(
     base: GemmWsMachine,
-    runs: Sequence[GemmWsRun],
+    runs: Sequence[GemmWsMeasurement],
     names: Sequence[str],
     wave_model: WaveTimeModel,
     dtype_ratios: Mapping[str, tuple[float, float]] | None = None,

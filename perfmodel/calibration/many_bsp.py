@@ -30,9 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from device_profiles.schema import FLOOR_FIGURE
 from perfmodel.belief import FigureBelief, Prior, interval_of
 from perfmodel.calibration import validate
-from perfmodel.calibration.engine import FigureSpec, FitProblem, FloatArray, IntArray
+from perfmodel.calibration.engine import FitProblem, FloatArray, IntArray, figure_specs
+from perfmodel.calibration.engine import default_priors as default_priors_of
 from perfmodel.calibration.records import (
     MANY_BSP_FIGURES,
     MANY_BSP_MODEL,
@@ -286,45 +288,14 @@ class ManyBspResidualModel:
         return self._differences(x, forward=True, backward=True)
 
 
-#: a figure with no cited prior is believed within a factor e of its base value (1 sd)
-DEFAULT_SIGMA_LOG = 1.0
-#: a launch overhead whose base value is 0 gets this median and a wide spread (ln 0 has no
-#: prior; 10 cycles is as negligible as 0 beside a kernel's thousands)
-ZERO_OVERHEAD_MEDIAN_CYCLES = 10.0
-ZERO_OVERHEAD_SIGMA_LOG = 3.0
+#: a launch overhead whose base value is 0 gets a median of 10 cycles and a wide spread (ln 0
+#: has no prior; 10 cycles is as negligible as 0 beside a kernel's thousands)
+ZERO_OVERHEAD_PRIOR = Prior(10.0, 3.0, "base value 0: 10 cycles, wide (docs/model-notes.md)")
 
 
 def default_priors(base: ManyBspDevice, names: Sequence[str]) -> dict[str, Prior]:
     """Priors for figures no profile cites one for: centred on the base values, wide."""
-    out = {}
-    for name in names:
-        value = float(getattr(base, name))
-        if value > 0:
-            out[name] = Prior(value, DEFAULT_SIGMA_LOG, "base value, no cited prior (wide)")
-        elif name in RECIPROCAL:
-            raise CalibrationInputError(f"base.{name}", f"must be > 0 to be fitted, got {value}")
-        else:
-            out[name] = Prior(
-                ZERO_OVERHEAD_MEDIAN_CYCLES,
-                ZERO_OVERHEAD_SIGMA_LOG,
-                "base value 0: 10 cycles, wide (docs/model-notes.md)",
-            )
-    return out
-
-
-def _specs(
-    base: ManyBspDevice, names: Sequence[str], priors: Mapping[str, Prior]
-) -> tuple[FigureSpec, ...]:
-    # mu enters eq. (24)/(25) as 1/mu, the efficiency the floor as its reciprocal: the fit's
-    # internal coordinate is theirs
-    return tuple(
-        FigureSpec(name, float(getattr(base, name)), name in RECIPROCAL, priors[name])
-        for name in names
-    )
-
-
-#: the figure that reaches only profiles with a throughput floor (sector_bytes)
-FLOOR_FIGURE = "throughput_efficiency"
+    return default_priors_of(base, names, ZERO_OVERHEAD_PRIOR, RECIPROCAL)
 
 
 def fittable_figures(device: ManyBspDevice) -> tuple[str, ...]:
@@ -364,7 +335,10 @@ def fit_many_bsp(
     names, k, fold_warnings = validate.fit_arguments(fit, allowed, len(measurements), folds, seed)
     runs = analyse_runs(base, measurements)
     measured = np.array([m.measured_cycles for m in measurements], dtype=np.float64)
-    specs = _specs(base.device, names, {**default_priors(base.device, names), **(priors or {})})
+    # mu enters eq. (24)/(25) as 1/mu, the efficiency the floor as its reciprocal: the fit's
+    # internal coordinate is theirs
+    priors = {**default_priors(base.device, names), **(priors or {})}
+    specs = figure_specs(base.device, names, priors, RECIPROCAL)
     model = ManyBspResidualModel(runs, base.device, names)
 
     def report(x: FloatArray, rows: IntArray) -> FloatArray:

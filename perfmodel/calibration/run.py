@@ -183,9 +183,7 @@ def fitted_figures(specs: Sequence[FigureSpec], fit: EngineFit) -> tuple[FittedF
                 # the log-normal's sd in the figure's unit
                 standard_error=value * math.sqrt(math.expm1(sd_log**2)),
                 identifiable=bool(fit.determined[i]),
-                prior_median=s.prior.median,
-                prior_sigma_log=s.prior.sigma_log,
-                prior_source=s.prior.source,
+                prior=s.prior,
                 posterior_sd_log=sd_log,
                 interval_low=value * math.exp(-Z_90 * sd_log),
                 interval_high=value * math.exp(Z_90 * sd_log),

@@ -48,10 +48,9 @@ def _paper(settings: PipelineSettings) -> PipelineModel:
     return PaperPipeline(settings.wave_model)
 
 
-def _async_copy(settings: PipelineSettings) -> PipelineModel:
-    from perfmodel.pipelines.async_copy import AsyncCopyPipeline
-
-    limits = settings.limits
+def check_cta_fits(limits: SmLimits) -> None:
+    """Refuse a CTA (the request's threads_per_cta x registers_per_thread) that fits no SM
+    whatever its buffer: InfeasibleSearchSpace naming the field that makes it too large."""
     if limits.ctas_per_sm(1) < 1:
         registers = limits.registers_per_thread
         field_name = "registers_per_thread" if registers is not None else "threads_per_cta"
@@ -62,7 +61,13 @@ def _async_copy(settings: PipelineSettings) -> PipelineModel:
             {"registers_per_sm" if registers is not None else "max_threads_per_sm": 1},
             field=field_name,
         )
-    return AsyncCopyPipeline(limits)
+
+
+def _async_copy(settings: PipelineSettings) -> PipelineModel:
+    from perfmodel.pipelines.async_copy import AsyncCopyPipeline
+
+    check_cta_fits(settings.limits)
+    return AsyncCopyPipeline(settings.limits)
 
 
 #: the model a problem is solved under when nothing names one (the paper's eq. (1)-(3))
@@ -110,6 +115,7 @@ __all__ = [
     "DEFAULT_NAME",
     "PipelineSettings",
     "UnknownPipelineModel",
+    "check_cta_fits",
     "is_registered",
     "memory_recurrences",
     "names",

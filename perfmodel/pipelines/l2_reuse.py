@@ -62,7 +62,8 @@ from perfmodel.pipelines.async_copy.recurrences import (
     run_stages,
     steady_state,
 )
-from solver.encoding import Encoding, _max
+from perfmodel.smtlib import maximum as _max
+from solver.encoding import Encoding
 
 #: the request's memory-term switch: "dram-stream" (every load at the machine's DRAM share,
 #: no memory term) or "l2-reuse" (this module)
@@ -278,7 +279,7 @@ class L2ReuseModel:
         def main_floor(share: IntArray) -> IntArray:
             d, lam, t = s.wave(share)
             last = np.maximum(s.stages * d + lam, d + lam + (s.stages - 1) * t)
-            floor: IntArray = s.wave_end(last, t)
+            floor: IntArray = s.wave_end(last, t, share)
             return floor
 
         ticks = s.fixed + full * main_floor(per_sm) + (partial > 0) * main_floor(partial)
@@ -338,7 +339,8 @@ def _simulate_waves(s: StageTimes) -> tuple[int, int]:
         durations = _durations(s, share)
         events = run_stages(durations, stages, depth)
         tail = durations.math_ns if s.tail_math else 0
-        main = events[-1].math_start_ns + tail + int(s.epilogue[0])
+        epilogue = int(s.epilogue[0]) + share * int(s.epilogue_per_cta[0])
+        main = events[-1].math_start_ns + tail + epilogue
         store = min(share * s.sm_count, int(s.ctas[0])) * int(s.store_per_cta[0])
         kinds[share] = (main, store, share * sum(e.math_wait_ns for e in events))
     elapsed, wait, draining = 0, 0, None
@@ -379,7 +381,8 @@ def _encode(s: StageTimes, configs: Configurations) -> RasterEncoding:
             _constant_recurrences(a, wave, depth, window, key, d)
             last = _last_math_start(f"M_{wave}_{key}", stages, depth, window)
             tail = d.math_ns if s.tail_math else 0
-            main = f"(+ {last} {tail + int(s.epilogue[i])})"
+            epilogue = int(s.epilogue[i]) + share * int(s.epilogue_per_cta[i])
+            main = f"(+ {last} {tail + epilogue})"
             wait = f"(* {share} (- {last} {(stages - 1) * d.math_ns}))"
             store = min(share * s.sm_count, int(s.ctas[i])) * int(s.store_per_cta[i])
             waves[wave] = (main, wait, store)

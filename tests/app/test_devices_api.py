@@ -15,6 +15,9 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from device_profiles import get_profile
+from perfmodel.calibration.many_bsp import fittable_figures
+from perfmodel.manybsp.device import device_from_profile
 from tests.device_profiles.test_todays_gpus import FITTED as FITTED_BY_MODEL
 
 NVCC_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "ptx" / "nvcc"
@@ -55,10 +58,11 @@ def test_detail_lists_exactly_the_figures_to_calibrate(client: TestClient, devic
     assert (call["method"], call["path"]) == ("POST", "/calibrate")
     assert call["body"]["model"] == "many-bsp" and call["body"]["base_device"] == device
     assert set(call["body"]["fit"]) == fitted
-    cli = f"kperf calibrate runs.jsonl --model many-bsp --device {device}"
-    if not floor:  # names the three figures: the CLI's default list has four
-        cli += f" --fit {','.join(call['body']['fit'])}"
-    assert call["cli"] == cli
+    # the listed figures are what the fit takes by default on this device, so the command
+    # needs no --fit (without it the server fits perfmodel's default for the device)
+    default = fittable_figures(device_from_profile(get_profile(device)).device)
+    assert set(call["body"]["fit"]) == set(default)
+    assert call["cli"] == f"kperf calibrate runs.jsonl --model many-bsp --device {device}"
     # GeMM-WS: estimates derived from public figures, all six listed for calibration
     gemm_ws = body["needs_calibration"]["gemm-ws"]
     assert gemm_ws["status"] == "uncalibrated-estimates" and len(gemm_ws["figures"]) == 6

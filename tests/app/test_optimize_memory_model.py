@@ -14,6 +14,7 @@ from app.main import create_app
 from app.settings import Settings
 from device_profiles import get_profile
 from device_profiles.memory import memory_model_device
+from device_profiles.pipeline import sm_limits
 from perfmodel.gemm_ws_memory_model import Recurrences, ShapeModel, Space
 
 SPACE = {"tile_m": [64, 128], "tile_n": [64, 128], "tile_k": [32, 64], "buffer_depth": [2, 4]}
@@ -177,3 +178,61 @@ def test_a_candidate_list_is_ranked_and_certified_under_the_memory_term(
     assert body["shortlist"]["belief"] == "none"
     assert body["candidates"]
     assert 2 not in [c["input_index"] for c in body["candidates"]]
+
+
+@pytest.mark.parametrize("pipeline", ["async-copy", "paper"])
+def test_without_shared_memory_enforcement_every_model_drops_the_sm_limit(
+    client: TestClient, pipeline: Recurrences
+) -> None:
+    """enforce_shared_memory false reaches the memory term whichever pipeline model answers:
+    a buffer larger than one SM's shared memory (8 x 256 x 128 fp16 = 512 KiB > 228 KiB on
+    the h100) is predicted as the bench's memory model predicts it without that limit."""
+    space = {
+        "tile_m": [128],
+        "tile_n": [128],
+        "tile_k": [128],
+        "buffer_depth": [8],
+        "enforce_shared_memory": False,
+    }
+    r = _post(client, search_space=space, memory_model="l2-reuse", pipeline_model=pipeline)
+    assert r.status_code == 200, r.text
+    profile = get_profile("h100")
+    limits = sm_limits(profile, enforce_shared_memory=False)
+    device = memory_model_device(profile, "fp16", pipeline, limits=limits)
+    one = Space(*(np.array([v], dtype=np.int64) for v in (128, 128, 128, 8, 1, 1)))
+    bench = ShapeModel(1024, 1024, 8192, 2, one, device.sm_count, device.limits, pipeline)
+    assert bench.resident[0] >= 1
+    expected_us = float(bench.times_us(device.base)[0][0])
+    assert r.json()["best"]["predicted_time_us"] == pytest.approx(expected_us, abs=1.5e-3)
+
+
+def test_a_cta_that_fits_no_sm_is_refused_under_every_pipeline_model(
+    client: TestClient,
+) -> None:
+    """The request's CTA size reaches the memory term under the paper model as under
+    async-copy: 1024 threads x 255 registers exceed the h100's 65,536 registers per SM, so no
+    configuration is resident and both models refuse the request alike."""
+    cta = {"threads_per_cta": 1024, "registers_per_thread": 255}
+    answers = {
+        pipeline: _post(
+            client, search_space=SPACE, memory_model="l2-reuse", pipeline_model=pipeline, **cta
+        )
+        for pipeline in ("async-copy", "paper")
+    }
+    statuses = {pipeline: r.status_code for pipeline, r in answers.items()}
+    assert statuses == {"async-copy": 422, "paper": 422}, answers["paper"].text
+    errors = [r.json()["errors"] for r in answers.values()]
+    assert errors[0] == errors[1]
+    assert [e["field"] for e in errors[0]] == ["registers_per_thread"]
+    # a CTA that fits keeps the paper model's answer (its stages never share an SM)
+    fits = _post(
+        client,
+        search_space=SPACE,
+        memory_model="l2-reuse",
+        pipeline_model="paper",
+        threads_per_cta=256,
+        registers_per_thread=128,
+    )
+    plain = _post(client, search_space=SPACE, memory_model="l2-reuse", pipeline_model="paper")
+    assert fits.status_code == plain.status_code == 200, fits.text
+    assert fits.json()["best"] == plain.json()["best"]

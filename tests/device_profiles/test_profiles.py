@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from device_profiles import ProfileError, get_profile, load_profile_file
 from device_profiles.loader import PROFILE_DIR, UnknownDevice
 from device_profiles.schema import Figure
-from device_profiles.status import calibration_needs
+from device_profiles.status import calibration_needs, default_fit
 
 PROFILE_FILES = sorted(PROFILE_DIR.glob("*.json"))
 
@@ -184,3 +184,20 @@ def test_unknown_device_lists_known_ids() -> None:
     with pytest.raises(UnknownDevice) as info:
         get_profile("no-such-gpu")
     assert "rtx-a6000" in str(info.value)
+
+
+@pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.stem)
+def test_the_default_fit_is_what_the_fits_take_without_one(path: Path) -> None:
+    """What GET /devices/{id} says a calibration without ``fit`` fits is what the fitting
+    engines fit then: every GeMM-WS figure; the Many-BSP figures the device's runs can
+    depend on (perfmodel.calibration)."""
+    from perfmodel.calibration import GEMM_WS_FIGURES
+    from perfmodel.calibration.many_bsp import fittable_figures
+    from perfmodel.manybsp.device import device_from_profile
+
+    profile = load_profile_file(path)
+    assert set(default_fit(profile, "gemm-ws")) == set(GEMM_WS_FIGURES)
+    if profile.missing_many_bsp_figures():
+        return  # Many-BSP serves it once cited: no fit runs on it yet
+    expected = fittable_figures(device_from_profile(profile).device)
+    assert set(default_fit(profile, "many-bsp")) == set(expected)

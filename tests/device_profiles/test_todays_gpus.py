@@ -8,6 +8,7 @@ documents the profiles cite.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -17,6 +18,7 @@ from device_profiles import calibration_status, get_profile
 from device_profiles.loader import PROFILE_DIR
 from device_profiles.schema import REQUIRED_MANY_BSP_CLASSES, DeviceProfile, Figure
 from device_profiles.status import calibration_needs
+from perfmodel.gemm_ws_traffic import Grid, gemm_traffic
 
 TODAY = ("v100", "a100", "h100")
 
@@ -219,6 +221,44 @@ def test_sm_count_and_clock_reproduce_the_published_fp32_peak(
     assert hw.clock_mhz is not None
     peak = hw.sm_count.value * fp32_lanes_per_sm * 2 * hw.clock_mhz.value * 1e6 / 1e12
     assert peak == pytest.approx(peak_fp32_tflops, rel=0.01)
+
+
+def test_the_h100_tensor_clock_reproduces_the_published_tensor_peak() -> None:
+    """H100 SXM datasheet: 989.4 dense FP16 tensor TFLOPS; whitepaper: 4,096 dense FP16
+    tensor FLOP per clock per SM (twice the A100 SM's, whose 312 TFLOPS = 108 x 2,048 x 1,410
+    MHz): the tensor peak's clock is below the SM's 1,980 MHz maximum."""
+    hw = get_profile("h100").hardware
+    assert hw.tensor_clock_mhz is not None and hw.clock_mhz is not None
+    peak = hw.sm_count.value * 4096 * hw.tensor_clock_mhz.value * 1e6 / 1e12
+    assert peak == pytest.approx(989.4, rel=0.001)
+    assert hw.tensor_clock_mhz.value < hw.clock_mhz.value
+
+
+def test_tensor_core_gemms_see_the_sm_clocked_figures_at_the_tensor_clock() -> None:
+    """L2 bandwidth and shared-memory bandwidth scale with the SM clock, L2 latency inversely,
+    DRAM figures not at all; FFMA (fp32) GEMMs and GPUs without a tensor clock are unchanged."""
+    from device_profiles.memory import memory_model_device
+
+    h100 = get_profile("h100")
+    tensor, ffma = (memory_model_device(h100, d).base for d in ("tf32", "fp32"))
+    # the L2 figures stay the profile's (a fit reports and stores them so); the traffic
+    # applies the clock
+    assert tensor.memory.sm_clock_ratio == pytest.approx(1830 / 1980)
+    assert ffma.memory.sm_clock_ratio == 1.0
+    assert dataclasses.replace(tensor.memory, sm_clock_ratio=1.0) == ffma.memory
+    assert tensor.shared_memory_bytes_per_us == pytest.approx(128 * 1830)
+    assert ffma.shared_memory_bytes_per_us == pytest.approx(128 * 1980)
+    grid = Grid.of(128, 128, 32, 1, 1, 1)
+    # 4096^2 x 4096 at 128 x 128: every wave bound by the L2's per-SM share
+    hot, cold = (
+        gemm_traffic(4096, 4096, 4096, 4, grid, f.memory).load_throughput_elements_per_us[0]
+        for f in (tensor, ffma)
+    )
+    assert hot == pytest.approx(cold * 1830 / 1980, rel=1e-9)
+    a100 = get_profile("a100")
+    assert memory_model_device(a100, "tf32").base.memory == (
+        memory_model_device(a100, "fp32").base.memory
+    )
 
 
 @pytest.mark.parametrize(

@@ -127,3 +127,19 @@ def test_a_waves_c_store_drains_during_the_next_wave() -> None:
         for b in (0, 4)
     ]
     assert times[1] - times[0] == pytest.approx(20 * 128 * 128 * 4 / 900e3)
+
+
+def test_the_epilogue_stages_each_ctas_c_tile_through_shared_memory() -> None:
+    """One wave of 40 CTAs of 128 x 128 fp32 C tiles, two per SM (async copies): the store
+    at DRAM bandwidth, plus each SM's two tiles written to and read from shared memory."""
+    space = _one(128, 128, 32, 2)
+    smem = 1e5  # bytes per us
+    figures = dataclasses.replace(FIGURES, shared_memory_bytes_per_us=smem)
+    models = [
+        ShapeModel(1024, 640, 256, 4, space, 20, LIMITS, "async-copy", output_bytes=b)
+        for b in (0, 4)
+    ]
+    assert models[1].ctas_per_sm.tolist() == [2]
+    times = [model.times_us(figures)[0][0] for model in models]
+    tile = 128 * 128 * 4
+    assert times[1] - times[0] == pytest.approx(40 * tile / 900e3 + 2 * (2 * tile / smem))

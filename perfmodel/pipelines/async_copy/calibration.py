@@ -27,20 +27,18 @@ import numpy as np
 
 from perfmodel.calibration.engine import BoolArray, FloatArray, IntArray
 from perfmodel.calibration.gemm_ws_model import (
-    GemmWsRun,
     internal_values,
     shape_and_tiling,
 )
-from perfmodel.calibration.records import GEMM_WS_FIGURES
+from perfmodel.calibration.records import GEMM_WS_FIGURES, GemmWsMeasurement
 from perfmodel.errors import CalibrationInputError
 from perfmodel.gemm_ws import ELEMENT_BYTES, GemmWsMachine, SmLimits, stage_count, wave_count
 
 
-def run_limits(limits: SmLimits, run: GemmWsRun) -> SmLimits:
+def run_limits(limits: SmLimits, run: GemmWsMeasurement) -> SmLimits:
     """``limits`` with the run's own ``threads_per_cta`` / ``registers_per_thread`` when it
-    carries them (a :class:`GemmWsMeasurement` may)."""
-    threads = getattr(run, "threads_per_cta", None)
-    registers = getattr(run, "registers_per_thread", None)
+    carries them."""
+    threads, registers = run.threads_per_cta, run.registers_per_thread
     if threads is None and registers is None:
         return limits
     return dataclasses.replace(
@@ -50,11 +48,11 @@ def run_limits(limits: SmLimits, run: GemmWsRun) -> SmLimits:
     )
 
 
-def ctas_per_sm_of_run(limits: SmLimits, run: GemmWsRun, index: int) -> int:
+def ctas_per_sm_of_run(limits: SmLimits, run: GemmWsMeasurement, index: int) -> int:
     """Resident CTAs per SM of ``run`` (CalibrationInputError naming ``measurements[index]``
     when not one fits)."""
     shape, tiling = shape_and_tiling(run)
-    element_bytes = ELEMENT_BYTES[getattr(run, "dtype", "fp16")]
+    element_bytes = ELEMENT_BYTES[run.dtype]
     ctas = run_limits(limits, run).ctas_per_sm(tiling.shared_memory_bytes(element_bytes))
     if ctas < 1:
         raise CalibrationInputError(
@@ -84,7 +82,7 @@ class _AsyncRuns:
 
 
 def _async_runs(
-    runs: Sequence[GemmWsRun],
+    runs: Sequence[GemmWsMeasurement],
     sm_count: int,
     limits: SmLimits,
     dtype_ratios: Mapping[str, tuple[float, float]],
@@ -92,7 +90,7 @@ def _async_runs(
     cols: list[list[float]] = [[] for _ in dataclasses.fields(_AsyncRuns)]
     for i, run in enumerate(runs):
         shape, tiling = shape_and_tiling(run)
-        load_ratio, compute_ratio = dtype_ratios.get(getattr(run, "dtype", ""), (1.0, 1.0))
+        load_ratio, compute_ratio = dtype_ratios.get(run.dtype, (1.0, 1.0))
         stages = stage_count(shape, tiling)
         busiest = wave_count(shape, tiling, sm_count)  # q
         per_sm = min(ctas_per_sm_of_run(limits, run, i), busiest)
@@ -202,7 +200,7 @@ class AsyncResidualModel:
 
 def async_closed_form_model(
     base: GemmWsMachine,
-    runs: Sequence[GemmWsRun],
+    runs: Sequence[GemmWsMeasurement],
     names: Sequence[str],
     limits: SmLimits,
     dtype_ratios: Mapping[str, tuple[float, float]] | None = None,

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from perfmodel.gemm_ws import Tiling
 from perfmodel.pipelines.async_copy.recurrences import AsyncDurations
-from solver.encoding import Encoding, _max
+from perfmodel.smtlib import all_equal, maximum
+from solver.encoding import Encoding
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +87,8 @@ def encode_async(configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: 
 
 def _chosen(a: Callable[[str], None], t: Tiling, facts: list[str]) -> str:
     """Assert ``facts`` of the configuration ``t``; its condition (one of the choices)."""
-    chosen = (
-        f"(and (= tile_m {t.tile_m}) (= tile_n {t.tile_n}) (= tile_k {t.tile_k}) "
-        f"(= buffer_depth {t.buffer_depth}))"
+    chosen = all_equal(
+        {"tile_m": t.tile_m, "tile_n": t.tile_n, "tile_k": t.tile_k, "buffer_depth": t.buffer_depth}
     )
     a(f"(assert (=> {chosen} (and {' '.join(facts)})))")
     return chosen
@@ -156,9 +156,9 @@ def _constant_recurrences(
             a(f"(assert (= {issue(i)} (+ {issue(i - 1)} {d})))")  # (A1), slot free
         else:
             engine_free, slot_free = f"(+ {issue(i - 1)} {d})", f"(+ {math(i - depth)} {t})"
-            a(f"(assert (= {issue(i)} {_max(engine_free, slot_free)}))")  # (A1)
+            a(f"(assert (= {issue(i)} {maximum(engine_free, slot_free)}))")  # (A1)
         arrival = f"(+ {issue(i)} {d} {lam})"  # (A2)
         if i == 1:
             a(f"(assert (= {math(1)} {arrival}))")  # M(0) + T = 0 <= the arrival
         else:
-            a(f"(assert (= {math(i)} {_max(arrival, f'(+ {math(i - 1)} {t})')}))")  # (A3)
+            a(f"(assert (= {math(i)} {maximum(arrival, f'(+ {math(i - 1)} {t})')}))")  # (A3)

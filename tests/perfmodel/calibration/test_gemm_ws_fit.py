@@ -69,9 +69,9 @@ def test_three_percent_noise_predicts_held_out_runs_within_five_percent(seed: in
     assert sum(held_out) / len(held_out) <= 5.0
     for f in result.fitted:
         assert f.standard_error is not None and f.standard_error > 0
-        assert f.prior_median is not None and f.prior_sigma_log is not None
+        assert f.prior is not None
         if not f.identifiable:  # not determined by these noisy data: held by the prior
-            assert abs(math.log(f.value / f.prior_median)) <= 2 * f.prior_sigma_log
+            assert abs(math.log(f.value / f.prior.median)) <= 2 * f.prior.sigma_log
 
 
 def test_every_run_load_bound_leaves_the_compute_figures_unidentified() -> None:
@@ -90,9 +90,9 @@ def test_every_run_load_bound_leaves_the_compute_figures_unidentified() -> None:
         if f.name in compute:
             # no run sees them: they stay exactly where the prior holds them, as uncertain
             assert not f.identifiable
-            assert f.prior_median is not None and f.prior_sigma_log is not None
-            assert f.value == pytest.approx(f.prior_median, rel=1e-6)
-            assert f.posterior_sd_log == pytest.approx(f.prior_sigma_log, rel=1e-3)
+            assert f.prior is not None
+            assert f.value == pytest.approx(f.prior.median, rel=1e-6)
+            assert f.posterior_sd_log == pytest.approx(f.prior.sigma_log, rel=1e-3)
         else:
             assert f.identifiable
             assert f.value == pytest.approx(getattr(truth, f.name), rel=0.005)
@@ -139,9 +139,9 @@ def test_a_few_runs_are_reproduced_and_the_rest_stays_at_the_priors(runs: int) -
     assert result.training_error.max_abs_pct <= result.noise_pct
     assert result.effective_figures is not None and result.effective_figures <= runs + 1e-6
     for f in result.fitted:
-        assert f.prior_median is not None and f.prior_sigma_log is not None
+        assert f.prior is not None
         if not f.identifiable:
-            assert abs(math.log(f.value / f.prior_median)) <= f.prior_sigma_log, f.name
+            assert abs(math.log(f.value / f.prior.median)) <= f.prior.sigma_log, f.name
     for r in result.residuals:
         assert r.predicted_low is not None and r.predicted_high is not None
         assert r.predicted_low <= r.predicted * (1 + 1e-9)
@@ -286,7 +286,9 @@ def test_three_percent_noise_intervals_cover_the_truth_about_as_often_as_they_sa
         result = fit_gemm_ws(BASE, measure(truth, draw_runs(rng, 40), rng, noise=0.03), folds=0)
         held_out = draw_runs(rng, 40)
         runs = [
-            GemmWsMeasurement(s.m, s.n, s.k, "fp16", *dataclasses.astuple(t), 1.0)
+            GemmWsMeasurement(
+                s.m, s.n, s.k, "fp16", t.tile_m, t.tile_n, t.tile_k, t.buffer_depth, 1.0
+            )
             for s, t in held_out
         ]
         predicted, low, high = predict_gemm_ws_interval_us(BASE, result, runs)

@@ -106,9 +106,9 @@ def test_mu_fitted_to_the_three_kernels_is_the_brute_force_optimum(device: str) 
             ).kernel_exec_cycle
             for r in analysed
         ]
-        assert mu.prior_median is not None and mu.prior_sigma_log is not None
+        assert mu.prior is not None
         assert result.noise_pct is not None
-        prior = Prior(mu.prior_median, mu.prior_sigma_log, "")
+        prior = mu.prior
         return _map_cost(predicted, measured, result.noise_pct / 100, value, prior)
 
     grid = np.linspace(1.0, 6.0, 2001)
@@ -165,9 +165,9 @@ def test_three_figures_from_three_kernels_determine_one_combination(device: str)
     assert result.noise_pct is not None
     assert result.training_error.max_abs_pct <= 2 * result.noise_pct
     for f in result.fitted:
-        assert f.prior_median is not None and f.prior_sigma_log is not None
+        assert f.prior is not None
         if not f.identifiable:
-            assert abs(math.log(f.value / f.prior_median)) <= f.prior_sigma_log
+            assert abs(math.log(f.value / f.prior.median)) <= f.prior.sigma_log
     assert result.cross_validation_error is not None  # leave-one-kernel-out runs
 
 

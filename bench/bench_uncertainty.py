@@ -37,7 +37,8 @@ from tests.calibration_cases import BASE, draw_machine, draw_runs, measure, simu
 
 def _runs(pairs: list[tuple[GemmShape, Tiling]]) -> list[GemmWsMeasurement]:
     return [
-        GemmWsMeasurement(s.m, s.n, s.k, "fp16", *dataclasses.astuple(t), 1.0) for s, t in pairs
+        GemmWsMeasurement(s.m, s.n, s.k, "fp16", t.tile_m, t.tile_n, t.tile_k, t.buffer_depth, 1.0)
+        for s, t in pairs
     ]
 
 

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import httpx
 
 from kperf_client import cli_kernel_tuner, torch_timing
+from kperf_client.cli_args import given
 from kperf_client.cli_kernel_tuner import TunerInputError
 from kperf_client.client import KperfClient, KperfError, ServerNotInstalled, server_imports
 from kperf_client.models import CalibrateResponse
@@ -102,16 +103,9 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def _optimize_body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {"m": args.m, "n": args.n, "k": args.k, "device": args.device}
-    if args.dtype is not None:
-        body["dtype"] = args.dtype
-    if args.top_k is not None:
-        body["top_k"] = args.top_k
-    if args.time_limit_s is not None:
-        body["time_limit_s"] = args.time_limit_s
+    body |= given(args, "dtype", "top_k", "time_limit_s", "pipeline_model")
     if args.timeline:
         body["include_timeline"] = True
-    if args.pipeline_model is not None:
-        body["pipeline_model"] = args.pipeline_model
     return body
 
 
@@ -324,21 +318,41 @@ def _dims(text: str) -> list[int]:
     return values + [1] * (3 - len(values))
 
 
-def _trip_count(text: str) -> tuple[str, int]:
-    label, sep, count = text.partition("=")
-    if not sep or not label or not count.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"expected LABEL=N, got {text!r}")
-    return label, int(count)
+def _count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise ValueError(text)
+    return int(text)
 
 
-def _param(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+def _json_or_text(text: str) -> Any:
     try:
-        return key, json.loads(value)
+        return json.loads(text)
     except json.JSONDecodeError:
-        return key, value
+        return text
+
+
+def _add_pairs(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    metavar: str,
+    value: Callable[[str], Any],
+    help_text: str,
+) -> None:
+    """A repeatable ``flag NAME=VALUE`` option read as a list of (NAME, value(VALUE)) pairs;
+    ``value`` raises ValueError for what it cannot read, and the error names ``metavar``."""
+
+    def pair(text: str) -> tuple[str, Any]:
+        name, sep, raw = text.partition("=")
+        if sep and name:
+            try:
+                return name, value(raw)
+            except ValueError:
+                pass
+        raise argparse.ArgumentTypeError(f"expected {metavar}, got {text!r}")
+
+    parser.add_argument(
+        flag, type=pair, action="append", default=[], metavar=metavar, help=help_text
+    )
 
 
 async def _predict(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -348,8 +362,7 @@ async def _predict(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         "device": args.device,
         "launch": {"grid": args.grid, "block": args.block},
     }
-    if args.kernel_name is not None:
-        body["kernel"] = args.kernel_name
+    body |= given(args, "clock_mhz", kernel="kernel_name")
     resources = {
         "registers_per_thread": args.registers_per_thread,
         "shared_bytes_per_block": args.shared_bytes_per_block,
@@ -358,8 +371,6 @@ async def _predict(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         body["resources"] = {k: v for k, v in resources.items() if v is not None}
     if args.trip_count:
         body["loop_trip_counts"] = dict(args.trip_count)
-    if args.clock_mhz is not None:
-        body["clock_mhz"] = args.clock_mhz
     body.update(dict(args.param))
     async with _client(args) as client:
         result = await client.predict(body)
@@ -567,17 +578,9 @@ def _print_calibration(answer: CalibrateResponse, as_json: bool, out: TextIO) ->
 
 
 def _fit_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if args.name is not None:
-        options["name"] = args.name
+    options = given(args, "name", "time_limit_s", "pipeline_model", cross_validation_folds="folds")
     if args.fit is not None:
         options["fit"] = [f.strip() for f in args.fit.split(",") if f.strip()]
-    if args.folds is not None:
-        options["cross_validation_folds"] = args.folds
-    if args.time_limit_s is not None:
-        options["time_limit_s"] = args.time_limit_s
-    if args.pipeline_model is not None:
-        options["pipeline_model"] = args.pipeline_model
     return options
 
 
@@ -635,9 +638,7 @@ async def _calibrate_from_torch(args: argparse.Namespace, out: TextIO, err: Text
 
 
 async def _recalibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    options = _fit_options(args)
-    if args.model is not None:
-        options["model"] = args.model
+    options = _fit_options(args) | given(args, "model")
     async with _client(args) as client:
         answer = await client.recalibrate(args.device_id, options)
         _note_if_not_kept(client, err)
@@ -772,21 +773,19 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--registers-per-thread", type=int, default=None)
     predict.add_argument("--shared-bytes-per-block", type=int, default=None)
     predict.add_argument("--clock-mhz", type=float, default=None)
-    predict.add_argument(
+    _add_pairs(
+        predict,
         "--trip-count",
-        type=_trip_count,
-        action="append",
-        default=[],
-        metavar="LABEL=N",
-        help="iterations of the loop whose header has LABEL (repeatable)",
+        "LABEL=N",
+        _count,
+        "iterations of the loop whose header has LABEL (repeatable)",
     )
-    predict.add_argument(
+    _add_pairs(
+        predict,
         "--param",
-        type=_param,
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="extra request field as JSON, e.g. --param 'memory_transactions={\"12\": 4}'",
+        "NAME=VALUE",
+        _json_or_text,
+        "extra request field as JSON, e.g. --param 'memory_transactions={\"12\": 4}'",
     )
     predict.add_argument(
         "--svg",

@@ -55,9 +55,9 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, Unpack
 
-from kperf_client.session import KperfSession, reason_of, service_trouble
+from kperf_client.session import KperfSession, SessionOptions, reason_of, service_trouble
 from kperf_client.triton_configs import DTYPES, Problem, Tiling, candidate
 
 __all__ = ["KernelTunerNames", "KperfStrategy"]
@@ -121,10 +121,7 @@ class KperfStrategy(KperfSession):
         explore: float = EXPLORE,
         recalibrate_every: int = 50,
         seed: int | None = None,
-        name: str | None = None,
-        token: str | None = None,
-        timeout_s: float = 5.0,
-        retry_after_s: float = 30.0,
+        **options: Unpack[SessionOptions],
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"dtype: one of {DTYPES}, got {dtype!r}")
@@ -135,17 +132,9 @@ class KperfStrategy(KperfSession):
             raise ValueError(f"recalibrate_every: at least 1, got {recalibrate_every}")
         if not 0 <= explore <= 1:
             raise ValueError(f"explore: in [0, 1], got {explore}")
-        super().__init__(
-            url,
-            device,
-            token=token,
-            timeout_s=timeout_s,
-            retry_after_s=retry_after_s,
-            default_dtype=dtype,
-            name=name,
-        )
+        super().__init__(url, device, default_dtype=dtype, **options)
         # a refit may take most of the wait (the service's default budget at least)
-        self.recalibrate_time_limit_s = min(MAX_REFIT_S, max(10.0, 0.8 * timeout_s))
+        self.recalibrate_time_limit_s = min(MAX_REFIT_S, max(10.0, 0.8 * self.timeout_s))
         self.problem = Problem(m, n, k, dtype)
         self.names = names if names is not None else KernelTunerNames()
         self.buffer_depth = buffer_depth

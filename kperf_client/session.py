@@ -20,18 +20,30 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from kperf_client.client import KperfClient, KperfError
 from kperf_client.portal import ClientPortal
 from kperf_client.triton_configs import DTYPES, Problem
 
-__all__ = ["GEMM_WS", "Feedback", "KperfSession", "Ranking", "ranking_of"]
+__all__ = ["GEMM_WS", "Feedback", "KperfSession", "Ranking", "SessionOptions", "ranking_of"]
 
 #: /optimize-tiling's default solver budget, s (a server's maximum is at least that)
 DEFAULT_TIME_LIMIT_S = 10.0
 #: the GeMM-WS measurements model name of /devices/{id}/measurements
 GEMM_WS = "gemm-ws"
+
+
+class SessionOptions(TypedDict, total=False):
+    """How a session talks to the service (every plug-in takes these as keywords):
+    ``token`` its bearer token; ``timeout_s`` bounds every wait (default 5 s); after a
+    failure the service is not asked again for ``retry_after_s`` (default 30 s); ``name``:
+    the name recalibrations move (see :class:`KperfSession`)."""
+
+    token: str | None
+    timeout_s: float
+    retry_after_s: float
+    name: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,23 +95,22 @@ class KperfSession:
         url: str | None,
         device: str,
         *,
-        token: str | None = None,
-        timeout_s: float = 5.0,
-        retry_after_s: float = 30.0,
         default_dtype: str = "fp16",
-        name: str | None = None,
+        **options: Unpack[SessionOptions],
     ) -> None:
+        timeout_s = options.get("timeout_s", 5.0)
+        retry_after_s = options.get("retry_after_s", 30.0)
         if not device:
             raise ValueError("device: give a profile id or name (GET /devices), e.g. 'h100'")
         if default_dtype not in DTYPES:
             raise ValueError(f"default_dtype: one of {DTYPES}, got {default_dtype!r}")
         if retry_after_s < 0:
             raise ValueError(f"retry_after_s: must be >= 0 s, got {retry_after_s}")
-        self.portal = ClientPortal(url, token=token, timeout_s=timeout_s)
+        self.portal = ClientPortal(url, token=options.get("token"), timeout_s=timeout_s)
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
         self.default_dtype = default_dtype
-        self.name = name
+        self.name = options.get("name")
         self._device = device
         self._lock = threading.Lock()
         self._rankings: dict[tuple[Any, ...], Ranking] = {}

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from kperf_client.cli_args import given
 from kperf_client.client import KperfClient
 from kperf_client.models import TuningTableResponse
 from kperf_client.table_sweep import read_table_shapes, run_table_sweep, write_table
@@ -32,18 +33,16 @@ def _m_values(text: str) -> list[int]:
 
 def _body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {"device": args.device, "dtype": args.dtype, "format": args.format}
-    if args.n is not None:
-        body["n"] = args.n
-    if args.k is not None:
-        body["k"] = args.k
-    optional = {
-        "device_name": args.device_name,
-        "m_values": args.m_values,
-        "max_distinct_configs": args.max_distinct_configs,
-        "shortlist_per_m": args.shortlist_per_m,
-        "pipeline_model": args.pipeline_model,
-    }
-    return body | {key: value for key, value in optional.items() if value is not None}
+    return body | given(
+        args,
+        "n",
+        "k",
+        "device_name",
+        "m_values",
+        "max_distinct_configs",
+        "shortlist_per_m",
+        "pipeline_model",
+    )
 
 
 def _print_table(answer: TuningTableResponse, path: Path, out: TextIO) -> None:

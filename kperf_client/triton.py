@@ -37,12 +37,13 @@ import inspect
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from kperf_client.client import KperfClient
 from kperf_client.session import (
     KperfSession,
     Ranking,
+    SessionOptions,
     ranking_of,
     reason_of,
     service_trouble,
@@ -99,23 +100,12 @@ class KperfTriton(KperfSession):
         url: str,
         device: str,
         *,
-        token: str | None = None,
-        timeout_s: float = 5.0,
-        retry_after_s: float = 30.0,
         names: TritonNames | None = None,
         default_dtype: str = "fp16",
-        name: str | None = None,
         compute_capability: str | None = None,
+        **options: Unpack[SessionOptions],
     ) -> None:
-        super().__init__(
-            url,
-            device,
-            token=token,
-            timeout_s=timeout_s,
-            retry_after_s=retry_after_s,
-            default_dtype=default_dtype,
-            name=name,
-        )
+        super().__init__(url, device, default_dtype=default_dtype, **options)
         self.names = names if names is not None else TritonNames()
         #: the GPU's compute capability ("8.6"): how num_stages maps to a buffer depth
         #: (triton_configs.buffer_depth_of); asked of the device's profile when not given

@@ -38,6 +38,15 @@ class WaveTimeModel(StrEnum):
     INCLUDE_LAST_MATH = "include-last-math"
 
 
+def require_counts(record: object) -> None:
+    """Every field of the slotted dataclass ``record`` is a count: at least 1 (None, where a
+    field allows it, means "no figure"); ValueError naming the first that is not."""
+    for name in record.__slots__:  # type: ignore[attr-defined]
+        value = getattr(record, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+
+
 @dataclass(frozen=True, slots=True)
 class GemmWsMachine:
     """Machine figures of the GeMM-WS model (§2.2, measured for the A6000 in §4.2).
@@ -89,10 +98,7 @@ class SmLimits:
     registers_per_thread: int | None = None
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None and value < 1:
-                raise ValueError(f"{f.name} must be at least 1, got {value}")
+        require_counts(self)
 
     def ctas_per_sm(self, shared_memory_per_cta_bytes: int) -> int:
         """Resident CTAs per SM: the tightest of the block cap, shared memory, threads and
@@ -135,9 +141,7 @@ class Tiling:
     split_k: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("tile_m", "tile_n", "tile_k", "buffer_depth", "group_m", "split_k"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
+        require_counts(self)
 
     def shared_memory_bytes(self, element_bytes: int) -> int:
         """Bytes of the circular buffer: buffer_depth stages of one A and one B tile each."""
@@ -152,14 +156,14 @@ def stage_buffer_bytes(tile_m: int, tile_n: int, tile_k: int, element_bytes: int
 
 @dataclass(frozen=True, slots=True)
 class GemmShape:
+    """C (m x n) = A (m x k) B (k x n), in elements."""
+
     m: int
     n: int
     k: int
 
     def __post_init__(self) -> None:
-        for name in ("m", "n", "k"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
+        require_counts(self)
 
 
 # cached: exact rational arithmetic costs ~30 us a call, and a machine's T_INIT and T_EPILOGUE

@@ -112,16 +112,14 @@ class FigureInfo:
     prior_key: str
 
 
-class GemmOnMachine(Protocol):
-    """The GEMM a model bounds or encodes: its shape, the machine, the operands' size (the
-    solver's problems are ones)."""
+class GemmOnMachine:
+    """The GEMM a model bounds or encodes: its shape, the machine, the operands' size. The
+    solver's problems (solver/problem.py) are the dataclasses that declare these fields."""
 
-    @property
-    def shape(self) -> GemmShape: ...
-    @property
-    def machine(self) -> GemmWsMachine: ...
-    @property
-    def element_bytes(self) -> int: ...
+    __slots__ = ()
+    shape: GemmShape
+    machine: GemmWsMachine
+    element_bytes: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import z3
 
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import ELEMENT_BYTES, GemmShape, GemmWsMachine, Tiling, WaveTimeModel
-from perfmodel.pipeline import PipelineModel, Prediction
+from perfmodel.pipeline import GemmOnMachine, PipelineModel, Prediction
 from perfmodel.pipelines.paper import PaperPipeline
 from solver.deadline import Deadline
 from solver.errors import InvalidSearchSpace, SolverTimeout
@@ -53,18 +53,31 @@ class CertificateCheck:
     outcome: str
 
 
-def model_of(pipeline: PipelineModel | None, wave_model: WaveTimeModel) -> PipelineModel:
-    """The model a problem is solved under: ``pipeline``, else the paper's under ``wave_model``."""
-    if pipeline is not None:
-        return pipeline
-    paper: PipelineModel = PaperPipeline(wave_model)
-    return paper
+class GemmProblem(GemmOnMachine):
+    """What a search-space problem and a candidate-list problem share: a GEMM on a machine
+    (:class:`GemmOnMachine`), solved under ``pipeline`` (None: the paper's model with
+    ``wave_model``). The dataclasses below declare the fields."""
+
+    __slots__ = ()
+    wave_model: WaveTimeModel
+    pipeline: PipelineModel | None
+
+    def __post_init__(self) -> None:
+        if self.element_bytes not in ELEMENT_BYTES.values():
+            raise ValueError(f"element_bytes must be one of {sorted(ELEMENT_BYTES.values())}")
+
+    @property
+    def model(self) -> PipelineModel:
+        """The model the problem is solved under."""
+        if self.pipeline is not None:
+            return self.pipeline
+        paper: PipelineModel = PaperPipeline(self.wave_model)
+        return paper
 
 
 @dataclass(frozen=True, slots=True)
-class TilingProblem:
-    """A GEMM on a machine over a search space, under ``pipeline`` (None: the paper's model
-    with ``wave_model``)."""
+class TilingProblem(GemmProblem):
+    """A GEMM on a machine over a search space (:class:`GemmProblem`)."""
 
     shape: GemmShape
     machine: GemmWsMachine
@@ -72,14 +85,6 @@ class TilingProblem:
     element_bytes: int = 2
     wave_model: WaveTimeModel = WaveTimeModel.PAPER
     pipeline: PipelineModel | None = None
-
-    def __post_init__(self) -> None:
-        if self.element_bytes not in (1, 2, 4, 8):
-            raise ValueError("element_bytes must be 1, 2, 4 or 8")
-
-    @property
-    def model(self) -> PipelineModel:
-        return model_of(self.pipeline, self.wave_model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,8 +259,9 @@ SHARED_MEMORY_PER_SM_CONSTRAINT = "shared_memory_per_sm"
 
 
 @dataclass(frozen=True, slots=True)
-class CandidateProblem:
-    """A GEMM on a machine with an explicit list of tilings (request order, repeats allowed)."""
+class CandidateProblem(GemmProblem):
+    """A GEMM on a machine with an explicit list of tilings (request order, repeats allowed;
+    :class:`GemmProblem`)."""
 
     shape: GemmShape
     machine: GemmWsMachine
@@ -263,18 +269,12 @@ class CandidateProblem:
     element_bytes: int = 2
     wave_model: WaveTimeModel = WaveTimeModel.PAPER
     enforce_shared_memory: bool = True
-    #: the pipeline model (None: the paper's with ``wave_model``)
     pipeline: PipelineModel | None = None
 
     def __post_init__(self) -> None:
         if not self.tilings:
             raise ModelInputError("candidates", "the list of candidates is empty")
-        if self.element_bytes not in ELEMENT_BYTES.values():
-            raise ValueError(f"element_bytes must be one of {sorted(ELEMENT_BYTES.values())}")
-
-    @property
-    def model(self) -> PipelineModel:
-        return model_of(self.pipeline, self.wave_model)
+        GemmProblem.__post_init__(self)
 
 
 @dataclass(frozen=True, slots=True)

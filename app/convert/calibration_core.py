@@ -118,7 +118,8 @@ def fit(
     from ``warm_from``'s figures when given (a recalibration: the profile fitted before)."""
     if model == "gemm-ws" and configless_core.has_configless(documents):
         # a library's own picks: the L2-aware model's optimum, the whole set in one fit
-        return configless_core.fit_configless(base, documents, names)
+        result, configless_runs = configless_core.fit_configless(base, documents, names)
+        return to_fit(result, configless_runs)
     if model == "gemm-ws":
         check_runs(model, base, documents)
         machine, gemm_runs = gemm_ws_core(base, documents)
@@ -146,9 +147,10 @@ def fit(
     )
 
 
-def to_fit(result: CalibrationResult) -> CalibrationFit:
+def to_fit(result: CalibrationResult, configless_runs: Sequence[int] = ()) -> CalibrationFit:
     """The core's result as the response schema (canonical indices; see
-    :func:`app.convert.calibrate.in_request`)."""
+    :func:`app.convert.calibrate.in_request`); ``configless_runs``: the runs fitted as the
+    model's optimum (app/convert/configless_core.py)."""
     return CalibrationFit(
         fitted=[_fitted(f) for f in result.fitted],
         training_error=_errors(result.training_error),
@@ -163,6 +165,7 @@ def to_fit(result: CalibrationResult) -> CalibrationFit:
         effective_figures=result.effective_figures,
         posterior_mean_log=list(result.posterior_mean_log),
         posterior_covariance_log=[list(row) for row in result.posterior_covariance_log],
+        configless_runs=list(configless_runs),
     )
 
 

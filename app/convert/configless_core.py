@@ -16,16 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from app.schemas.calibrate import (
-    CalibrationFit,
-    FittedFigureOut,
-    GemmWsMeasurementIn,
-    ResidualOut,
-)
+from app.schemas.calibrate import GemmWsMeasurementIn
 from device_profiles import DeviceProfile
 from device_profiles.memory import memory_model_device
-from device_profiles.schema import CalibrationErrorSummary
 from perfmodel.calibration.configless import FITTED, Device, LibraryRun, RunModel, fit, scaled
+from perfmodel.calibration.records import (
+    GEMM_WS_MODEL,
+    CalibrationResult,
+    FittedFigure,
+)
+from perfmodel.calibration.run import error_summary, residual_records
 from perfmodel.errors import CalibrationInputError, ConfiglessRunsRefused
 
 METHOD = (
@@ -61,8 +61,8 @@ def library_runs(documents: Sequence[Mapping[str, Any]]) -> list[LibraryRun]:
                 run.measured_time_us,
                 1,
                 config,
-                run.threads_per_cta,
-                run.registers_per_thread,
+                threads_per_cta=run.threads_per_cta,
+                registers_per_thread=run.registers_per_thread,
             )
         )
     return out
@@ -112,10 +112,12 @@ def check_configless(base: DeviceProfile, documents: Sequence[Mapping[str, Any]]
 
 def fit_configless(
     base: DeviceProfile, documents: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None
-) -> CalibrationFit:
-    """Fit the L2-aware model's figures to the runs (canonical order); the answer's figures are
-    the fit's, each its base value times the fitted scale. It always fits all of FITTED:
-    ``names`` other than those are said to be ignored in a warning."""
+) -> tuple[CalibrationResult, list[int]]:
+    """Fit the L2-aware model's figures to the runs (canonical order): the fit as the
+    calibration core reports one (each figure its base value times the fitted scale; no
+    cross-validation, no posterior), and the positions of the runs without a configuration.
+    It always fits all of FITTED: ``names`` other than those are said to be ignored in a
+    warning."""
     runs = library_runs(documents)
     device = device_of(base, runs)
     with _runs_named():
@@ -124,53 +126,33 @@ def fit_configless(
     predicted = np.array(
         [RunModel(r, device, i).predict_us(result.figures) for i, r in enumerate(runs)]
     )
-    errors = np.abs(predicted / measured - 1) * 100
     base_values = _values(device, (0.0,) * len(FITTED))
     values = _values(device, result.log_scale)
-    return CalibrationFit(
-        fitted=[
-            FittedFigureOut(
-                name=name,
-                value=values[name],
-                base_value=base_values[name],
-                standard_error=None,
-                identifiable=False,
-                prior=None,
-                interval_low=None,
-                interval_high=None,
-            )
-            for name, _ in FITTED
-        ],
-        training_error=CalibrationErrorSummary(
-            mean_abs_pct=float(errors.mean()), max_abs_pct=float(errors.max())
+    ignored = names is not None and not set(names) <= {n for n, _ in FITTED}
+    warnings = (
+        "configuration-less runs: no cross-validation and no posterior intervals; "
+        "reduction_overhead_us has no profile field and is reported only",
+        *(
+            [
+                "fit: a set with configuration-less runs fits the L2-aware model's figures "
+                f"({', '.join(n for n, _ in FITTED)}); the figures asked for are ignored"
+            ]
+            if ignored
+            else []
         ),
-        cross_validation_error=None,
-        residuals=[
-            ResidualOut(
-                index=i,
-                measured=float(measured[i]),
-                predicted=float(predicted[i]),
-                error_pct=float(100 * (predicted[i] / measured[i] - 1)),
-                predicted_low=None,
-                predicted_high=None,
-            )
-            for i in range(len(runs))
-        ],
-        warnings=[
-            "configuration-less runs: no cross-validation and no posterior intervals; "
-            "reduction_overhead_us has no profile field and is reported only",
-            *(
-                []
-                if names is None or set(names) <= {n for n, _ in FITTED}
-                else [
-                    "fit: a set with configuration-less runs fits the L2-aware model's figures "
-                    f"({', '.join(n for n, _ in FITTED)}); the figures asked for are ignored"
-                ]
-            ),
-        ],
-        method=METHOD,
-        configless_runs=[i for i, r in enumerate(runs) if r.config is None],
     )
+    core = CalibrationResult(
+        model=GEMM_WS_MODEL,
+        fitted=tuple(
+            FittedFigure(name, values[name], base_values[name], None, False) for name, _ in FITTED
+        ),
+        training_error=error_summary(predicted, measured),
+        cross_validation_error=None,
+        residuals=residual_records(predicted, measured, range(len(runs))),
+        warnings=warnings,
+        method=METHOD,
+    )
+    return core, [i for i, r in enumerate(runs) if r.config is None]
 
 
 def _values(device: Device, log_scale: Sequence[float]) -> dict[str, float]:

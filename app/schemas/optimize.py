@@ -37,6 +37,27 @@ MAX_REGISTERS_PER_THREAD = 255
 ThreadsPerCta = Annotated[int, Field(ge=1, le=MAX_THREADS_PER_CTA)]
 RegistersPerThread = Annotated[int, Field(ge=1, le=MAX_REGISTERS_PER_THREAD)]
 
+#: a problem's dimensions and a tiling's, as a request gives them: each bounded and described
+#: once for every request that carries them
+RowsM = Annotated[
+    int, Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
+]
+ColumnsN = Annotated[
+    int, Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
+]
+ReductionK = Annotated[
+    int, Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")
+]
+TileM = Annotated[int, Field(ge=1, le=MAX_TILE, description="TM, elements")]
+TileN = Annotated[int, Field(ge=1, le=MAX_TILE, description="TN, elements")]
+TileK = Annotated[int, Field(ge=1, le=MAX_TILE, description="TK, elements")]
+BufferDepth = Annotated[
+    int,
+    Field(
+        ge=1, le=MAX_BUFFER_DEPTH, description="stages held by the shared-memory circular buffer"
+    ),
+]
+
 
 class ValueRange(RequestModel):
     """Every multiple of ``multiple_of`` between ``min`` and ``max`` inclusive.
@@ -170,12 +191,10 @@ class CandidateIn(RequestModel):
     """One tiling of an explicit candidate list (elements; buffer depth in stages), with an
     opaque ``params`` object (e.g. a Triton config's num_warps) echoed untouched."""
 
-    tile_m: int = Field(ge=1, le=MAX_TILE, description="TM, elements")
-    tile_n: int = Field(ge=1, le=MAX_TILE, description="TN, elements")
-    tile_k: int = Field(ge=1, le=MAX_TILE, description="TK, elements")
-    buffer_depth: int = Field(
-        ge=1, le=MAX_BUFFER_DEPTH, description="stages held by the shared-memory circular buffer"
-    )
+    tile_m: TileM
+    tile_n: TileN
+    tile_k: TileK
+    buffer_depth: BufferDepth
     params: dict[str, Any] | None = Field(
         default=None,
         description="opaque JSON object echoed untouched in the answer (at most "
@@ -189,9 +208,9 @@ class OptimizeTilingRequest(RequestModel):
         json_schema_extra={"allOf": [ONE_DEVICE_SCHEMA, SPACE_OR_CANDIDATES_SCHEMA]}
     )
 
-    m: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
-    n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
-    k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")
+    m: RowsM
+    n: ColumnsN
+    k: ReductionK
     dtype: Dtype = Field(default="fp16", description="element type of A and B")
     device: str | None = Field(
         default=None,
@@ -295,16 +314,14 @@ class GemmWsRun(RequestModel):
     plus ``measured_time_us``; every /optimize-tiling candidate carries its own, prefilled.
     """
 
-    m: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="rows of A and C, elements")
-    n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
-    k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")
+    m: RowsM
+    n: ColumnsN
+    k: ReductionK
     dtype: Dtype = Field(description="element type of A and B")
-    tile_m: int = Field(ge=1, le=MAX_TILE, description="TM, elements")
-    tile_n: int = Field(ge=1, le=MAX_TILE, description="TN, elements")
-    tile_k: int = Field(ge=1, le=MAX_TILE, description="TK, elements")
-    buffer_depth: int = Field(
-        ge=1, le=MAX_BUFFER_DEPTH, description="stages held by the shared-memory circular buffer"
-    )
+    tile_m: TileM
+    tile_n: TileN
+    tile_k: TileK
+    buffer_depth: BufferDepth
 
 
 class TilingOut(BaseModel):

@@ -12,10 +12,12 @@ from app.schemas.optimize import (
     MAX_PROBLEM_DIMENSION,
     SPACE_OR_CANDIDATES_SCHEMA,
     CandidateIn,
+    ColumnsN,
     DepthRange,
     DepthValues,
     Dtype,
     GemmWsDeviceParams,
+    ReductionK,
     SearchSpaceSpec,
     TileValues,
     TilingOut,
@@ -93,8 +95,8 @@ class TuningTableRequest(RequestModel):
         }
     )
 
-    n: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="columns of B and C, elements")
-    k: int = Field(ge=1, le=MAX_PROBLEM_DIMENSION, description="reduction dimension, elements")
+    n: ColumnsN
+    k: ReductionK
     dtype: Dtype = Field(
         default="fp8",
         description="element type of A and B; the vllm and sglang formats are fp8 "

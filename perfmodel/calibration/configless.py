@@ -35,6 +35,7 @@ from perfmodel.calibration.harness import (
     observed_us,
     serial_split_k_us,
 )
+from perfmodel.calibration.records import KernelResources
 from perfmodel.errors import CalibrationInputError
 from perfmodel.gemm_ws import ELEMENT_BYTES, SmLimits
 from perfmodel.gemm_ws_memory_model import (
@@ -74,7 +75,7 @@ DIFF_STEP = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
-class LibraryRun:
+class LibraryRun(KernelResources):
     """One timed GEMM (``batch`` independent m x n x k products). ``config`` (tile_m, tile_n,
     tile_k, buffer_depth, group_m, split_k) is None for a library's own pick."""
 
@@ -85,11 +86,6 @@ class LibraryRun:
     measured_time_us: float
     batch: int = 1
     config: tuple[int, int, int, int, int, int] | None = None
-    #: the kernel's threads per CTA and registers per thread, where known (a profiler names
-    #: them beside the kernel): with the device's thread and register limits they bound the
-    #: CTAs resident per SM, which set how the async-copy model shares an SM and its waves
-    threads_per_cta: int | None = None
-    registers_per_thread: int | None = None
     #: the library reduced split-K's partial sums inside the GEMM kernel, slice after slice
     #: (no reduction kernel): the run's split_k > 1 pays hand-offs instead of a second launch
     serial_split_k: bool = False

@@ -32,8 +32,19 @@ MANY_BSP_FIGURES: tuple[str, ...] = (
 )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelResources:
+    """A timed kernel's threads per CTA and registers per thread, when known (a profiler names
+    them beside the kernel): with the device's thread and register limits they bound the CTAs
+    resident per SM, which the async-copy pipeline model shares an SM among (None: no limit
+    from them). Keyword-only: a run record gives them after its own fields."""
+
+    threads_per_cta: int | None = None
+    registers_per_thread: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
-class GemmWsMeasurement:
+class GemmWsMeasurement(KernelResources):
     """One timed GEMM: problem (m, n, k) in elements, dtype (a key of ELEMENT_BYTES), the
     tiling it ran with, and its measured time in microseconds."""
 
@@ -46,10 +57,6 @@ class GemmWsMeasurement:
     tile_k: int
     buffer_depth: int
     measured_time_us: float
-    #: threads per CTA and registers per thread of the kernel, when known: they may limit the
-    #: CTAs resident per SM under the async-copy pipeline model (None: no limit from them)
-    threads_per_cta: int | None = None
-    registers_per_thread: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ import numpy as np
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits
 from perfmodel.gemm_ws_scoring import Configurations, IntArray, rounded_once
 from perfmodel.pipelines.async_copy.encoding import AsyncConfig
-from perfmodel.pipelines.async_copy.recurrences import AsyncDurations, AsyncDurationTable
+from perfmodel.pipelines.async_copy.recurrences import AsyncDurationTable
 from perfmodel.pipelines.async_copy.scoring import ctas_per_sm_array
 
 
@@ -39,11 +39,8 @@ class AsyncPlan:
     full_waves: IntArray
     partial_wave_ctas: IntArray
     stages: IntArray
-    #: unshared per-stage work, integer ns (exact rationals, AsyncDurationTable)
-    issue_work_ns: IntArray
-    math_work_ns: IntArray
-    latency_ns: int
-    math_startup_ns: int
+    #: the machine's unshared per-stage work and its latencies, integer ns (exact rationals)
+    table: AsyncDurationTable
     #: lower bound on the overall time (the module docstring)
     overall_time_floor_ns: IntArray
     #: lower bound on the total MATH wait: sum over CTAs of M(S) - (S - 1) T, at M(S)'s bound
@@ -89,10 +86,7 @@ def async_plan(
         full_waves=full_waves,
         partial_wave_ctas=partial,
         stages=stages,
-        issue_work_ns=issue,
-        math_work_ns=math,
-        latency_ns=lam,
-        math_startup_ns=startup,
+        table=table,
         overall_time_floor_ns=floor.astype(np.int64),
         total_math_wait_floor_ns=wait_floor.astype(np.int64),
     )
@@ -110,13 +104,6 @@ def encoded_configs(
     out = []
     for i, tiling in enumerate(configs.tilings()):
         c, r = int(plan.ctas_per_sm[i]), int(plan.partial_wave_ctas[i])
-        issue, math = int(plan.issue_work_ns[i]), int(plan.math_work_ns[i])
-
-        def durations(share: int, issue: int = issue, math: int = math) -> AsyncDurations:
-            return AsyncDurations(
-                share, share * issue, plan.latency_ns, share * math + plan.math_startup_ns
-            )
-
         out.append(
             AsyncConfig(
                 tiling=tiling,
@@ -124,8 +111,8 @@ def encoded_configs(
                 full_waves=int(plan.full_waves[i]),
                 ctas_per_sm=c,
                 partial_wave_ctas=r,
-                full=durations(c),
-                partial=durations(max(r, 1)),
+                full=plan.table.durations(tiling, c),
+                partial=plan.table.durations(tiling, max(r, 1)),
             )
         )
     return out

@@ -78,7 +78,9 @@ def _runs(rng: np.random.Generator, count: int, threads: bool = False) -> list[G
         m, n, k = draw_dimension(rng), draw_dimension(rng), draw_dimension(rng)
         thread_count = int(rng.choice([128, 256, 512])) if threads else None
         out.append(
-            GemmWsMeasurement(m, n, k, "fp16", tm, tn, tk, tiling.buffer_depth, 1.0, thread_count)
+            GemmWsMeasurement(
+                m, n, k, "fp16", tm, tn, tk, tiling.buffer_depth, 1.0, threads_per_cta=thread_count
+            )
         )
     return out
 
@@ -178,7 +180,7 @@ def test_threads_per_cta_limit_the_ctas_sharing_an_sm() -> None:
 def test_a_tiling_no_sm_can_hold_is_refused_naming_the_run() -> None:
     runs = [
         GemmWsMeasurement(1024, 1024, 1024, "fp16", 64, 64, 32, 2, 10.0),
-        GemmWsMeasurement(1024, 1024, 1024, "fp16", 64, 64, 32, 2, 10.0, 2048),
+        GemmWsMeasurement(1024, 1024, 1024, "fp16", 64, 64, 32, 2, 10.0, threads_per_cta=2048),
     ]
     with pytest.raises(CalibrationInputError) as caught:
         fit_gemm_ws(BASE, runs, pipeline=ASYNC, folds=0)

@@ -286,7 +286,9 @@ def test_three_percent_noise_intervals_cover_the_truth_about_as_often_as_they_sa
         result = fit_gemm_ws(BASE, measure(truth, draw_runs(rng, 40), rng, noise=0.03), folds=0)
         held_out = draw_runs(rng, 40)
         runs = [
-            GemmWsMeasurement(s.m, s.n, s.k, "fp16", *dataclasses.astuple(t), 1.0)
+            GemmWsMeasurement(
+                s.m, s.n, s.k, "fp16", t.tile_m, t.tile_n, t.tile_k, t.buffer_depth, 1.0
+            )
             for s, t in held_out
         ]
         predicted, low, high = predict_gemm_ws_interval_us(BASE, result, runs)

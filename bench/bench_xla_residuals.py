@@ -14,7 +14,9 @@ Three parts, all on ../shared/data/real-gemm/xla_sm90_tf32 (375 shapes):
 3. The data's own roughness: how well a smooth function of (ln b, ln m, ln n, ln k) predicts
    each shape from the 374 others (ridge polynomials of degree 2-4, leave-one-out), and each
    shape from the geometric mean of its k / 2 and 2 k neighbours. A model of a few figures
-   calibrated on 16 shapes is not expected to beat these.
+   calibrated on 16 shapes is not expected to beat these. And the batched time per product
+   over the unbatched one where b = 1 already fills the GPU (a batch adds no parallelism the
+   hardware lacks): XLA's batched runs took a slower kernel.
 4. The model's own limit: the same fit on ``--large`` runs (default 180) of the first two
    seeds' draws, held out on the rest; the figures the 16-run fits leave at their priors move.
 Use design seeds (not bench_real's reported 0, 1, 2): choices made here must not see the
@@ -159,6 +161,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         np.array([(run.batch, run.m, run.n, run.k) for run in runs]),
         np.array([run.measured_time_us for run in runs]),
     )
+    times = {(r.batch, r.m, r.n, r.k): r.measured_time_us for r in runs}
+    print(
+        "\nbatched time per product over the unbatched time, outputs m n >= 8 M (two or more "
+        "full waves of 128 x 256 tiles at b = 1), median (min-max) per k:\n"
+    )
+    print("| b | " + " | ".join(f"k {k}" for k in (256, 512, 1024, 2048, 4096)) + " |")
+    print("|---|---|---|---|---|---|")
+    for batch in (2, 4):
+        cells = []
+        for depth in (256, 512, 1024, 2048, 4096):
+            q = [
+                t / (batch * times[(1, m, n, kk)])
+                for (bb, m, n, kk), t in times.items()
+                if bb == batch and kk == depth and m * n >= 1 << 23
+            ]
+            cells.append(f"{np.median(q):.2f} ({min(q):.2f}-{max(q):.2f})")
+        print(f"| {batch} | " + " | ".join(cells) + " |")
     print(f"\n4. Fitted on {args.large} runs, the rest held out\n")
     print("| seed | held-out median / p90 | training median | fitted ln(figure / prior) |")
     print("|---|---|---|---|")

@@ -1,7 +1,7 @@
 """/predict-kernel against real timings of a tuned kernel: the dedispersion brute-force caches.
 
 Usage: python -m bench.bench_real_kernels [--per-gpu 150] [--seed 20251127] [--calibrate 8]
-           [--gpus A100,A6000,A4000] [--cache-dir DIR] [--append]
+           [--gpus A100,A6000,A4000] [--cache-dir DIR] [--append] [--residuals]
 
 Data: ``../shared/data/real-kernels/dedispersion/`` (read in place, never copied; PROVENANCE.md
 there): Kernel Tuner brute-force caches of one dedispersion kernel on an A100-PCIE-40GB, an RTX
@@ -130,8 +130,29 @@ def request_for(row: Row, builder: PtxBuilder, figures: DeviceFigures) -> Predic
     )
 
 
+def residuals_by_tunable(sample: Sequence[Row], predicted_ms: Sequence[float]) -> list[str]:
+    """Per tunable and value: the median of r = ln(predicted / measured) over the sample's
+    configurations with that value, centred on the median r of all (a value whose effect the
+    model misses stands out; block_size_y in bins of 64)."""
+    r = [math.log(p / row.measured_ms) for row, p in zip(sample, predicted_ms, strict=True)]
+    centre = statistics.median(r)
+    lines = []
+    for name in TUNABLES:
+        groups: dict[int, list[float]] = {}
+        for row, v in zip(sample, r, strict=True):
+            value = row.params[name]
+            key = value // 64 * 64 if name == "block_size_y" else value
+            groups.setdefault(key, []).append(v - centre)
+        if len(groups) > 1:
+            cells = ", ".join(
+                f"{k}: {statistics.median(g):+.3f} ({len(g)})" for k, g in sorted(groups.items())
+            )
+            lines.append(f"{name}: {cells}")
+    return lines
+
+
 def run_gpu(
-    gpu: str, per_gpu: int, seed: int, n_calibrate: int, cache_dir: Path
+    gpu: str, per_gpu: int, seed: int, n_calibrate: int, cache_dir: Path, residuals: bool = False
 ) -> tuple[Metrics, Metrics | None, float]:
     csv_name, profile_id, arch = GPUS[gpu]
     rows = read_rows(DATA / csv_name)
@@ -147,6 +168,9 @@ def run_gpu(
     seconds = time.perf_counter() - started
     measured = [r.measured_ms for r in sample]
     uncalibrated = metrics(predicted_ms, measured)
+    if residuals:
+        for line in residuals_by_tunable(sample, predicted_ms):
+            print(f"{gpu} residual ln(pred/meas) by {line}", flush=True)
     if n_calibrate <= 0 or n_calibrate >= len(sample):
         return uncalibrated, None, seconds
     chosen = set(random.Random(f"{seed}:{gpu}:calibrate").sample(range(len(sample)), n_calibrate))
@@ -180,13 +204,20 @@ def main() -> None:
         "--cache-dir", type=Path, default=Path.home() / ".cache" / "kperf" / "ptx-dedispersion"
     )
     parser.add_argument("--append", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--residuals",
+        action="store_true",
+        help="print the uncalibrated residuals' medians by tunable value",
+    )
     args = parser.parse_args()
     lines = [
         "| GPU | profile | n | Spearman | median err | mean err | p90 err | pred/meas |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for gpu in args.gpus.split(","):
-        unc, cal, seconds = run_gpu(gpu, args.per_gpu, args.seed, args.calibrate, args.cache_dir)
+        unc, cal, seconds = run_gpu(
+            gpu, args.per_gpu, args.seed, args.calibrate, args.cache_dir, args.residuals
+        )
         profile = GPUS[gpu][1]
         lines.append(f"| {gpu} uncalibrated | {profile} | {unc.cells()} |")
         if cal is not None:

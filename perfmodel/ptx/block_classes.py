@@ -17,7 +17,8 @@ trip count, the iterations in which some thread of each warp runs the guarded co
 counted (the compared value is linear in the iteration, so each iteration's range over a
 warp's threads is two corners): the class keeps the warps that run it and their
 warp-iterations; the caller evaluates those warps only and scales the guarded code's
-iterations by their share.
+iterations by their share. A guard of one comparison outside any counted loop (a tile loop
+nvcc unrolled) is counted the same way, as one iteration.
 """
 
 from __future__ import annotations
@@ -48,12 +49,13 @@ class BlockClass:
     blocks: int  #: blocks of the grid in the class
     fixed_branches: Mapping[int, bool]  #: guarded ``bra`` index -> direction (True: taken)
     instructions: frozenset[int]  #: indices of the instructions the class can execute
-    #: guarded ``bra`` index -> (warp-iterations that run the code it skips, the warps that
-    #: run it at all x the trip count of the loop whose index the guard compares), for guards
-    #: that hold in part of them
+    #: guarded ``bra`` index -> (warp-iterations that run the code it skips, the class's
+    #: warps (``active_warps``) x the trip count of the loop whose index the guard compares,
+    #: 1 outside a loop), for guards that hold in part of them
     iterations_run: Mapping[int, tuple[int, int]] = field(default_factory=dict)
-    #: warps of a block that run code behind such a guard (the fewest over the guards; the
-    #: rest leave at once), or None when every warp does
+    #: warps of a block the class is evaluated on: the most that run code behind such a
+    #: guard (the rest leave at once), every warp when other code runs on all of them; None
+    #: when no guard holds in part of the warps
     active_warps: int | None = None
 
 
@@ -210,7 +212,7 @@ def _iterations_run(
     block: tuple[int, int, int],
     axis_values: range | None,
     axis: str,
-    counter: str,
+    counter: str | None,
     trip: int,
     runs_when: bool,
 ) -> list[tuple[int, int]]:
@@ -223,7 +225,7 @@ def _iterations_run(
     import numpy as np  # loaded in the worker that analyses, not by importers of render
 
     k = diff.coefs.get(axis, 0) if axis_values is not None else 0
-    step = diff.coefs[counter]
+    step = diff.coefs[counter] if counter is not None else 0
     rel = _COMPARE[cmp]
     v = np.arange(axis_values.start, axis_values.stop) if axis_values is not None else np.zeros(1)
     base = k * v.astype(np.int64)
@@ -261,6 +263,63 @@ class _LoopIndex:
                 for reg in ins.defs:
                     self.defs_of.setdefault(reg, []).append(i)
         return self
+
+
+def _skips_forward(fn: Function, branch: int) -> bool:
+    target = fn.instructions[branch].branch_target
+    t_idx = fn.label_index.get(target) if target is not None else None
+    return t_idx is not None and t_idx > branch
+
+
+def _skipped(fn: Function, branch: int) -> tuple[int, int]:
+    """The instructions a forward guard skips: (branch, target) exclusive."""
+    target = fn.instructions[branch].branch_target
+    return branch, fn.label_index.get(target, branch) if target is not None else branch
+
+
+def _guard_runs_beside(
+    fn: Function,
+    fixed: Mapping[int, bool],
+    counted: Mapping[int, int],
+    reach: frozenset[int],
+    partial: frozenset[tuple[int, int, int]],
+) -> bool:
+    """Whether a counted guard runs its code on every warp of the class (not taken, or both
+    ways within every warp) beside the partly run guards rather than around them: an
+    unrolled tile's full rows next to its partly filled last row."""
+    in_part = {i for i, _, _ in partial}
+    regions = [_skipped(fn, i) for i in in_part]
+    for i in counted:
+        if i in reach and i not in in_part and fixed.get(i) is not True:
+            lo, hi = _skipped(fn, i)
+            if not any(lo < j < hi for j, _ in regions):
+                return True
+    return False
+
+
+def _unguarded_loop(
+    fn: Function,
+    blocks: Sequence[BasicBlock],
+    index: _LoopIndex,
+    reach: frozenset[int],
+    partial: frozenset[tuple[int, int, int]],
+) -> bool:
+    """Whether the class reaches an innermost loop that no partly run guard skips or holds:
+    its iterations run on every warp of the block, not only on the guards' warps."""
+    index.build()
+    skipped = [_skipped(fn, i) for i, _, _ in partial]
+    for loop in index.loops:
+        if any(other.parent == loop.header_label for other in index.loops):
+            continue  # not innermost
+        at = [k for bb in loop.blocks for k in range(blocks[bb].start, blocks[bb].end)]
+        if not any(k in reach for k in at):
+            continue
+        if any(lo < k < hi for k in at for lo, hi in skipped):
+            continue  # inside a guarded part
+        if any(min(at) <= i <= max(at) for i, _ in skipped):
+            continue  # holds a guard: a tile loop around its guarded step
+        return True
+    return False
 
 
 def _trip_of(fn: Function, index: _LoopIndex, counter: str, branch: int) -> int | None:
@@ -305,14 +364,20 @@ def block_classes(
         axes = [a for a in _CTAID if diff.coefs.get(a, 0)]
         axis_of.append(axes[0] if len(axes) == 1 else (None if not axes else "many"))
     # guards of one comparison on a loop's index: (branch, leaf, counter, trip, runs_when)
-    counted: list[tuple[int, int, str, int, bool]] = []
+    counted: list[tuple[int, int, str | None, int, bool]] = []
     loop_index = _LoopIndex(fn, blocks)
     for i, pred, negated in branches:
         if pred is None or pred[0] != "leaf" or not isinstance(pred[1], int):
             continue
         diff, cmp = leaves.leaves[pred[1]]
         counters = [s for s in diff.coefs if s.startswith(ITER) and diff.coefs[s]]
-        if len(counters) != 1 or cmp in ("eq", "ne") or axis_of[pred[1]] == "many":
+        if len(counters) > 1 or cmp in ("eq", "ne") or axis_of[pred[1]] == "many":
+            continue
+        if not counters:
+            # a guard outside any counted loop (an unrolled tile step): counted per warp
+            # as one iteration when it skips code forward and depends on the thread
+            if _skips_forward(fn, i) and any(diff.coefs.get(t, 0) for t in _TID):
+                counted.append((i, pred[1], None, 1, negated))
             continue
         trip = _trip_of(fn, loop_index, counters[0], i)
         if trip is not None and 0 < trip <= _MAX_TRIP:
@@ -395,13 +460,24 @@ def block_classes(
         ((reach, _fixed_set, partial_set),) = classes
         if reach == everything[0].instructions and not partial_set:
             return everything
-    return tuple(
-        BlockClass(
-            count,
-            dict(sorted(fixed_set)),
-            reach,
-            {i: (n, active * trips[i]) for i, n, active in sorted(partial_set)},
-            min((active for _, _, active in partial_set), default=None),
+    out = []
+    for (reach, fixed_set, partial_set), count in sorted(classes.items(), key=lambda kv: -kv[1]):
+        # the class is the warps that run some guarded code (every warp when a loop outside
+        # the partly run guards is reached); each guarded part's iterations are its own
+        # warp-iterations over those warps
+        active = max((a for _, _, a in partial_set), default=None)
+        if active is not None and (
+            _unguarded_loop(fn, blocks, loop_index, reach, partial_set)
+            or _guard_runs_beside(fn, dict(fixed_set), trips, reach, partial_set)
+        ):
+            active = warps
+        out.append(
+            BlockClass(
+                count,
+                dict(sorted(fixed_set)),
+                reach,
+                {i: (n, (active or 0) * trips[i]) for i, n, _ in sorted(partial_set)},
+                active,
+            )
         )
-        for (reach, fixed_set, partial_set), count in sorted(classes.items(), key=lambda kv: -kv[1])
-    )
+    return tuple(out)

@@ -397,11 +397,16 @@ class StageTimes:
         """(d, lambda, T) of a stage when ``share`` CTAs share the SM."""
         return share * self.issue, self.latency, share * self.math + self.math_startup
 
-    def wave_end(self, last_math_start: Any, t: Any, share: Any) -> Any:
-        """A wave's main part when ``share`` CTAs share the SM: its last MATH start, that
-        MATH (async-copy), T_EPILOGUE and the CTAs' C tiles through shared memory."""
+    def after_last_math(self, t: Any, share: Any, at: Any = slice(None)) -> Any:
+        """What a wave's main part adds after its last MATH start when ``share`` CTAs share
+        the SM: that MATH (async-copy), T_EPILOGUE and the CTAs' C tiles through shared
+        memory; ``at`` picks the configurations (every one by default)."""
         tail = t if self.tail_math else 0
-        return last_math_start + tail + self.epilogue + share * self.epilogue_per_cta
+        return tail + self.epilogue[at] + share * self.epilogue_per_cta[at]
+
+    def wave_end(self, last_math_start: Any, t: Any, share: Any) -> Any:
+        """A wave's main part when ``share`` CTAs share the SM (after_last_math)."""
+        return last_math_start + self.after_last_math(t, share)
 
     def stored(self, share: IntArray) -> Any:
         """The C store of a wave of ``share`` CTAs per SM."""

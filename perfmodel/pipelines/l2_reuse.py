@@ -338,9 +338,7 @@ def _simulate_waves(s: StageTimes) -> tuple[int, int]:
     for share in set(plan):
         durations = _durations(s, share)
         events = run_stages(durations, stages, depth)
-        tail = durations.math_ns if s.tail_math else 0
-        epilogue = int(s.epilogue[0]) + share * int(s.epilogue_per_cta[0])
-        main = events[-1].math_start_ns + tail + epilogue
+        main = events[-1].math_start_ns + int(s.after_last_math(durations.math_ns, share, 0))
         store = min(share * s.sm_count, int(s.ctas[0])) * int(s.store_per_cta[0])
         kinds[share] = (main, store, share * sum(e.math_wait_ns for e in events))
     elapsed, wait, draining = 0, 0, None
@@ -380,9 +378,7 @@ def _encode(s: StageTimes, configs: Configurations) -> RasterEncoding:
             key = f"c{i}"
             _constant_recurrences(a, wave, depth, window, key, d)
             last = _last_math_start(f"M_{wave}_{key}", stages, depth, window)
-            tail = d.math_ns if s.tail_math else 0
-            epilogue = int(s.epilogue[i]) + share * int(s.epilogue_per_cta[i])
-            main = f"(+ {last} {tail + epilogue})"
+            main = f"(+ {last} {int(s.after_last_math(d.math_ns, share, i))})"
             wait = f"(* {share} (- {last} {(stages - 1) * d.math_ns}))"
             store = min(share * s.sm_count, int(s.ctas[i])) * int(s.store_per_cta[i])
             waves[wave] = (main, wait, store)

@@ -265,16 +265,19 @@ class _LoopIndex:
         return self
 
 
-def _skips_forward(fn: Function, branch: int) -> bool:
+def _forward_target(fn: Function, branch: int) -> int | None:
+    """The index of the instruction ``branch`` jumps forward to; None for a backward branch or
+    a target outside the function."""
     target = fn.instructions[branch].branch_target
     t_idx = fn.label_index.get(target) if target is not None else None
-    return t_idx is not None and t_idx > branch
+    return t_idx if t_idx is not None and t_idx > branch else None
 
 
 def _skipped(fn: Function, branch: int) -> tuple[int, int]:
-    """The instructions a forward guard skips: (branch, target) exclusive."""
-    target = fn.instructions[branch].branch_target
-    return branch, fn.label_index.get(target, branch) if target is not None else branch
+    """The instructions a forward guard skips: (branch, target) exclusive (empty when the
+    branch does not jump forward)."""
+    t_idx = _forward_target(fn, branch)
+    return branch, t_idx if t_idx is not None else branch
 
 
 def _guard_runs_beside(
@@ -331,9 +334,8 @@ def _trip_of(fn: Function, index: _LoopIndex, counter: str, branch: int) -> int 
     at = index.defs_of.get(counter[len(ITER) :], [])
     block_of = index.block_of
     loops = [lp for lp in index.loops if any(block_of.get(i) in lp.blocks for i in at)]
-    target = fn.instructions[branch].branch_target
-    t_idx = fn.label_index.get(target) if target is not None else None
-    if not loops or t_idx is None or t_idx <= branch:
+    t_idx = _forward_target(fn, branch)
+    if not loops or t_idx is None:
         return None
     loop = max(loops, key=lambda lp: lp.depth)
     if block_of.get(branch) not in loop.blocks or block_of.get(t_idx) not in loop.blocks:
@@ -376,7 +378,7 @@ def block_classes(
         if not counters:
             # a guard outside any counted loop (an unrolled tile step): counted per warp
             # as one iteration when it skips code forward and depends on the thread
-            if _skips_forward(fn, i) and any(diff.coefs.get(t, 0) for t in _TID):
+            if _forward_target(fn, i) is not None and any(diff.coefs.get(t, 0) for t in _TID):
                 counted.append((i, pred[1], None, 1, negated))
             continue
         trip = _trip_of(fn, loop_index, counters[0], i)

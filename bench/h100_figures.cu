@@ -61,3 +61,36 @@ extern "C" __global__ void stream_read_unrolled(const float4* data, long long co
     }
     if (acc == 12345.678f) sink[0] = acc;
 }
+
+// Throughput of the u16 -> f32 conversion the dedispersion kernel runs per channel
+// (cvt.rn.f32.u16 in its PTX): eight independent chains per thread, a full grid; `control`
+// is the same loop with a bit cast in place of the conversion.
+#define CHAINS(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5) OP(6) OP(7)
+#define DECLARE(i) unsigned x##i = seed + threadIdx.x * 8 + i; float a##i = 0.0f;
+#define CONVERT(i) a##i += (float)(unsigned short)x##i; x##i += 3;
+#define CONVERT32(i) a##i += (float)x##i; x##i += 0x9e3779b9u;
+#define CAST(i) a##i += __uint_as_float(x##i & 0x3fffffffu); x##i += 3;
+
+extern "C" __global__ void convert_u16(unsigned seed, int iterations, float* out) {
+    CHAINS(DECLARE)
+    for (int s = 0; s < iterations; ++s) {
+        CHAINS(CONVERT)
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}
+
+extern "C" __global__ void convert_control(unsigned seed, int iterations, float* out) {
+    CHAINS(DECLARE)
+    for (int s = 0; s < iterations; ++s) {
+        CHAINS(CAST)
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}
+
+extern "C" __global__ void convert_u32(unsigned seed, int iterations, float* out) {
+    CHAINS(DECLARE)
+    for (int s = 0; s < iterations; ++s) {
+        CHAINS(CONVERT32)
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}

@@ -14,6 +14,8 @@ itself with the kernels of ``bench/h100_figures.cu`` (built here beforehand: ``n
   grid-strided, through L2, 4 MiB-48 MiB repeatedly (L2) and 4 GiB once (DRAM); bytes over the
   events' time, median of 5.
 - ``bandwidth_unrolled``: the same with four independent loads in flight per thread.
+- ``convert``: u16 -> f32 conversions (the dedispersion kernel's cvt.rn.f32.u16) per SM per
+  clock, eight independent chains per thread on a full grid, beside a control loop.
 - ``launch``: 2,000 empty kernels back to back, launched one by one and as one CUDA graph; the
   time per kernel.
 
@@ -98,6 +100,22 @@ def bandwidth(
     }
 
 
+def convert(cp: Any, module: Any, sms: int, mhz: float) -> dict[str, float]:
+    """Conversions per SM per clock of ``convert_u16`` (8 per thread per iteration), and the
+    control loop's time."""
+    threads, blocks, iterations = 256, sms * 8, 4096
+    out = cp.zeros(threads * blocks, dtype=cp.float32)
+    result: dict[str, float] = {}
+    for name in ("convert_u16", "convert_u32", "convert_control"):
+        kernel = module.get_function(name)
+        args = (cp.uint32(7), cp.int32(iterations), out)
+        ms = statistics.median(_events_ms(cp, lambda k=kernel, a=args: k((blocks,), (threads,), a)))
+        result[f"{name}_ms"] = ms
+        cycles = ms * 1e-3 * mhz * 1e6
+        result[f"{name}_per_sm_per_clock"] = threads * blocks * iterations * 8 / sms / cycles
+    return result
+
+
 def launch(cp: Any, module: Any) -> dict[str, float]:
     empty = module.get_function("empty_kernel")
     count = 2000
@@ -178,6 +196,7 @@ def main() -> None:
                 + [bandwidth(cp, module, 4096, 1, sms, "stream_read_unrolled")]
             ),
         ),
+        ("convert", lambda: convert(cp, module, sms, figures["clock"]["sm_clock_mhz"])),
         ("clock_after", lambda: clock(cp, module)),
     ]
     for name, step in steps:

@@ -1,7 +1,7 @@
 """What separates the GA10x boards (RTX A6000, RTX A4000) from the A100 on the dedispersion kernel.
 
-Usage: python -m bench.bench_ga10x [--cross] [--per-gpu 150] [--seed 20251127]
-           [--cache-dir DIR]
+Usage: python -m bench.bench_ga10x [--cross] [--what-if-i2fp] [--per-gpu 150]
+           [--seed 20251127] [--cache-dir DIR]
 
 Data: ``../shared/data/real-kernels/dedispersion/`` (read in place; PROVENANCE.md there), the
 same kernel measured for all 11,130 configurations on each GPU.
@@ -23,6 +23,11 @@ Also the A6000 / A4000 ratio (same SM, different L2: 6 vs 4 MB).
 Part 2 (``--cross``, the model): Spearman of /predict-kernel on each GPU's profile against
 that GPU's measured times, on each GPU's bench sample (bench_real_kernels: seed, sample and
 PTX build as there): whether a GPU's shortfall follows the GPU or the sample.
+
+Part 3 (``--what-if-i2fp``, the model with one change, not the shipped model): integer -> f32
+conversions costed at the profile's ``alu`` row instead of the ``cvt`` row, on each GPU's own
+sample (the H100 rows included): ptxas lowers the loop's cvt.rn.f32.u16 to I2FP.F32.U32 on
+sm_86 and sm_90 but to I2F.U16 on sm_80 (docs/model-notes.md, "GA10x against the A100").
 """
 
 from __future__ import annotations
@@ -37,12 +42,26 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
-from bench.bench_real_kernels import DATA, GPUS, KERNEL, TUNABLES, Row, read_rows, request_for
+import perfmodel.manybsp.predict as predict_module
+from bench.bench_real_kernels import (
+    DATA,
+    GPUS,
+    KERNEL,
+    TUNABLES,
+    Row,
+    metrics,
+    read_rows,
+    request_for,
+)
 from device_profiles.loader import PROFILE_DIR, load_profile_file
 from kperf_client.ptx_build import PtxBuilder
 from perfmodel.manybsp import device_from_profile, predict_kernel
+from perfmodel.manybsp.classify import Classified, classify
+from perfmodel.ptx import Instruction
 
 Key = tuple[int, ...]
+#: the shared datasets: every configuration measured on each
+SHARED = ("A100", "A6000", "A4000")
 
 
 def header_constants() -> dict[str, int]:
@@ -52,7 +71,7 @@ def header_constants() -> dict[str, int]:
 
 
 def by_config(gpu: str) -> dict[Key, Row]:
-    return {tuple(r.params[k] for k in TUNABLES): r for r in read_rows(DATA / GPUS[gpu][0])}
+    return {tuple(r.params[k] for k in TUNABLES): r for r in read_rows(GPUS[gpu][0])}
 
 
 def cycles_per_warp_channel(ms: float, gpu: str, warps: int, channels: int) -> float:
@@ -84,11 +103,11 @@ def grouped(
 def part1() -> list[str]:
     c = header_constants()
     warps = c["nr_samples"] * c["nr_dms"] // 32
-    data = {g: by_config(g) for g in GPUS}
+    data = {g: by_config(g) for g in SHARED}
     keys = sorted(data["A100"])
     lines = ["measured cycles per warp and channel per scheduler at the profile's clock", ""]
     lines += ["| GPU | median | min | p90 |", "|---|---|---|---|"]
-    for g in GPUS:
+    for g in SHARED:
         cyc = sorted(
             cycles_per_warp_channel(data[g][k].measured_ms, g, warps, c["nr_channels"])
             for k in keys
@@ -149,15 +168,16 @@ def part1() -> list[str]:
 
 
 def part2(per_gpu: int, seed: int, cache_dir: Path) -> list[str]:
-    data = {g: by_config(g) for g in GPUS}
+    data = {g: by_config(g) for g in SHARED}
     lines = ["Spearman of the model on a GPU's profile against that GPU's measured times", ""]
-    lines += ["| sample of | " + " | ".join(f"{g} profile" for g in GPUS) + " |"]
-    lines += ["|---|" + "---|" * len(GPUS)]
-    for sample_gpu in GPUS:
-        rows = read_rows(DATA / GPUS[sample_gpu][0])
+    lines += ["| sample of | " + " | ".join(f"{g} profile" for g in SHARED) + " |"]
+    lines += ["|---|" + "---|" * len(SHARED)]
+    for sample_gpu in SHARED:
+        rows = read_rows(GPUS[sample_gpu][0])
         sample = random.Random(f"{seed}:{sample_gpu}").sample(rows, min(per_gpu, len(rows)))
         cells = []
-        for gpu, (_csv, profile_id, arch) in GPUS.items():
+        for gpu in SHARED:
+            _csv, profile_id, arch = GPUS[gpu]
             figures = device_from_profile(load_profile_file(PROFILE_DIR / f"{profile_id}.json"))
             builder = PtxBuilder(
                 DATA / "dedispersion.cu", arch=arch, kernel=KERNEL, cache_dir=cache_dir
@@ -173,9 +193,54 @@ def part2(per_gpu: int, seed: int, cache_dir: Path) -> list[str]:
     return lines
 
 
+def int_to_f32_at_alu_rate(ins: Instruction) -> Classified | None:
+    """What-if classification: an integer -> f32 conversion costed as the profile's ``alu``
+    row (ptxas lowers cvt.rn.f32.u16 to I2FP.F32.U32 on sm_86 and sm_90, to I2F.U16 on sm_80;
+    docs/model-notes.md, "GA10x against the A100"); every other instruction as the model."""
+    c = classify(ins)
+    types = [m for m in ins.modifiers if m[:1] in "usbf" and m[1:].isdigit()]
+    is_int_to_f32 = len(types) >= 2 and types[0] == "f32" and types[1][:1] in "us"
+    if c is not None and c.class_key == "cvt" and is_int_to_f32:
+        return Classified("alu", c.kind)
+    return c
+
+
+def part3(per_gpu: int, seed: int, cache_dir: Path) -> list[str]:
+    lines = ["What-if: integer -> f32 conversions at the alu rate (each GPU's own sample)", ""]
+    lines += ["| GPU | classification | n | Spearman | median err | mean err | p90 err |"]
+    lines[-1] += " pred/meas |"
+    lines += ["|---|---|---|---|---|---|---|---|---|"]
+    for gpu, (path, profile_id, arch) in GPUS.items():
+        if arch == "sm_80":
+            continue  # ptxas keeps I2F.U16 there: the what-if does not apply
+        rows = read_rows(path)
+        sample = random.Random(f"{seed}:{gpu}").sample(rows, min(per_gpu, len(rows)))
+        figures = device_from_profile(load_profile_file(PROFILE_DIR / f"{profile_id}.json"))
+        assert figures.clock_mhz is not None
+        source = DATA / "dedispersion.cu"
+        builder = PtxBuilder(source, arch=arch, kernel=KERNEL, cache_dir=cache_dir)
+        requests = [request_for(r, builder, figures) for r in sample]
+        measured = [r.measured_ms for r in sample]
+        for name, rule in (("as the model", classify), ("I2FP at alu", int_to_f32_at_alu_rate)):
+            # the predictor's own name for its classifier, swapped for this what-if only
+            vars(predict_module)["classify"] = rule
+            try:
+                cycles = [predict_kernel(q).estimate.kernel_exec_cycle for q in requests]
+            finally:
+                vars(predict_module)["classify"] = classify
+            predicted = [c / figures.clock_mhz / 1e3 for c in cycles]
+            lines.append(f"| {gpu} | {name} | {metrics(predicted, measured).cells()} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cross", action="store_true", help="also the model on every sample")
+    parser.add_argument(
+        "--what-if-i2fp",
+        action="store_true",
+        help="also the model with integer -> f32 conversions at the alu rate",
+    )
     parser.add_argument("--per-gpu", type=int, default=150)
     parser.add_argument("--seed", type=int, default=20251127)
     parser.add_argument(
@@ -186,6 +251,9 @@ def main() -> None:
     if args.cross:
         print()
         print("\n".join(part2(args.per_gpu, args.seed, args.cache_dir)))
+    if args.what_if_i2fp:
+        print()
+        print("\n".join(part3(args.per_gpu, args.seed, args.cache_dir)))
 
 
 if __name__ == "__main__":

@@ -28,11 +28,13 @@ Part 3 (``--what-if-i2fp``, the model with one change, not the shipped model): i
 conversions costed at the profile's ``alu`` row instead of the ``cvt`` row, on each GPU's own
 sample (the H100 rows included): ptxas lowers the loop's cvt.rn.f32.u16 to I2FP.F32.U32 on
 sm_86 and sm_90 but to I2F.U16 on sm_80 (docs/model-notes.md, "GA10x against the A100").
+On sm_86 also with that and the LD/ST rows at 4 per scheduler (an uncited what-if).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import random
 import re
@@ -55,7 +57,7 @@ from bench.bench_real_kernels import (
 )
 from device_profiles.loader import PROFILE_DIR, load_profile_file
 from kperf_client.ptx_build import PtxBuilder
-from perfmodel.manybsp import device_from_profile, predict_kernel
+from perfmodel.manybsp import DeviceFigures, device_from_profile, predict_kernel
 from perfmodel.manybsp.classify import Classified, classify
 from perfmodel.ptx import Instruction
 
@@ -205,11 +207,27 @@ def int_to_f32_at_alu_rate(ins: Instruction) -> Classified | None:
     return c
 
 
+#: the LD/ST rows of the profiles (units and results per scheduler per cycle)
+LDST_ROWS = ("ld_global", "ld_global_nc", "st_global", "ld_shared", "st_shared")
+
+
+def with_ldst_per_scheduler(figures: DeviceFigures, lanes: int) -> DeviceFigures:
+    """What-if figures: every LD/ST row at ``lanes`` per scheduler (the GA10x profiles carry
+    the A100's 8 as an estimate; no public source for GA102/GA104 was found)."""
+    rows = tuple(
+        (k, dataclasses.replace(v, units_per_ws=lanes, throughput_per_ws=lanes))
+        if k in LDST_ROWS
+        else (k, v)
+        for k, v in figures.classes
+    )
+    return dataclasses.replace(figures, classes=rows)
+
+
 def part3(per_gpu: int, seed: int, cache_dir: Path) -> list[str]:
     lines = ["What-if: integer -> f32 conversions at the alu rate (each GPU's own sample)", ""]
     lines += ["| GPU | classification | n | Spearman | median err | mean err | p90 err |"]
     lines[-1] += " pred/meas |"
-    lines += ["|---|---|---|---|---|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|---|---|"]
     for gpu, (path, profile_id, arch) in GPUS.items():
         if arch == "sm_80":
             continue  # ptxas keeps I2F.U16 there: the what-if does not apply
@@ -221,11 +239,21 @@ def part3(per_gpu: int, seed: int, cache_dir: Path) -> list[str]:
         builder = PtxBuilder(source, arch=arch, kernel=KERNEL, cache_dir=cache_dir)
         requests = [request_for(r, builder, figures) for r in sample]
         measured = [r.measured_ms for r in sample]
-        for name, rule in (("as the model", classify), ("I2FP at alu", int_to_f32_at_alu_rate)):
+        variants = [
+            ("as the model", classify, figures),
+            ("I2FP at alu", int_to_f32_at_alu_rate, figures),
+        ]
+        if arch == "sm_86":
+            halved = with_ldst_per_scheduler(figures, 4)
+            variants.append(("I2FP at alu, LD/ST 4 per scheduler", int_to_f32_at_alu_rate, halved))
+        for name, rule, figs in variants:
             # the predictor's own name for its classifier, swapped for this what-if only
             vars(predict_module)["classify"] = rule
             try:
-                cycles = [predict_kernel(q).estimate.kernel_exec_cycle for q in requests]
+                cycles = [
+                    predict_kernel(dataclasses.replace(q, device=figs)).estimate.kernel_exec_cycle
+                    for q in requests
+                ]
             finally:
                 vars(predict_module)["classify"] = classify
             predicted = [c / figures.clock_mhz / 1e3 for c in cycles]

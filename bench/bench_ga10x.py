@@ -28,9 +28,10 @@ that GPU's measured times, on each GPU's bench sample (bench_real_kernels: seed,
 PTX build as there): whether a GPU's shortfall follows the GPU or the sample.
 
 Part 3 (``--what-if-i2fp``, the model with one change, not the shipped model): integer -> f32
-conversions costed at the profile's ``alu`` row instead of the ``cvt`` row, on each GPU's own
-sample (the H100 rows included): ptxas lowers the loop's cvt.rn.f32.u16 to I2FP.F32.U32 on
-sm_86 and sm_90 but to I2F.U16 on sm_80 (docs/model-notes.md, "GA10x against the A100").
+conversions costed at the profile's ``alu`` row instead of their own (``cvt_int_to_f32``,
+or ``cvt`` where the profile has none), on each GPU's own sample (the H100 rows included):
+ptxas lowers the loop's cvt.rn.f32.u16 to I2FP.F32.U32 on sm_86 and sm_90 but to I2F.U16 on
+sm_80 (docs/model-notes.md, "GA10x against the A100").
 On sm_86 also with that and the LD/ST rows at 4 per scheduler (an uncited what-if).
 """
 
@@ -203,9 +204,7 @@ def int_to_f32_at_alu_rate(ins: Instruction) -> Classified | None:
     row (ptxas lowers cvt.rn.f32.u16 to I2FP.F32.U32 on sm_86 and sm_90, to I2F.U16 on sm_80;
     docs/model-notes.md, "GA10x against the A100"); every other instruction as the model."""
     c = classify(ins)
-    types = [m for m in ins.modifiers if m[:1] in "usbf" and m[1:].isdigit()]
-    is_int_to_f32 = len(types) >= 2 and types[0] == "f32" and types[1][:1] in "us"
-    if c is not None and c.class_key == "cvt" and is_int_to_f32:
+    if c is not None and c.class_key == "cvt_int_to_f32":
         return Classified("alu", c.kind)
     return c
 

@@ -5,7 +5,9 @@ Each instruction maps to an *instruction class* (a key of the device profile's
 the latency tables: ``alu`` (add/and/mad.lo/mov/mul/sub/ld.param...), ``alu_half_rate``
 (neg/setp/selp/shl/shr: half throughput on Maxwell/Pascal, Table 1-6), ``branch``,
 ``branch_uniform``, ``fma_f32``, ``special_register`` (mov of %tid/%ctaid), ``cvt_to_64bit``,
-``cvt_from_64bit``, ``cvta``, ``dp_arith``, ``dp_fma``, ``sfu_div``, ``sfu_rcp``, ``sfu_sqrt``,
+``cvt_from_64bit``, ``cvt`` (float <-> integer), ``cvt_int`` (integer -> integer),
+``cvt_int_to_f32`` (8/16/32-bit integer -> f32; as ``cvt`` where a profile has no row of its
+own), ``cvta``, ``dp_arith``, ``dp_fma``, ``sfu_div``, ``sfu_rcp``, ``sfu_sqrt``,
 ``ld_global``, ``st_global``, ``ld_shared``, ``st_shared``.
 
 Documented fallback (reported as a warning, never an error): an opcode the tables have no row
@@ -59,6 +61,8 @@ _BIT_FALLBACK = frozenset(
         "madc",
     }
 )
+#: source types of cvt's integer -> f32 row (wider sources convert from 64 bits, Table 1-2)
+_INT_UP_TO_32 = frozenset({"u8", "u16", "u32", "s8", "s16", "s32"})
 _SFU_FALLBACK = frozenset({"ex2", "lg2", "sin", "cos", "tanh", "rsqrt"})
 _TENSOR = frozenset({"mma", "wmma"})
 _NO_COST = frozenset({"ret", "exit", "trap", "pmevent", "nanosleep", "fence", "membar"})
@@ -94,9 +98,10 @@ class Classified:
     #: without the device's figures for ``class_key``: uncosted (True) or the alu/ld fallback
     uncosted_without_figures: bool = False
     n_ma: int | None = None  # transactions per warp fixed by the opcode (ldmatrix/stmatrix)
-    #: the class that costs it, silently, when the device figures lack ``class_key`` (a
-    #: finer row than the paper's tables: the figures of older profiles stay as they were)
-    quiet_fallback: str | None = None
+    #: the classes that cost it, silently and in this order, when the device figures lack
+    #: ``class_key`` (a finer row than the paper's tables: the figures of older profiles stay
+    #: as they were)
+    quiet_fallback: tuple[str, ...] = ()
     #: the same, with this warning (the documented fallback of the paper's tables)
     noted_fallback: tuple[str, str] | None = None
 
@@ -147,13 +152,19 @@ def classify(ins: Instruction) -> Classified | None:
         if len(types) >= 2 and all(t[:1] in "usb" for t in types[:2]):
             # integer to integer: a move or sign extension, not the conversion datapath
             # (docs/model-notes.md, "Instruction classes of sm_80/sm_86/sm_90")
-            return Classified("cvt_int", InstructionKind.COMPUTE, quiet_fallback=old)
+            return Classified("cvt_int", InstructionKind.COMPUTE, quiet_fallback=(old,))
         if old != "alu":
             return Classified(old, InstructionKind.COMPUTE)
         # 32-bit conversions between float and integer types run on the conversion
         # datapath at a quarter of the SP rate on Ampere and Hopper (Programming Guide,
-        # throughput table); profiles without a ``cvt`` row cost them as ``alu`` as before
-        return Classified("cvt", InstructionKind.COMPUTE, quiet_fallback="alu")
+        # throughput table); profiles without a ``cvt`` row cost them as ``alu`` as before.
+        # Integer -> f32 has a row of its own where the device's lowering was measured
+        # (docs/model-notes.md, "Integer-to-f32 conversions on sm_90"), else it is a cvt.
+        if len(types) >= 2 and types[0] == "f32" and types[1] in _INT_UP_TO_32:
+            return Classified(
+                "cvt_int_to_f32", InstructionKind.COMPUTE, quiet_fallback=("cvt", "alu")
+            )
+        return Classified("cvt", InstructionKind.COMPUTE, quiet_fallback=("alu",))
     if op == "mov" and any(r.startswith(_SPECIAL_IDS) for o in ins.operands for r in o.registers):
         return Classified("special_register", InstructionKind.COMPUTE)
     is_f64 = "f64" in types
@@ -234,5 +245,7 @@ def _memory(ins: Instruction, space: str) -> Classified:
         reason = None
     if op in ("ld", "ldu") and space == "global" and ("nc" in ins.modifiers or op == "ldu"):
         # the read-only (texture) path: its own latency where the profile gives one
-        return Classified("ld_global_nc", InstructionKind.GLOBAL_MEMORY, quiet_fallback="ld_global")
+        return Classified(
+            "ld_global_nc", InstructionKind.GLOBAL_MEMORY, quiet_fallback=("ld_global",)
+        )
     return Classified("st_global" if store else "ld_global", InstructionKind.GLOBAL_MEMORY, reason)

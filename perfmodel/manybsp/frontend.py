@@ -206,8 +206,10 @@ def build_table(
         kind = c.kind
         sectors.append(0)
         levels.append("")
-        if key not in figures and c.quiet_fallback is not None:
-            key = c.quiet_fallback
+        if key not in figures and c.quiet_fallback:
+            # the first of the finer rows' fallbacks the device has (the last one otherwise,
+            # which then takes the warned fallback below)
+            key = next((k for k in c.quiet_fallback if k in figures), c.quiet_fallback[-1])
         elif key not in figures and c.noted_fallback is not None:
             key = c.noted_fallback[0]
             warnings.append(f"line {ins.line}: {c.noted_fallback[1]}")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import random
 import re
@@ -63,11 +64,15 @@ from device_profiles.loader import PROFILE_DIR, load_profile_file
 from kperf_client.ptx_build import PtxBuilder
 from perfmodel.manybsp import DeviceFigures, device_from_profile, predict_kernel
 from perfmodel.manybsp.classify import Classified, classify
+from perfmodel.manybsp.frontend import ClassFigures
+from perfmodel.manybsp.types import FunctionalUnit
 from perfmodel.ptx import Instruction
 
 Key = tuple[int, ...]
 #: the shared datasets: every configuration measured on each
 SHARED = ("A100", "A6000", "A4000")
+#: this project's H100 conversion measurement (bench/h100/README.md, figures3)
+FIGURES3 = Path(__file__).resolve().parent / "h100" / "figures3" / "figures.json"
 
 
 def header_constants() -> dict[str, int]:
@@ -225,14 +230,25 @@ def with_ldst_per_scheduler(figures: DeviceFigures, lanes: int) -> DeviceFigures
     return dataclasses.replace(figures, classes=rows)
 
 
+def with_measured_int_to_f32(figures: DeviceFigures) -> DeviceFigures:
+    """What-if figures: a ``cvt_int_to_f32`` row at this project's H100 measurement
+    (bench/h100/figures3: I2FP.F32.U32 at >= 35.2 per SM per clock, a lower bound, i.e. that
+    over n_ws per scheduler), on the SP column (16 lanes per scheduler sustain it, the 4-lane
+    SFU does not) at the profile's cvt latency (docs/model-notes.md, "Integer-to-f32
+    conversions on sm_90")."""
+    measured = json.loads(FIGURES3.read_text(encoding="utf-8"))["convert"]
+    per_scheduler = measured["convert_u32_per_sm_per_clock"] / figures.device.n_ws
+    cvt = figures.class_map()["cvt"]
+    row = ClassFigures(FunctionalUnit.SP, 16, round(per_scheduler, 1), cvt.latency_cycles)
+    return dataclasses.replace(figures, classes=(*figures.classes, ("cvt_int_to_f32", row)))
+
+
 def part3(per_gpu: int, seed: int, cache_dir: Path) -> list[str]:
-    lines = ["What-if: integer -> f32 conversions at the alu rate (each GPU's own sample)", ""]
+    lines = ["What-if: integer -> f32 conversions at another rate (each GPU's own sample)", ""]
     lines += ["| GPU | classification | n | Spearman | median err | mean err | p90 err |"]
-    lines[-1] += " pred/meas |"
-    lines += ["|---|---|---|---|---|---|---|---|"]
+    lines[-1] += " pred/meas | fallback warnings |"
+    lines += ["|---|---|---|---|---|---|---|---|---|"]
     for gpu, (path, profile_id, arch) in GPUS.items():
-        if arch == "sm_80":
-            continue  # ptxas keeps I2F.U16 there: the what-if does not apply
         rows = read_rows(path)
         sample = random.Random(f"{seed}:{gpu}").sample(rows, min(per_gpu, len(rows)))
         figures = device_from_profile(load_profile_file(PROFILE_DIR / f"{profile_id}.json"))
@@ -241,10 +257,14 @@ def part3(per_gpu: int, seed: int, cache_dir: Path) -> list[str]:
         builder = PtxBuilder(source, arch=arch, kernel=KERNEL, cache_dir=cache_dir)
         requests = [request_for(r, builder, figures) for r in sample]
         measured = [r.measured_ms for r in sample]
-        variants = [
-            ("as the model", classify, figures),
-            ("I2FP at alu", int_to_f32_at_alu_rate, figures),
-        ]
+        variants: list[tuple[str, Callable[[Instruction], Classified | None], DeviceFigures]]
+        variants = [("as the model", classify, figures)]
+        # ptxas keeps I2F.U16 on sm_80: the what-ifs apply to sm_86 and sm_90
+        if arch != "sm_80":
+            variants.append(("I2FP at alu", int_to_f32_at_alu_rate, figures))
+        if arch == "sm_90":
+            measured_row = with_measured_int_to_f32(figures)
+            variants.append(("I2FP at the measured sm_90 rate", classify, measured_row))
         if arch == "sm_86":
             halved = with_ldst_per_scheduler(figures, 4)
             variants.append(("I2FP at alu, LD/ST 4 per scheduler", int_to_f32_at_alu_rate, halved))
@@ -252,14 +272,15 @@ def part3(per_gpu: int, seed: int, cache_dir: Path) -> list[str]:
             # the predictor's own name for its classifier, swapped for this what-if only
             vars(predict_module)["classify"] = rule
             try:
-                cycles = [
-                    predict_kernel(dataclasses.replace(q, device=figs)).estimate.kernel_exec_cycle
-                    for q in requests
-                ]
+                results = [predict_kernel(dataclasses.replace(q, device=figs)) for q in requests]
             finally:
                 vars(predict_module)["classify"] = classify
-            predicted = [c / figures.clock_mhz / 1e3 for c in cycles]
-            lines.append(f"| {gpu} | {name} | {metrics(predicted, measured).cells()} |")
+            predicted = [r.estimate.kernel_exec_cycle / figures.clock_mhz / 1e3 for r in results]
+            # the documented fallbacks an answer names ("... costed as ..."), distinct texts
+            fallbacks = {w.split(": ", 1)[-1] for r in results for w in r.warnings}
+            fallbacks = {w for w in fallbacks if "costed as" in w}
+            cells = metrics(predicted, measured).cells()
+            lines.append(f"| {gpu} | {name} | {cells} | {len(fallbacks)} |")
     return lines
 
 
@@ -269,7 +290,7 @@ def main() -> None:
     parser.add_argument(
         "--what-if-i2fp",
         action="store_true",
-        help="also the model with integer -> f32 conversions at the alu rate",
+        help="also the model with integer -> f32 conversions at the alu and the measured rate",
     )
     parser.add_argument("--per-gpu", type=int, default=150)
     parser.add_argument("--seed", type=int, default=20251127)

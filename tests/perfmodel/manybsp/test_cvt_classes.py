@@ -8,22 +8,22 @@ float <-> integer / float <-> float conversions.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import dataclasses
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from device_profiles import default_profiles, get_profile
-from perfmodel.manybsp import PredictRequest, device_from_profile, predict_kernel
+from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile, predict_kernel
 from perfmodel.manybsp.classify import classify
+from perfmodel.manybsp.frontend import ClassFigures
+from perfmodel.manybsp.types import FunctionalUnit, InstructionCost
 from perfmodel.ptx import parse_module
 
 INTEGERS = ("u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64")
 FLOATS = ("f16", "f32", "f64")
 CVT_CLASSES = {"cvt", "cvt_int", "cvt_int_to_f32", "cvt_to_64bit", "cvt_from_64bit"}
-FIGURES3 = Path(__file__).resolve().parents[3] / "bench" / "h100" / "figures3" / "figures.json"
 
 
 def _bits(ty: str) -> int:
@@ -118,34 +118,48 @@ I2F_LINE, F2I_LINE = (
 )
 
 
-@pytest.mark.parametrize("device_id", sorted(default_profiles()))
-def test_fallback_without_the_row(device_id: str) -> None:
-    figures = device_from_profile(get_profile(device_id))
+def _conversions(figures: DeviceFigures) -> tuple[tuple[str, InstructionCost], ...]:
+    """(class key, cost) of KERNEL's integer -> f32 and f32 -> integer conversions."""
     result = predict_kernel(
         PredictRequest(KERNEL, figures, grid=(4, 1, 1), block=(128, 1, 1), registers_per_thread=8)
     )
-    rows = {c.line: (k, c) for k, c in zip(result.class_keys, result.costs, strict=True)}
-    (i2f_key, i2f), (f2i_key, f2i) = rows[I2F_LINE], rows[F2I_LINE]
     assert not [w for w in result.warnings if f"line {I2F_LINE}:" in w or f"line {F2I_LINE}:" in w]
-    own = dict(figures.classes)
+    rows = {c.line: (k, c) for k, c in zip(result.class_keys, result.costs, strict=True)}
+    return rows[I2F_LINE], rows[F2I_LINE]
+
+
+def _figures(cost: InstructionCost) -> tuple[object, ...]:
+    return (cost.fu, cost.units_per_ws, cost.throughput_per_ws, cost.latency_cycles)
+
+
+@pytest.mark.parametrize("device_id", sorted(default_profiles()))
+def test_without_a_row_it_costs_what_the_conversion_row_costs(device_id: str) -> None:
+    figures = device_from_profile(get_profile(device_id))
+    own = figures.class_map()
+    (i2f_key, i2f), (f2i_key, f2i) = _conversions(figures)
     if "cvt_int_to_f32" in own:
         assert i2f_key == "cvt_int_to_f32"
         return
-    # without its own row the integer -> f32 conversion costs what the f32 -> integer one does
     assert i2f_key == f2i_key == ("cvt" if "cvt" in own else "alu")
-    assert (i2f.fu, i2f.throughput_per_ws, i2f.latency_cycles) == (
-        f2i.fu,
-        f2i.throughput_per_ws,
-        f2i.latency_cycles,
+    assert _figures(i2f) == _figures(f2i)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    device_id=st.sampled_from(sorted(default_profiles())),
+    per_scheduler=st.floats(0.5, 32.0),
+    latency=st.integers(1, 40),
+)
+def test_a_row_of_its_own_costs_only_the_integer_to_f32_conversion(
+    device_id: str, per_scheduler: float, latency: int
+) -> None:
+    base = device_from_profile(get_profile(device_id))
+    row = ClassFigures(FunctionalUnit.SP, 16, per_scheduler, float(latency))
+    figures = dataclasses.replace(
+        base,
+        classes=(*(c for c in base.classes if c[0] != "cvt_int_to_f32"), ("cvt_int_to_f32", row)),
     )
-
-
-def test_h100_row_is_the_measured_rate_on_a_unit_that_sustains_it() -> None:
-    measured = json.loads(FIGURES3.read_text())["convert"]["convert_u32_per_sm_per_clock"]
-    figures = device_from_profile(get_profile("h100"))
-    row = dict(figures.classes)["cvt_int_to_f32"]
-    n_ws = figures.device.n_ws
-    # the measured lower bound per warp scheduler, not a rate above it
-    assert row.throughput_per_ws == pytest.approx(measured / n_ws, abs=0.05)
-    assert row.units_per_ws * n_ws >= measured  # more lanes than the measured rate needs
-    assert row.throughput_per_ws > dict(figures.classes)["cvt"].throughput_per_ws
+    (i2f_key, i2f), (_, f2i) = _conversions(figures)
+    assert i2f_key == "cvt_int_to_f32"
+    assert _figures(i2f) == (FunctionalUnit.SP, 16, per_scheduler, float(latency))
+    assert _figures(f2i) == _figures(_conversions(base)[1][1])  # the reverse one unchanged

@@ -1,6 +1,7 @@
 """What separates the GA10x boards (RTX A6000, RTX A4000) from the A100 on the dedispersion kernel.
 
 Usage: python -m bench.bench_ga10x [--cross] [--what-if-i2fp] [--per-gpu 150]
+           [--gpus A100,A6000,A4000,H100]
            [--seed 20251127] [--cache-dir DIR]
 
 Data: ``../shared/data/real-kernels/dedispersion/`` (read in place; PROVENANCE.md there), the
@@ -32,7 +33,11 @@ conversions costed at the profile's ``alu`` row instead of their own (``cvt_int_
 or ``cvt`` where the profile has none), on each GPU's own sample (the H100 rows included):
 ptxas lowers the loop's cvt.rn.f32.u16 to I2FP.F32.U32 on sm_86 and sm_90 but to I2F.U16 on
 sm_80 (docs/model-notes.md, "GA10x against the A100").
-On sm_86 also with that and the LD/ST rows at 4 per scheduler (an uncited what-if).
+On sm_86 also with that and the LD/ST rows at 4 per scheduler (an uncited what-if). On sm_90
+also with a ``cvt_int_to_f32`` row at this project's H100 measurement (bench/h100/figures3),
+and for each H100 variant a diagnostic: the prediction less what eq. (24) puts above each
+block class's throughput floor. Every variant counts the distinct "costed as" fallback
+warnings its answers carry (the A100 only "as the model": ptxas keeps I2F.U16 on sm_80).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from kperf_client.ptx_build import PtxBuilder
 from perfmodel.manybsp import DeviceFigures, device_from_profile, predict_kernel
 from perfmodel.manybsp.classify import Classified, classify
 from perfmodel.manybsp.frontend import ClassFigures
+from perfmodel.manybsp.predict import PredictResult
 from perfmodel.manybsp.types import FunctionalUnit
 from perfmodel.ptx import Instruction
 
@@ -243,12 +249,25 @@ def with_measured_int_to_f32(figures: DeviceFigures) -> DeviceFigures:
     return dataclasses.replace(figures, classes=(*figures.classes, ("cvt_int_to_f32", row)))
 
 
-def part3(per_gpu: int, seed: int, cache_dir: Path) -> list[str]:
+def without_class_latency_excess(result: PredictResult, launch_cycles: float) -> float:
+    """Diagnostic, not a model: the prediction less what eq. (24)'s blocks term puts above
+    each block class's throughput floor (how much of an answer the classes' latency terms
+    decide; docs/model-notes.md, "Integer-to-f32 conversions on sm_90")."""
+    excess = 0.0
+    for c in result.block_classes:
+        e = c.estimate
+        bound = e.kernel_exec_cycle - launch_cycles - e.novlp / 2
+        excess += max(0.0, bound - e.throughput_floor_cycles)
+    return result.estimate.kernel_exec_cycle - excess
+
+
+def part3(per_gpu: int, seed: int, cache_dir: Path, gpus: Sequence[str]) -> list[str]:
     lines = ["What-if: integer -> f32 conversions at another rate (each GPU's own sample)", ""]
     lines += ["| GPU | classification | n | Spearman | median err | mean err | p90 err |"]
     lines[-1] += " pred/meas | fallback warnings |"
     lines += ["|---|---|---|---|---|---|---|---|---|"]
-    for gpu, (path, profile_id, arch) in GPUS.items():
+    for gpu in gpus:
+        path, profile_id, arch = GPUS[gpu]
         rows = read_rows(path)
         sample = random.Random(f"{seed}:{gpu}").sample(rows, min(per_gpu, len(rows)))
         figures = device_from_profile(load_profile_file(PROFILE_DIR / f"{profile_id}.json"))
@@ -281,6 +300,11 @@ def part3(per_gpu: int, seed: int, cache_dir: Path) -> list[str]:
             fallbacks = {w for w in fallbacks if "costed as" in w}
             cells = metrics(predicted, measured).cells()
             lines.append(f"| {gpu} | {name} | {cells} | {len(fallbacks)} |")
+            if arch == "sm_90":  # where the conversion floor no longer hides them
+                launch = figs.device.block_launch_overhead_cycles
+                floors = [without_class_latency_excess(r, launch) for r in results]
+                cells = metrics([c / figures.clock_mhz / 1e3 for c in floors], measured).cells()
+                lines.append(f"| {gpu} | {name}, classes' eq. (24) excess removed | {cells} | |")
     return lines
 
 
@@ -293,6 +317,7 @@ def main() -> None:
         help="also the model with integer -> f32 conversions at the alu and the measured rate",
     )
     parser.add_argument("--per-gpu", type=int, default=150)
+    parser.add_argument("--gpus", default=",".join(GPUS), help="the GPUs of part 3")
     parser.add_argument("--seed", type=int, default=20251127)
     parser.add_argument(
         "--cache-dir", type=Path, default=Path.home() / ".cache" / "kperf" / "ptx-dedispersion"
@@ -304,7 +329,7 @@ def main() -> None:
         print("\n".join(part2(args.per_gpu, args.seed, args.cache_dir)))
     if args.what_if_i2fp:
         print()
-        print("\n".join(part3(args.per_gpu, args.seed, args.cache_dir)))
+        print("\n".join(part3(args.per_gpu, args.seed, args.cache_dir, args.gpus.split(","))))
 
 
 if __name__ == "__main__":

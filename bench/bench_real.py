@@ -17,6 +17,9 @@ Per dataset and GPU (profile, SMs, dtype as each dataset's PROVENANCE.md reads):
 Errors are |predicted / measured - 1|. Datasets:
 - xla_sm90_tf32: 375 shapes (b in {1,2,4}), XLA's fastest kernel, tf32, no configuration:
   profile h100, nvMMH H100_SXM.
+- h100_torch_{tf32,bf16,fp32}: the same 375 shapes through torch.matmul (cuBLAS) on the H100
+  SXM lent to this project (bench/h100/run1, our own measurement, not ../shared): profile
+  h100, nvMMH H100_SXM (TST, BSB, SSS).
 - neusight_linear_train: cuBLAS fp32 (FFMA) per GPU, configuration from the kernel name (tile
   from ``*_sgemm_AxB_*``: tile_n A, tile_m B, tile_k 8, depth 2, split_k = grid_z, group_m 1;
   threads per CTA = block_x, which bounds the CTAs resident per SM); PyTorch calls timed with
@@ -104,6 +107,27 @@ def xla() -> Case:
         ]
     device = memory_model_device(get_profile("h100"), "tf32")
     return Case("xla_sm90_tf32", "H100 (sm_90)", device, runs, nvmmh=_nvmmh("H100_SXM", "TST"))
+
+
+#: this project's own H100 SXM timings (bench/h100/README.md): torch.matmul over the XLA shapes
+H100_TORCH = Path(__file__).resolve().parent / "h100/run1/torch_matmul.csv"
+#: torch dtype -> nvMatmulHeuristics precision (inputs, compute, output)
+H100_PRECISION = {"tf32": "TST", "bf16": "BSB", "fp32": "SSS"}
+
+
+def h100_torch(dtype: str) -> Case:
+    """torch.matmul (cuBLAS's pick) on the lent H100 SXM, one dtype, no configuration."""
+    with open(H100_TORCH, encoding="utf-8") as f:
+        runs = [
+            LibraryRun(
+                int(r["m"]), int(r["n"]), int(r["k"]), dtype, float(r["median_us"]), int(r["b"])
+            )
+            for r in csv.DictReader(f)
+            if r["dtype"] == dtype
+        ]
+    device = memory_model_device(get_profile("h100"), dtype)
+    nvmmh = _nvmmh("H100_SXM", H100_PRECISION[dtype])
+    return Case(f"h100_torch_{dtype}", "H100 SXM (ours)", device, runs, nvmmh=nvmmh)
 
 
 #: PyTorch 2.1's cuBLASLt workspace (pytorch/pytorch pull requests 73439, 2022: 1 MiB; 101145,
@@ -445,6 +469,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     builders: list[tuple[str, Callable[[], Case]]] = [("xla_sm90_tf32", xla)]
+    builders += [(f"h100_torch_{d}", functools.partial(h100_torch, d)) for d in H100_PRECISION]
     builders += [
         (
             "neusight_linear_train",

@@ -6,6 +6,9 @@ Usage: python -m bench.bench_real_kernels [--per-gpu 150] [--seed 20251127] [--c
 Data: ``../shared/data/real-kernels/dedispersion/`` (read in place, never copied; PROVENANCE.md
 there): Kernel Tuner brute-force caches of one dedispersion kernel on an A100-PCIE-40GB, an RTX
 A6000 and an RTX A4000, 11,130 configurations each, mean of 32 launches, clocks not locked.
+H100: this project's own timings of 449 of those configurations on an H100 SXM
+(``bench/h100/run4``, median of 5 launches; bench/h100/README.md), an outside check of the
+sm_90 profile, not one of the shared datasets.
 
 Per GPU, a seeded sample of ``--per-gpu`` configurations is built to PTX as Kernel Tuner built
 it (kperf_client.ptx_build: prefixed defines, the channel-loop pragma removed, nvcc -ptx for
@@ -45,11 +48,13 @@ from perfmodel.manybsp import DeviceFigures, PredictRequest, device_from_profile
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "real-kernels" / "dedispersion"
 KERNEL = "dedispersion_kernel"
-#: cache GPU name -> (CSV file, profile id, nvcc arch)
-GPUS: dict[str, tuple[str, str, str]] = {
-    "A100": ("dedispersion_A100.csv", "a100", "sm_80"),
-    "A6000": ("dedispersion_A6000.csv", "rtx-a6000", "sm_86"),
-    "A4000": ("dedispersion_A4000.csv", "rtx-a4000", "sm_86"),
+#: GPU -> (CSV file, profile id, nvcc arch); the H100 rows are this project's own timings of
+#: 449 of the configurations on a lent H100 SXM (bench/h100/README.md, run4: 5 launches each)
+GPUS: dict[str, tuple[Path, str, str]] = {
+    "A100": (DATA / "dedispersion_A100.csv", "a100", "sm_80"),
+    "A6000": (DATA / "dedispersion_A6000.csv", "rtx-a6000", "sm_86"),
+    "A4000": (DATA / "dedispersion_A4000.csv", "rtx-a4000", "sm_86"),
+    "H100": (REPO / "bench/h100/run4/dedispersion_h100.csv", "h100", "sm_90"),
 }
 TUNABLES = (
     "block_size_x",
@@ -154,8 +159,8 @@ def residuals_by_tunable(sample: Sequence[Row], predicted_ms: Sequence[float]) -
 def run_gpu(
     gpu: str, per_gpu: int, seed: int, n_calibrate: int, cache_dir: Path, residuals: bool = False
 ) -> tuple[Metrics, Metrics | None, float]:
-    csv_name, profile_id, arch = GPUS[gpu]
-    rows = read_rows(DATA / csv_name)
+    csv_path, profile_id, arch = GPUS[gpu]
+    rows = read_rows(csv_path)
     sample = random.Random(f"{seed}:{gpu}").sample(rows, min(per_gpu, len(rows)))
     profile = load_profile_file(PROFILE_DIR / f"{profile_id}.json")
     figures = device_from_profile(profile)

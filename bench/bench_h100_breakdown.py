@@ -228,6 +228,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--every", type=int, default=1, help="predict every N-th shape only")
     args = parser.parse_args(argv)
+    if not XLA.exists():
+        print(f"skipped: {XLA} absent")
+        return
     print(f"command: {command_line()}\n")
 
     gap = launch_gap_us()

@@ -250,15 +250,16 @@ def with_measured_int_to_f32(figures: DeviceFigures) -> DeviceFigures:
 
 
 def without_class_latency_excess(result: PredictResult, launch_cycles: float) -> float:
-    """Diagnostic, not a model: the prediction less what eq. (24)'s blocks term puts above
-    each block class's throughput floor (how much of an answer the classes' latency terms
-    decide; docs/model-notes.md, "Integer-to-f32 conversions on sm_90")."""
-    excess = 0.0
-    for c in result.block_classes:
-        e = c.estimate
-        bound = e.kernel_exec_cycle - launch_cycles - e.novlp / 2
-        excess += max(0.0, bound - e.throughput_floor_cycles)
-    return result.estimate.kernel_exec_cycle - excess
+    """Diagnostic, not a model: the prediction with every block class at its throughput floor
+    (one launch, the longest drain, the classes' floors: no latency-bound term at all; how
+    much of an answer the classes' latency terms decide; docs/model-notes.md, "Integer-to-f32
+    conversions on sm_90")."""
+    if not result.block_classes:
+        return result.estimate.kernel_exec_cycle
+    tail = max(c.estimate.novlp / 2 for c in result.block_classes)
+    return (
+        launch_cycles + tail + sum(c.estimate.throughput_floor_cycles for c in result.block_classes)
+    )
 
 
 def part3(per_gpu: int, seed: int, cache_dir: Path, gpus: Sequence[str]) -> list[str]:

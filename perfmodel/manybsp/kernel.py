@@ -330,16 +330,20 @@ def kernel_from_totals(
         kernel_exec_cycle=kernel,
         equation=equation,
         throughput_floor_cycles=floor,
+        latency_bound_cycles=terms.blocks + terms.rounds,
     )
 
 
 def sum_block_classes(estimates: Sequence[KernelEstimate], device: ManyBspDevice) -> float:
     """kernel_exec_cycle of a grid whose blocks fall into classes (each estimated as its own
-    grid): the classes' times add; on profiles with a throughput floor the launch of the
-    first block and the longest drain count once, not once per class."""
-    total = sum(e.kernel_exec_cycle for e in estimates)
+    grid). Without a throughput floor the classes' times add. With one, eq. (18)-(20) average
+    every block's profile into one eq. (24) for the whole grid: its latency-bound terms add
+    over the classes, so do their floors, and the max of the two is taken once, so that one
+    class's latency overlaps another's slack (docs/model-notes.md, "Block classes share the
+    SMs"); the launch of the first block and the longest drain count once."""
     if device.sector_bytes is None or not estimates:
-        return total
-    tails = [e.novlp / 2 for e in estimates]
-    once = device.block_launch_overhead_cycles
-    return total - len(estimates) * once - sum(tails) + once + max(tails)
+        return sum(e.kernel_exec_cycle for e in estimates)
+    latency = sum(e.latency_bound_cycles for e in estimates)
+    floor = sum(e.throughput_floor_cycles for e in estimates)
+    tail = max(e.novlp / 2 for e in estimates)
+    return device.block_launch_overhead_cycles + tail + max(latency, floor)

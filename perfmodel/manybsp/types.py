@@ -185,3 +185,6 @@ class KernelEstimate:
     #: the grid's warps at full issue/unit throughput (0: not evaluated); kernel_exec_cycle
     #: is never below it
     throughput_floor_cycles: float = 0.0
+    #: eq. (24)/(25)'s latency-bound addends (blocks + rounds terms) before the max with the
+    #: throughput floor; block classes add these over the grid before taking that max
+    latency_bound_cycles: float = 0.0

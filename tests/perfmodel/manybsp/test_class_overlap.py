@@ -1,8 +1,8 @@
 """Block classes share the SMs: a class's latency-bound excess is hidden by another class's
 slack below its throughput floor (eq. (18)-(20): one eq. (24) over every block's profile).
 
-Each class alone is checked against eq. (24) term by term (kernel_terms, from the class's own
-comp, rho, K and w); the grid of two classes against those terms, not against the sum."""
+Each class alone is checked against eq. (24)'s blocks term written out here (from the class's
+own comp, rho and w); the grid of two classes against those terms, not against the sum."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from perfmodel.manybsp import device_from_profile
 from perfmodel.manybsp.kernel import (
     BlockTotals,
     kernel_from_totals,
-    kernel_terms,
+    occupancy_rho,
     sum_block_classes,
     throughput_floor,
 )
@@ -45,22 +45,12 @@ def _totals(w: int, comp: float, comm: float, warp_cycles: float, threads: int) 
 
 
 def _bounds(totals: BlockTotals, launch: LaunchShape, dev: ManyBspDevice) -> tuple[float, float]:
-    """(eq. (24)'s latency-bound blocks term, throughput floor) of one class, computed from the
-    paper's equation with the class's own figures."""
-    e = kernel_from_totals(totals, launch, dev)
-    terms = kernel_terms(
-        block_launch_overhead_cycles=dev.block_launch_overhead_cycles,
-        n_b=launch.n_b,
-        n_sm=dev.n_sm,
-        comp=e.comp,
-        novlp=e.novlp,
-        rho=e.rho,
-        K=e.K,
-        tau=min(e.tau, e.rho),
-        mu=dev.mu,
-        interleaved_warps=totals.w,
-    )
-    return terms.blocks + terms.rounds, throughput_floor(totals, launch, dev)
+    """(eq. (24)'s latency-bound blocks term, throughput floor) of one class on its own:
+    n_b / n_sm x comp / min(mu, (1 + rho w) / 2), comp by eq. (5) and (19)."""
+    comp = totals.w * dev.warp_launch_overhead_cycles + totals.parallel_comp
+    comp += totals.block_bar_ovh
+    overlap = min(dev.mu, (1 + occupancy_rho(launch, dev) * totals.w) / 2)
+    return launch.n_b / dev.n_sm * comp / overlap, throughput_floor(totals, launch, dev)
 
 
 def _estimate(totals: BlockTotals, launch: LaunchShape) -> KernelEstimate:

@@ -247,7 +247,7 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
     bound = max(evaluations, key=lambda e: e.estimate.kernel_exec_cycle)
     table, analysis, est = bound.table, bound.analysis, bound.estimate
     if class_evaluations:
-        # the classes' blocks all run: their times add up (each term of eq. (24) per class)
+        # the classes share the SMs: one eq. (24) for the grid (kernel.sum_block_classes)
         est = dataclasses.replace(
             est,
             kernel_exec_cycle=sum_block_classes([e.estimate for e in class_evaluations], dev),

@@ -254,6 +254,7 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
             throughput_floor_cycles=sum(
                 e.estimate.throughput_floor_cycles for e in class_evaluations
             ),
+            latency_bound_cycles=sum(e.estimate.latency_bound_cycles for e in class_evaluations),
         )
     clock = req.clock_mhz if req.clock_mhz is not None else figs.clock_mhz
     # inf or nan cannot travel in JSON (they would reach the client as null in a number field)

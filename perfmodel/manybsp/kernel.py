@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfmodel.manybsp.types import (
     UNIT_COLUMNS,
@@ -334,16 +334,30 @@ def kernel_from_totals(
     )
 
 
-def sum_block_classes(estimates: Sequence[KernelEstimate], device: ManyBspDevice) -> float:
-    """kernel_exec_cycle of a grid whose blocks fall into classes (each estimated as its own
-    grid). Without a throughput floor the classes' times add. With one, eq. (18)-(20) average
-    every block's profile into one eq. (24) for the whole grid: its latency-bound terms add
-    over the classes, so do their floors, and the max of the two is taken once, so that one
-    class's latency overlaps another's slack (docs/model-notes.md, "Block classes share the
-    SMs"); the launch of the first block and the longest drain count once."""
-    if device.sector_bytes is None or not estimates:
-        return sum(e.kernel_exec_cycle for e in estimates)
+def combine_block_classes(
+    base: KernelEstimate, estimates: Sequence[KernelEstimate], device: ManyBspDevice
+) -> KernelEstimate:
+    """``base`` with the grid's time, throughput floor and latency-bound terms of a grid
+    whose blocks fall into classes (each estimated as its own grid). Without a throughput
+    floor the classes' times add. With one, eq. (18)-(20) average every block's profile into
+    one eq. (24) for the whole grid: its latency-bound terms add over the classes, so do
+    their floors, and the max of the two is taken once, so that one class's latency overlaps
+    another's slack (docs/model-notes.md, "Block classes share the SMs"); the launch of the
+    first block and the longest drain count once."""
     latency = sum(e.latency_bound_cycles for e in estimates)
     floor = sum(e.throughput_floor_cycles for e in estimates)
-    tail = max(e.novlp / 2 for e in estimates)
-    return device.block_launch_overhead_cycles + tail + max(latency, floor)
+    if device.sector_bytes is None or not estimates:
+        kernel = sum(e.kernel_exec_cycle for e in estimates)
+    else:
+        tail = max(e.novlp / 2 for e in estimates)
+        kernel = device.block_launch_overhead_cycles + tail + max(latency, floor)
+    return replace(
+        base, kernel_exec_cycle=kernel, throughput_floor_cycles=floor, latency_bound_cycles=latency
+    )
+
+
+def sum_block_classes(estimates: Sequence[KernelEstimate], device: ManyBspDevice) -> float:
+    """kernel_exec_cycle of a grid whose blocks fall into classes (combine_block_classes)."""
+    if not estimates:
+        return 0.0
+    return combine_block_classes(estimates[0], estimates, device).kernel_exec_cycle

@@ -12,7 +12,7 @@ from perfmodel.manybsp.block import analyse_block
 from perfmodel.manybsp.classify import Classified, classify
 from perfmodel.manybsp.device import DeviceFigures
 from perfmodel.manybsp.frontend import FrontEndResult, LaunchContext, build_table
-from perfmodel.manybsp.kernel import estimate_kernel, sum_block_classes
+from perfmodel.manybsp.kernel import combine_block_classes, estimate_kernel
 from perfmodel.manybsp.ptxas import PtxasUnavailable, ptxas_registers
 from perfmodel.manybsp.types import (
     BlockAnalysis,
@@ -247,15 +247,8 @@ def predict_kernel(req: PredictRequest) -> PredictResult:
     bound = max(evaluations, key=lambda e: e.estimate.kernel_exec_cycle)
     table, analysis, est = bound.table, bound.analysis, bound.estimate
     if class_evaluations:
-        # the classes share the SMs: one eq. (24) for the grid (kernel.sum_block_classes)
-        est = dataclasses.replace(
-            est,
-            kernel_exec_cycle=sum_block_classes([e.estimate for e in class_evaluations], dev),
-            throughput_floor_cycles=sum(
-                e.estimate.throughput_floor_cycles for e in class_evaluations
-            ),
-            latency_bound_cycles=sum(e.estimate.latency_bound_cycles for e in class_evaluations),
-        )
+        # the classes share the SMs: one eq. (24) for the grid
+        est = combine_block_classes(est, [e.estimate for e in class_evaluations], dev)
     clock = req.clock_mhz if req.clock_mhz is not None else figs.clock_mhz
     # inf or nan cannot travel in JSON (they would reach the client as null in a number field)
     numbers: list[object] = []

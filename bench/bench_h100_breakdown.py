@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.bench_h100_triton import read_sweep
 from bench.common import command_line
 from device_profiles import get_profile
 from device_profiles.memory import memory_model_device
@@ -97,19 +98,16 @@ def l2_marginal_gb_per_s() -> tuple[float, list[str]]:
     """The L2 bandwidth a GEMM's loads reach (module docstring) and one line per pair."""
     lines, plateaus = [], []
     for run in ("run2", "run3"):
-        with open(H100 / run / "triton_sweep.csv", encoding="utf-8") as f:
-            rows = [r for r in csv.DictReader(f) if r["dtype"] == "bf16" and not r["error"]]
-        t = {
-            tuple(int(r[c]) for c in ("m", "n", "k", "block_m", "block_n", "block_k"))
-            + (r["stages"], r["group_m"], r["num_warps"]): float(r["median_us"])
-            for r in rows
-        }
+        shapes = read_sweep(H100 / run / "triton_sweep.csv")["bf16"]
         for m, n, k1, k2 in TRITON_PAIRS:
+            # one tiling (configuration and warps) at both k
+            longer = {(r.config, r.threads_per_cta): r for r in shapes[(m, n, k2)]}
             rates = []
-            for key, t1 in t.items():
-                if key[:3] != (m, n, k1) or (m, n, k2, *key[3:]) not in t:
+            for short in shapes[(m, n, k1)]:
+                long = longer.get((short.config, short.threads_per_cta))
+                if short.config is None or long is None:
                     continue
-                tm, tn, tk = key[3:6]
+                tm, tn, tk = short.config[:3]
                 ctas = -(-m // tm) * -(-n // tn)
 
                 def requested(
@@ -117,7 +115,7 @@ def l2_marginal_gb_per_s() -> tuple[float, list[str]]:
                 ) -> int:
                     return ctas * (tm + tn) * (-(-k // tk) * tk) * 2  # bf16: 2 bytes
 
-                extra_us = t[(m, n, k2, *key[3:])] - t1
+                extra_us = long.measured_time_us - short.measured_time_us
                 if extra_us > 0:
                     rates.append((requested(k2) - requested(k1)) / extra_us / 1e3)
             rates.sort(reverse=True)

@@ -1,6 +1,6 @@
 """Wall time of a configuration-less calibration of 16 runs (issue 24's speed target, <= 10 s).
 
-Usage: python -m bench.bench_configless_fit [--repeats 3] [--append]
+Usage: python -m bench.bench_configless_fit [--repeats 3] [--record]
 
 The 16 runs are unbatched XLA sm_90 TF32 shapes (seed 0; POST /calibrate has no batch), fitted
 on the h100 profile two ways in the same run: POST /calibrate over HTTP (an in-process service
@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from bench.bench_real import xla
-from bench.common import append_results, command_line
+from bench.common import command_line, record_results
 from perfmodel.calibration.configless import LibraryRun, fit
 
 
@@ -72,7 +72,9 @@ def _descendants_cpu_s() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--append", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--record", action="store_true", help="replace its section of bench/RESULTS.md"
+    )
     args = parser.parse_args()
     case = xla()
     unbatched = [r for r in case.runs if r.batch == 1]
@@ -118,11 +120,13 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     print(report)
-    if args.append:
-        append_results(
-            "Configuration-less calibration of 16 runs over HTTP",
-            "Issue 24 item 5's speed target (<= 10 s), POST /calibrate end to end beside the "
-            f"core's fit, same run:\n\n```\n{report}\n```\n",
+    if args.record:
+        record_results(
+            "Calibration",
+            command_line(),
+            "Speed target <= 10 s: POST /calibrate end to end beside the core's fit, same "
+            f"run:\n\n```\n{report}\n```",
+            "Configuration-less calibration of 16 runs",
         )
 
 

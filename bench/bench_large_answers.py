@@ -40,7 +40,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 # run as a script (bench/ on sys.path): the request is built from the tests' paper data
 sys.path.insert(0, str(REPO))
-from bench.common import append_results, command_line  # noqa: E402
+from bench.common import command_line, record_results  # noqa: E402
 from bench.load_test import free_port, percentile, rss_bytes  # noqa: E402
 from tests.paper_cases import large_answer_body  # noqa: E402
 
@@ -285,7 +285,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cache-memory-bytes", type=int, default=64 * MIB)
     parser.add_argument("--repeat", type=int, default=1, help="whole runs, each on a fresh server")
-    parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--record", action="store_true", help="replace its section of bench/RESULTS.md"
+    )
     args = parser.parse_args()
     command = command_line()
     body = large_answer_body(args.extra_instructions)
@@ -305,12 +307,14 @@ def main() -> int:
     if args.repeat > 1:
         print(summary)
     if args.record:
-        append_results(
-            f"Large answers: {args.concurrency} concurrent cache hits (detail={args.detail}, "
-            f"store {args.store})",
+        record_results(
+            "Memory bounds",
+            command,
             texts[0]
             if args.repeat == 1
             else "\n\n".join(f"Run {i + 1}: {t}" for i, t in enumerate(texts)) + "\n\n" + summary,
+            f"Large answers: {args.concurrency} concurrent cache hits (detail={args.detail}, "
+            f"store {args.store})",
         )
     return 0 if ok else 1
 

@@ -1,7 +1,7 @@
 """/predict-kernel against real timings of a tuned kernel: the dedispersion brute-force caches.
 
 Usage: python -m bench.bench_real_kernels [--per-gpu 150] [--seed 20251127] [--calibrate 8]
-           [--gpus A100,A6000,A4000] [--cache-dir DIR] [--append] [--residuals]
+           [--gpus A100,A6000,A4000] [--cache-dir DIR] [--record] [--residuals]
 
 Data: ``../shared/data/real-kernels/dedispersion/`` (read in place, never copied; PROVENANCE.md
 there): Kernel Tuner brute-force caches of one dedispersion kernel on an A100-PCIE-40GB, an RTX
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
-from bench.common import append_results, command_line
+from bench.common import command_line, record_results
 from device_profiles.loader import PROFILE_DIR, load_profile_file
 from device_profiles.priors import many_bsp_priors
 from kperf_client.ptx_build import PtxBuilder
@@ -208,7 +208,9 @@ def main() -> None:
     parser.add_argument(
         "--cache-dir", type=Path, default=Path.home() / ".cache" / "kperf" / "ptx-dedispersion"
     )
-    parser.add_argument("--append", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--record", action="store_true", help="replace its section of bench/RESULTS.md"
+    )
     parser.add_argument(
         "--residuals",
         action="store_true",
@@ -230,10 +232,12 @@ def main() -> None:
         print(lines[-2] if cal is not None else "", lines[-1], f"({seconds:.0f} s)", flush=True)
     table = "\n".join(lines)
     print(table)
-    if args.append:
-        append_results(
-            "Many-BSP on real kernels: dedispersion (A100, A6000, A4000)",
-            f"`{command_line()}`\n\n{table}\n",
+    if args.record:
+        record_results(
+            "Many-BSP on real kernels",
+            command_line(),
+            table,
+            "Dedispersion on A100, RTX A6000, RTX A4000 and our H100",
         )
 
 

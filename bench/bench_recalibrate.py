@@ -131,7 +131,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--blas-threads", type=int, default=None)
-    parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--record", action="store_true", help="replace its section of bench/RESULTS.md"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fit-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -174,11 +176,10 @@ def main() -> int:
     report = f"command: {command_line()}\n\nload average {load:.1f} at the end\n\n{table}"
     print(report)
     if args.record:
-        from bench.common import append_results
+        from bench.common import record_results
 
-        append_results(
-            "Recalibration at the run cap (issue 27)",
-            "\n\n```\n" + report + "\n```\n",
+        record_results(
+            "Calibration", command_line(), f"```\n{report}\n```", "Recalibration at the run cap"
         )
     return 0 if rows[0][1] <= TARGET_S and set(rows[0][3].split("/")) == {"200"} else 1
 

@@ -28,7 +28,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.bench_large_answers import start_server, stop_server  # noqa: E402
-from bench.common import append_results, command_line  # noqa: E402
+from bench.common import command_line, record_results  # noqa: E402
 from bench.load_test import percentile  # noqa: E402
 from tests.app.redis_helpers import RedisServer  # noqa: E402
 
@@ -153,7 +153,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--duration-s", type=float, default=20.0)
-    parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--record", action="store_true", help="replace its section of bench/RESULTS.md"
+    )
     args = parser.parse_args()
     command = command_line()
     with tempfile.TemporaryDirectory() as tmp:
@@ -177,7 +179,7 @@ def main() -> int:
     text, ok = report(run, command, args)
     print(text)
     if args.record:
-        append_results("Shared store: Redis killed under load", text)
+        record_results("Recovery", command, text, "Shared store: Redis killed under load")
     return 0 if ok else 1
 
 

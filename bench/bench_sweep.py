@@ -32,7 +32,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.bench_large_answers import start_server, stop_server  # noqa: E402
-from bench.common import append_results, command_line  # noqa: E402
+from bench.common import command_line, record_results  # noqa: E402
 from kperf_client.sweep import Journal, Shape, Sweep, SweepOptions, SweepStats  # noqa: E402
 from kperf_client.sweep.shapes import problem_digest  # noqa: E402
 from tests.app.redis_helpers import RedisServer  # noqa: E402
@@ -82,7 +82,9 @@ def start_replicas(count: int, redis_url: str, logs: Path) -> list[tuple[Any, st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", type=int, default=10_000, help="distinct shapes (10,000)")
-    parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--record", action="store_true", help="replace its section of bench/RESULTS.md"
+    )
     args = parser.parse_args()
     command = command_line()
     shapes = make_shapes(args.shapes)
@@ -139,7 +141,12 @@ def main() -> int:
     )
     print(text)
     if args.record:
-        append_results("Scale-out: sweep through 1 and 2 replicas sharing Redis", text)
+        record_results(
+            "Service load",
+            command_line(),
+            text,
+            "Scale-out: a sweep through 1 and 2 replicas sharing Redis",
+        )
     return 0 if ok else 1
 
 

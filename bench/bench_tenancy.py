@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from app.profile_store import ProfileStore  # noqa: E402
 from app.store import make_store  # noqa: E402
 from bench.bench_large_answers import start_server, stop_server  # noqa: E402
-from bench.common import append_results, command_line  # noqa: E402
+from bench.common import command_line, record_results  # noqa: E402
 from bench.load_test import paper_predict_body, percentile  # noqa: E402
 from device_profiles import DeviceProfile, default_profiles  # noqa: E402
 from tests.app.calibration_helpers import gemm_ws_runs  # noqa: E402
@@ -149,7 +149,9 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--duration-s", type=float, default=10.0, help="per store, in total")
     parser.add_argument("--rounds", type=int, default=4, help="alternating slices per store")
-    parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--record", action="store_true", help="replace its section of bench/RESULTS.md"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         redis = [RedisServer(Path(tmp) / name) for name in ("fresh", "history")]
@@ -214,7 +216,7 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if args.record:
-        append_results("Tenancy: constant-cost requests with the probe's history (issue 20)", text)
+        record_results("Tenancy", command_line(), text)
     return 0 if ok else 1
 
 

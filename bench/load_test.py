@@ -36,6 +36,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 # run as a script (bench/ on sys.path): the worked examples' data lives in the tests package
 sys.path.insert(0, str(REPO))
+from bench.common import record_results  # noqa: E402
 from tests.paper_cases import paper_case, paper_http_body  # noqa: E402
 
 DEVICE = "rtx-a6000"
@@ -313,7 +314,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--queue-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--record", action="store_true", help="replace its section of bench/RESULTS.md"
+    )
     args = parser.parse_args()
     command = ".venv/bin/python bench/load_test.py " + " ".join(
         shlex.quote(a) for a in sys.argv[1:]
@@ -360,8 +363,7 @@ def main() -> int:
     text, ok = report(result, args, command)
     print(text)
     if args.record:
-        with open(REPO / "bench" / "RESULTS.md", "a", encoding="utf-8") as results:
-            results.write(f"\n## Load test\n\nRun {time.strftime('%Y-%m-%d')}. {text}\n")
+        record_results("Service load", command, text, "Load test")
     return 0 if ok else 1
 
 

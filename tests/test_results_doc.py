@@ -140,3 +140,27 @@ def test_sections_out_of_order_fail() -> None:
     swapped = swapped.replace("## Service load", "## Solver speed")
     swapped = swapped.replace("## TMP", "## Service load")
     assert problems(swapped) == ["sections out of order: ['Service load', 'Solver speed']"]
+
+
+def test_a_recorded_rerun_replaces_its_subsection(tmp_path: Path) -> None:
+    """bench.common.record_results, the benches' --record: a rerun replaces the subsection (or
+    the whole section) it measures, so the state stays one copy of each figure."""
+    from bench.common import record_results
+
+    path = tmp_path / "RESULTS.md"
+    path.write_text(RESULTS.read_text(encoding="utf-8"), encoding="utf-8")
+    for run in ("first", "second"):
+        record_results(
+            "Recovery", "bench x", f"{run} figures", "Shared store: Redis killed under load", path
+        )
+        record_results("Tenancy", "bench y", f"{run} tenancy", path=path)
+        record_results("Tuning tables", "bench z", f"{run} new table", "A new subsection", path)
+    text = path.read_text(encoding="utf-8")
+    assert problems(text) == []
+    for run, count in (("first", 0), ("second", 1)):
+        assert text.count(f"{run} figures") == count
+        assert text.count(f"{run} tenancy") == count
+        assert text.count(f"{run} new table") == count
+    assert text.count("### Shared store: Redis killed under load") == 1
+    assert text.count("### A new subsection") == 1
+    assert "### Worker deaths" in text  # the section's other subsections stay

@@ -127,3 +127,26 @@ def test_the_readme_links_every_docs_page() -> None:
         if not SCHEME.match(target)
     }
     assert [page_name(p) for p in PAGES[1:] if p not in linked] == []
+
+
+#: a tracker number in prose ("issue 7", "issues 3 and 8", "issue #16")
+ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_name)
+def test_no_page_cites_a_tracker_number(page: Path) -> None:
+    """A reader has no tracker: a page says the reason or the equation, not "issue N"."""
+    text = page.read_text(encoding="utf-8")
+    cited = [
+        f"{page_name(page)}:{number}: {match.group(0)}"
+        for number, line in enumerate(text.splitlines(), 1)
+        for match in ISSUE_NUMBER.finditer(line)
+    ]
+    assert cited == []
+    assert ISSUE_NUMBER.search("as issue 3 asks") and ISSUE_NUMBER.search("Issues #16")
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """The front page stays short: the topics live on their own pages."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300

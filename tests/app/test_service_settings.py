@@ -67,7 +67,7 @@ def test_readme_configuration_table_lists_every_setting_with_its_default() -> No
 
 
 def test_image_installs_the_service_alone_and_ci_runs_the_readme_test_command() -> None:
-    # issue 10: the image carries no dev extras and no editable install; the README's test
+    # the image carries no dev extras and no editable install; the README's test
     # command installs them, and .ci/run runs exactly that command
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     dockerfile = (REPO / "Dockerfile").read_text(encoding="utf-8")

@@ -1,13 +1,18 @@
-"""Run README.md's fenced blocks as a new user pastes them, in the order written.
+"""Run the README's and each docs page's fenced blocks as a new user pastes them, in order.
 
 Conventions (README.md repeats them in a comment at its top; keep the two in step):
 
+* The pages are README.md and every ``docs/*.md`` (``PAGES``). Each page runs on its own: in
+  a stand-in clone of its own, against a server of its own started as the README's first
+  command starts it. A page whose blocks need a file or a profile makes it in its own blocks.
 * A block fenced ```` ```sh ```` / ```` ```bash ```` runs with ``bash -e -o pipefail``, one
-  fenced ```` ```python ```` with ``.venv/bin/python``: each in a process of its own, in README
-  order, in one temporary working directory. That directory stands for a fresh clone: it links
-  every top-level entry of the checkout (``docs/``, ``tests/``, ...) and holds a ``.venv/bin``
-  whose ``kperf`` and ``python`` run this checkout with the test's interpreter. What a block
-  writes stays there; the directory is removed at the end.
+  fenced ```` ```python ```` with ``.venv/bin/python``: each in a process of its own, in page
+  order, in one temporary working directory. That directory stands for a fresh clone: it holds
+  the checkout's tracked files (``git ls-files``, linked as they are in the working tree; what
+  a user left untracked or ignored in their checkout is not there), ``../shared`` beside it as
+  beside the checkout, and a ``.venv/bin`` whose ``kperf`` and ``python`` run this checkout
+  with the test's interpreter. What a block writes stays there; the directory is removed at
+  the end.
 * Before the first block, ``kperf serve`` runs as the README's first command starts it
   (in-memory store) on a free loopback port. In every block, port ``8000`` after ``localhost:``,
   ``127.0.0.1:``, ``0.0.0.0:`` or ``--port`` becomes that server's port; any other ``80NN``
@@ -21,7 +26,7 @@ Conventions (README.md repeats them in a comment at its top; keep the two in ste
   must appear in the block's standard output, in order (trailing blanks ignored; other lines
   may come between them, so a sample may be abridged); a line ``...`` stands for the lines
   left out, and ``...`` inside a line for any text (a time that varies from run to run).
-  ``docs/make_examples.py`` rewrites these samples from a real run.
+  ``docs/make_examples.py`` rewrites these samples from a real run, page by page.
 * Files a block writes must be in ``.gitignore`` (a user's clone stays clean).
 * Tools the blocks may call besides the checkout: bash, curl, jq, openssl, python3, sha256sum
   (tests/test_readme.py ``TOOLS``; ``.ci/run`` installs them).
@@ -47,6 +52,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+#: the pages whose blocks run: the README, then every docs page
+PAGES = (README, *sorted((REPO / "docs").glob("*.md")))
 
 RUN_LANGUAGES = {"sh": "bash", "bash": "bash", "python": "python"}
 MARKER = re.compile(r'<!--\s*readme-test:\s*skip\s+reason="([^"]+)"\s*-->')
@@ -62,25 +69,32 @@ SERVER_START_S = 90.0
 
 @dataclass
 class Block:
-    """One fenced block: ``language`` as written after the fence, its text, the README line
-    of its opening fence, the skip reason of its marker, and its sample output, if any."""
+    """One fenced block: ``language`` as written after the fence, its text, the page line
+    of its opening fence, the skip reason of its marker, its sample output, if any, and its
+    page."""
 
     language: str
     text: str
     line: int
     skip: str | None = None
     sample: Block | None = None
+    #: the page it is on, relative to the repository root
+    page: str = "README.md"
 
     @property
     def runs(self) -> bool:
         return self.language in RUN_LANGUAGES
 
     def label(self) -> str:
-        return f"README.md:{self.line} ({self.language})"
+        return f"{self.page}:{self.line} ({self.language})"
 
 
-def parse(text: str) -> list[Block]:
-    """The README's fenced blocks; a plain block right after a run block is its sample."""
+def page_name(page: Path) -> str:
+    return page.relative_to(REPO).as_posix()
+
+
+def parse(text: str, page: str = "README.md") -> list[Block]:
+    """A page's fenced blocks; a plain block right after a run block is its sample."""
     lines = text.splitlines()
     blocks: list[Block] = []
     i = 0
@@ -94,7 +108,9 @@ def parse(text: str) -> list[Block]:
         i += 1
         while i < len(lines) and lines[i] != "```":
             i += 1
-        block = Block(opening.group(1), "\n".join(lines[start + 1 : i]) + "\n", start + 1)
+        block = Block(
+            opening.group(1), "\n".join(lines[start + 1 : i]) + "\n", start + 1, page=page
+        )
         before = next((line for line in reversed(lines[:start]) if line.strip()), "")
         marker = MARKER.search(before)
         if marker is not None:
@@ -140,16 +156,36 @@ def block_environment() -> dict[str, str]:
     return env
 
 
-def make_clone(workdir: Path) -> None:
-    """``workdir`` as a fresh clone with the README's install done: the checkout's entries
-    linked, and ``.venv/bin/{kperf,python}`` running this checkout."""
-    for entry in REPO.iterdir():
-        if entry.name not in {".git", ".venv"}:
-            (workdir / entry.name).symlink_to(entry)
+def tracked_files(repo: Path) -> list[str]:
+    """What a clone of ``repo`` holds: its tracked files (``git ls-files``) that the working
+    tree has (a tracked file deleted there is left out, as a commit of it would be)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return [name for name in listed.split("\0") if name and (repo / name).is_file()]
+
+
+def make_clone(workdir: Path, repo: Path = REPO) -> None:
+    """``workdir`` as a fresh clone of ``repo`` with the README's install done: each tracked
+    file linked to its working-tree copy (nothing untracked or ignored: a user's leftovers,
+    such as a ``tuning-tables/`` journal, would change what the blocks print), and
+    ``.venv/bin/{kperf,python}`` running ``repo``. ``../shared`` beside ``workdir`` is
+    ``repo``'s ``../shared`` (the papers and data sets a clone finds beside it) when there is
+    one and ``workdir``'s parent has none."""
+    for name in tracked_files(repo):
+        target = workdir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(repo / name)
+    shared, beside = repo.parent / "shared", workdir.parent / "shared"
+    if shared.is_dir() and not os.path.lexists(beside):
+        beside.symlink_to(shared)
     bin_dir = workdir / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     python = shlex.quote(sys.executable)
-    path = shlex.quote(str(REPO))
+    path = shlex.quote(str(repo))
     scripts = {
         "python": f'exec {python} "$@"',
         "kperf": f'exec {python} -m kperf_client.cli "$@"',
@@ -311,7 +347,7 @@ def regenerated_sample(sample: str, stdout: str) -> str:
 
 
 def with_samples(text: str, samples: dict[int, str]) -> str:
-    """``text`` (the README) with the sample block opening at line ``n`` replaced by
+    """``text`` (a page) with the sample block opening at line ``n`` replaced by
     ``samples[n]``."""
     lines = text.splitlines(keepends=True)
     for opening in sorted(samples, reverse=True):
@@ -324,10 +360,12 @@ def with_samples(text: str, samples: dict[int, str]) -> str:
 
 @contextmanager
 def readme_session() -> Iterator[tuple[Path, dict[str, str], Ports]]:
-    """A fresh-clone working directory and the README's server, both gone afterwards."""
+    """A fresh-clone working directory (``clone/`` in a temporary directory, ``shared``
+    beside it) and the README's server, all gone afterwards."""
     env = block_environment()
     with tempfile.TemporaryDirectory(prefix="kperf-readme-") as tmp:
-        workdir = Path(tmp)
+        workdir = Path(tmp) / "clone"
+        workdir.mkdir()
         make_clone(workdir)
         with readme_server(workdir, env) as ports:
             yield workdir, env, ports

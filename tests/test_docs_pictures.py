@@ -1,4 +1,4 @@
-"""docs/make_pictures.py regenerates every picture the README shows."""
+"""docs/make_pictures.py regenerates every picture the README and the docs pages show."""
 
 from __future__ import annotations
 
@@ -22,6 +22,17 @@ NAMES = {
 BENCH_PICTURES = {"real-gpus.svg": "bench/bench_real.py"}
 
 
+def shown() -> str:
+    """The README and every docs page, a docs page's ``pictures/x.svg`` (relative to
+    ``docs/``) written as the README links it, ``docs/pictures/x.svg``."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    pages = [
+        page.read_text(encoding="utf-8").replace("](pictures/", "](docs/pictures/")
+        for page in sorted((REPO / "docs").glob("*.md"))
+    ]
+    return "\n".join([readme, *pages])
+
+
 def test_the_script_writes_each_picture_the_readme_shows(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, str(REPO / "docs" / "make_pictures.py"), "--out", str(tmp_path)],
@@ -31,7 +42,7 @@ def test_the_script_writes_each_picture_the_readme_shows(tmp_path: Path) -> None
     assert {p.name for p in tmp_path.iterdir()} == NAMES
     committed = {p.name for p in (REPO / "docs" / "pictures").iterdir()}
     assert committed == NAMES | set(BENCH_PICTURES)
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = shown()
     for name in NAMES:
         assert f"docs/pictures/{name}" in readme
         svg = Svg.parse((tmp_path / name).read_bytes())
@@ -39,7 +50,7 @@ def test_the_script_writes_each_picture_the_readme_shows(tmp_path: Path) -> None
 
 
 def test_bench_pictures_are_shown_and_their_script_exists() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = shown()
     for name, script in BENCH_PICTURES.items():
         assert f"docs/pictures/{name}" in readme
         assert (REPO / script).is_file()

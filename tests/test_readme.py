@@ -1,10 +1,10 @@
-"""README.md as a new user pastes it: every shell and Python block, in the order written,
-against a live ``kperf serve`` on a free loopback port, in a temporary working directory
-(conventions, markers and port rewriting: tests/readme_runner.py, also summarised at the top
-of README.md). A block that fails, leaves a server running, or whose output no longer shows
-its sample fails this test; blocks marked ``<!-- readme-test: skip reason="..." -->`` are
-listed with their reasons. Regenerate the samples with ``.venv/bin/python
-docs/make_examples.py``."""
+"""README.md and every docs/*.md page as a new user pastes them: every shell and Python block
+of a page, in the order written, against a live ``kperf serve`` of that page's own on a free
+loopback port, in a stand-in clone of its own holding only the tracked files (conventions,
+markers and port rewriting: tests/readme_runner.py, also summarised at the top of README.md).
+A block that fails, leaves a server running, or whose output no longer shows its sample fails
+this test; blocks marked ``<!-- readme-test: skip reason="..." -->`` are listed with their
+reasons. Regenerate the samples with ``.venv/bin/python docs/make_examples.py``."""
 
 from __future__ import annotations
 
@@ -19,15 +19,20 @@ import pytest
 from tests.readme_runner import (
     ELISION,
     MARKER,
+    PAGES,
     README,
+    REPO,
     Block,
     Ports,
     block_environment,
+    make_clone,
+    page_name,
     parse,
     readme_session,
     regenerated_sample,
     run_block,
     sample_mismatch,
+    tracked_files,
     with_samples,
 )
 
@@ -35,21 +40,32 @@ from tests.readme_runner import (
 TOOLS = ("bash", "curl", "jq", "openssl", "python3", "sha256sum")
 
 
-def blocks() -> list[Block]:
-    return parse(README.read_text(encoding="utf-8"))
+def blocks(page: Path = README) -> list[Block]:
+    return parse(page.read_text(encoding="utf-8"), page_name(page))
 
 
-def test_every_block_is_runnable_or_marked_with_a_reason() -> None:
-    found = blocks()
+#: the pages with at least one block to run
+RUN_PAGES = [page for page in PAGES if any(b.runs and not b.skip for b in blocks(page))]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_name)
+def test_every_block_is_runnable_or_marked_with_a_reason(page: Path) -> None:
+    found = blocks(page)
     languages = {b.language for b in found}
     assert languages <= {"sh", "bash", "python", ""}, languages
     for block in found:
         assert block.language or block.skip, f"{block.label()}: a plain block with no command"
     # a marker that matches nothing (a typo, or a stray line between it and its block)
-    text = README.read_text(encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
     assert len(MARKER.findall(text)) == sum(1 for b in found if b.skip), (
         "a readme-test marker that is not on the line right above a block"
     )
+
+
+def test_the_pages_are_the_readme_and_every_docs_page() -> None:
+    assert PAGES[0] == README
+    assert set(PAGES[1:]) == set((REPO / "docs").glob("*.md"))
+    assert README in RUN_PAGES
 
 
 def test_the_parser_pairs_samples_and_markers() -> None:
@@ -105,13 +121,71 @@ def test_a_process_a_block_leaves_running_is_reported_and_stopped(tmp_path: Path
         os.kill(pid, 0)
 
 
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def test_the_clone_holds_the_tracked_files_only(tmp_path: Path) -> None:
+    """A user's leftovers in their checkout (an ignored ``tuning-tables/`` journal from trying
+    the README, an untracked file) are not in the stand-in clone; tracked files are, with
+    their working-tree content, and ``../shared`` stays beside it."""
+    repo = tmp_path / "work" / "kperf"
+    (repo / "docs" / "examples").mkdir(parents=True)
+    (repo / "docs" / "examples" / "runs.jsonl").write_text("committed\n")
+    (repo / ".gitignore").write_text("/tuning-tables/\n")
+    (repo / "gone.txt").write_text("deleted after the commit\n")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tracked")
+    (repo / "docs" / "examples" / "runs.jsonl").write_text("edited, not committed\n")
+    (repo / "gone.txt").unlink()
+    journal = repo / "tuning-tables" / "configs" / "kperf-table-sweep.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text('{"line": 2, "answered": true}\n')
+    (repo / "shapes.csv").write_text("n,k\n1536,7168\n")  # untracked, not ignored
+    (repo / "docs" / "examples" / "mine.jsonl").write_text("untracked\n")
+    (tmp_path / "work" / "shared").mkdir()
+    (tmp_path / "work" / "shared" / "paper.txt").write_text("a paper\n")
+
+    clone = tmp_path / "run" / "clone"
+    clone.mkdir(parents=True)
+    make_clone(clone, repo)
+    present = {
+        p.relative_to(clone).as_posix()
+        for p in clone.rglob("*")
+        if not p.is_dir() and ".venv" not in p.parts
+    }
+    assert present == {".gitignore", "docs/examples/runs.jsonl"}
+    assert (clone / "docs" / "examples" / "runs.jsonl").read_text() == "edited, not committed\n"
+    assert not (clone / "tuning-tables").exists()
+    assert (clone / ".." / "shared" / "paper.txt").read_text() == "a paper\n"
+    assert (clone / ".venv" / "bin" / "kperf").is_file()
+
+
+def test_the_clone_of_this_checkout_is_its_tracked_files(tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    make_clone(clone, REPO)
+    present = {
+        p.relative_to(clone).as_posix()
+        for p in clone.rglob("*")
+        if p.is_symlink() and ".venv" not in p.parts
+    }
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert present == set(tracked_files(REPO))
+    assert present <= set(listed) and "README.md" in present
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_readme_blocks_run_as_pasted() -> None:
+@pytest.mark.parametrize("page", RUN_PAGES, ids=page_name)
+def test_page_blocks_run_as_pasted(page: Path) -> None:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
-        pytest.skip(f"the README's blocks call {', '.join(missing)}, not on PATH")
-    found = blocks()
+        pytest.skip(f"the pages' blocks call {', '.join(missing)}, not on PATH")
+    found = blocks(page)
     skipped = [f"{b.label()}: {b.skip}" for b in found if b.runs and b.skip]
     failures: list[str] = []
     durations: list[str] = []
@@ -144,6 +218,6 @@ def test_readme_blocks_run_as_pasted() -> None:
     ).stdout.split()
     untracked = sorted(set(written) - set(ignored))
     if untracked:
-        failures.append(f"files the README writes that .gitignore does not cover: {untracked}")
+        failures.append(f"files the page writes that .gitignore does not cover: {untracked}")
     assert not failures, "\n\n".join(failures)
-    print("README blocks run:", *durations, "skipped:", *skipped, sep="\n")
+    print(f"{page_name(page)} blocks run:", *durations, "skipped:", *skipped, sep="\n")

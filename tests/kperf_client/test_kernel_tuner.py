@@ -26,7 +26,7 @@ bench = pytest.importorskip("bench.bench_kernel_tuner")
 
 LOGGER = "kperf_client.kernel_tuner"
 GPU = "RTX_3090"
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "kernel-tuner.md"
 
 pytestmark = pytest.mark.skipif(
     not bench.CSV.exists(), reason=f"the Kernel Tuner caches are not at {bench.CSV}"
@@ -157,10 +157,10 @@ def test_importing_the_plugin_loads_no_kernel_tuner_and_nothing_of_the_server() 
 
 
 def test_the_readme_example_compiles_and_calls_the_strategy_as_it_is() -> None:
-    """The README's Kernel Tuner block is valid Python and passes KperfStrategy and
+    """The Kernel Tuner page's tuning block is valid Python and passes KperfStrategy and
     tune_kernel arguments they accept."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Kernel Tuner: search with kperf") :]
+    text = PAGE.read_text(encoding="utf-8")
+    section = text[text.index("# Kernel Tuner: search with kperf") :]
     block = re.search(r"```python\n(.*?)```", section, re.S)
     assert block is not None
     tree = ast.parse(block.group(1))

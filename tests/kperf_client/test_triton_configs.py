@@ -227,16 +227,16 @@ def test_buffer_depth_of_num_stages(num_stages: int, capability: str | None, dep
     assert tiling_and_params(own.all_kwargs(), names, capability)[0].buffer_depth == num_stages  # type: ignore[index]
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "triton.md"
 
 
 def readme_matmul_kernel(tmp_path: Path) -> Any:
-    """The README's Triton matmul kernel, alone in a module (the rest of the example needs
+    """The Triton page's matmul kernel, alone in a module (the rest of the example needs
     torch and a GPU): ``@triton.jit`` reads its source from a file."""
-    section = README.read_text(encoding="utf-8").split("## Triton: prune with kperf")[1]
+    section = PAGE.read_text(encoding="utf-8").split("# Triton: prune with kperf")[1]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     source = next((b for b in blocks if "def matmul_kernel" in b), None)
-    assert source is not None, "the README's Triton example is gone"
+    assert source is not None, "the Triton page's example is gone"
     tree = ast.parse(source)
     (kernel,) = [
         n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "matmul_kernel"
@@ -255,7 +255,7 @@ def readme_matmul_kernel(tmp_path: Path) -> Any:
 def test_the_compiler_allocates_buffer_depth_tiles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capability: str, num_stages: int
 ) -> None:
-    """Triton compiles the README's kernel for the GPU (no GPU needed: its bundled ptxas) with
+    """Triton compiles the Triton page's kernel for the GPU (no GPU needed: its bundled ptxas) with
     the shared memory of buffer_depth_of(num_stages) A and B tiles of fp16."""
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # silences a 3.9 notice
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))

@@ -140,6 +140,7 @@ def canonical_optimize_request(
     """
     canonical = request.model_dump(mode="json", exclude={"time_limit_s"})
     canonical["pipeline_model"] = prepared.model.name
+    canonical["memory_model"] = prepared.memory_model
     if request.candidates is None:
         del canonical["candidates"]
         canonical["top_k"] = request.top_k or DEFAULT_TOP_K

@@ -1,12 +1,13 @@
-"""Cost of the L2-reuse memory term on a default /optimize-tiling request, switch off vs on,
-measured in one run on what the service does for a request but HTTP, the cache and the pool
-(app.convert.candidates.prepare, then the worker's app.jobs.optimize_job).
+"""Cost of the default /optimize-tiling request on the L2-aware memory model against the
+former default (memory_model 'dram-stream'), measured in one run on what the service does for
+a request but HTTP, the cache and the pool (app.convert.candidates.prepare, then the worker's
+app.jobs.optimize_job).
 
-Columns: memory_model 'dram-stream' (today's default), 'l2-reuse' over the default space, and
-'l2-reuse' also searching split_k in {1, 2, 4, 8} and group_m in {1, 8}; shortlist 'exploit'
-in all three (the memory term has no explore shortlist).
+Columns: the former default ('dram-stream' asked for; explore shortlist); the default request
+(no memory_model or search-space fields: 'l2-reuse', group_m {1, 8} and split_k {1, 2, 4, 8,
+16} searched); and the L2 term over tiles and depths alone (split_k and group_m [1]).
 
-Usage: python -m bench.bench_memory_model [--repeats N] [--device ID] [--pipeline NAME]
+Usage: python -m bench.bench_memory_model [--repeats N] [--device ID] [--dtype D]
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ from app.schemas.optimize import OptimizeTilingRequest
 from bench.common import command_line, median_seconds
 from device_profiles import default_profiles
 
-PROBLEMS = ((1024, 1024, 1024), (4096, 4096, 4096), (1024, 1024, 8192), (8192, 256, 8192))
+PROBLEMS = (
+    (1024, 1024, 1024),
+    (4096, 4096, 4096),
+    (1024, 1024, 8192),
+    (8192, 256, 8192),
+    (16384, 16384, 1024),
+)
 VARIANTS: dict[str, dict[str, Any]] = {
-    "off": {},
-    "l2-reuse": {"memory_model": "l2-reuse"},
-    "l2-reuse + split_k, group_m": {
-        "memory_model": "l2-reuse",
-        "search_space": {"split_k": [1, 2, 4, 8], "group_m": [1, 8]},
-    },
+    "former default (dram-stream)": {"memory_model": "dram-stream"},
+    "default (l2-reuse, split_k, group_m)": {},
+    "l2-reuse, split_k = group_m = 1": {"search_space": {"split_k": [1], "group_m": [1]}},
 }
 
 
@@ -53,38 +57,30 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="h100")
-    parser.add_argument("--pipeline", default="paper")
+    parser.add_argument("--dtype", default="bf16")
     args = parser.parse_args()
     print(f"command: {command_line()}\n")
     print(
-        f"| problem ({args.device}, fp16, {args.pipeline}, default space, top_k=5, exploit) | "
+        f"| problem ({args.device}, {args.dtype}, top_k=5) | "
         + " | ".join(f"{name} median ms | best" for name in VARIANTS)
-        + " | on / off | on + split-K / off |"
+        + " | default / former |"
     )
-    print("|---|" + "---|" * (2 * len(VARIANTS) + 2))
+    print("|---|" + "---|" * (2 * len(VARIANTS) + 1))
+    ratios = []
     for m, n, k in PROBLEMS:
         cells, times = [], []
         for extra in VARIANTS.values():
-            body = {
-                "m": m,
-                "n": n,
-                "k": k,
-                "device": args.device,
-                "pipeline_model": args.pipeline,
-                "shortlist": "exploit",
-                **extra,
-            }
+            body = {"m": m, "n": n, "k": k, "device": args.device, "dtype": args.dtype, **extra}
             answer = _answer(body, args.device)  # warm-up, and the answer shown
             assert answer["status"] == "optimal", answer["status"]
             seconds = median_seconds(partial(_answer, body, args.device), args.repeats)
             times.append(seconds * 1000)
             best = answer["best"]
             cells.append(f"{seconds * 1000:.1f} | {_label(best)} {best['predicted_time_us']} us")
-        print(
-            f"| {m}x{n}x{k} | "
-            + " | ".join(cells)
-            + f" | {times[1] / times[0]:.2f}x | {times[2] / times[0]:.2f}x |"
-        )
+        ratios.append(times[1] / times[0])
+        print(f"| {m}x{n}x{k} | " + " | ".join(cells) + f" | {ratios[-1]:.2f}x |")
+    ratios.sort()
+    print(f"\nmedian default / former default: {ratios[len(ratios) // 2]:.2f}x")
 
 
 if __name__ == "__main__":

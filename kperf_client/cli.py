@@ -103,7 +103,7 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def _optimize_body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {"m": args.m, "n": args.n, "k": args.k, "device": args.device}
-    body |= given(args, "dtype", "top_k", "time_limit_s", "pipeline_model")
+    body |= given(args, "dtype", "top_k", "time_limit_s", "pipeline_model", "memory_model")
     if args.timeline:
         body["include_timeline"] = True
     return body
@@ -127,7 +127,8 @@ async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 0
     out.write(
         f"GEMM {args.m}x{args.n}x{args.k} on {result.device} ({result.dtype}, "
-        f"{result.pipeline_model}): status {result.status}, cache {answer.cache or '-'}, "
+        f"{result.pipeline_model}, {result.memory_model}): status {result.status}, "
+        f"cache {answer.cache or '-'}, "
         f"solver {result.solver.elapsed_ms:.1f} ms\n"
     )
     rows = [
@@ -137,6 +138,8 @@ async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             c.tile_n,
             c.tile_k,
             c.buffer_depth,
+            "-" if c.group_m is None else c.group_m,
+            "-" if c.split_k is None else c.split_k,
             f"{c.predicted_time_us:.1f}",
             "-"
             if c.interval_low_us is None
@@ -150,7 +153,8 @@ async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         for c in result.candidates
     ]
-    header = ("rank", "TM", "TN", "TK", "depth", "time_us", "10-90 %", "P(best)", "waves")
+    header = ("rank", "TM", "TN", "TK", "depth", "group", "split-K", "time_us", "10-90 %")
+    header += ("P(best)", "waves")
     out.write(_table((*header, "CTAs/SM", "stages", "in flight", "bound"), rows) + "\n")
     if result.profile_provenance is not None:
         origin = result.profile_provenance
@@ -715,6 +719,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         choices=["paper", "async-copy"],
         help="GeMM-WS pipeline model to answer under; default: the device's",
+    )
+    optimize.add_argument(
+        "--memory-model",
+        default=None,
+        choices=["l2-reuse", "dram-stream"],
+        help="memory model to answer under; default: l2-reuse where the device has a memory "
+        "section, else dram-stream",
     )
     optimize.add_argument(
         "--svg", type=Path, default=None, metavar="FILE", help="also write the timeline as SVG"

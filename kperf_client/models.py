@@ -148,6 +148,8 @@ class TilingPrediction(Tiling):
     load_latency_us: float | None = Field(
         default=None, description="a copy's latency in flight, us (async-copy; null: 'paper')"
     )
+    group_m: int | None = Field(default=None, description="raster group rows (l2-reuse)")
+    split_k: int | None = Field(default=None, description="split-K slices, 1 = none (l2-reuse)")
     #: this run, ready to post back with its measured_time_us (to ``feedback.url``)
     measurement: GemmWsRun
     probability_best: float | None = None
@@ -186,6 +188,9 @@ class OptimizeTilingResponse(Answer):
     device: str
     dtype: str
     pipeline_model: str = Field(description="'paper' or 'async-copy': the model that answered")
+    memory_model: str | None = Field(
+        default=None, description="'l2-reuse' or 'dram-stream': the memory model that answered"
+    )
     best: TilingPrediction
     candidates: list[RankedCandidate]
     solver: SolverStats

@@ -128,6 +128,13 @@ def scaled_throughputs(machine: GemmWsMachine, ratios: tuple[float, float]) -> G
     )
 
 
+#: the raster group rows searched by default under the L2-aware memory term: Triton's
+#: GROUP_SIZE_M values in its tutorials' autotune lists, 1 (row-major) and 8
+DEFAULT_GROUP_M: tuple[int, ...] = (1, 8)
+#: the split-K slices searched by default under it (1: none)
+DEFAULT_SPLIT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
+
+
 @dataclass(frozen=True, slots=True)
 class Tiling:
     tile_m: int

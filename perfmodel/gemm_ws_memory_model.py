@@ -43,7 +43,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.gemm_ws import SmLimits
+from perfmodel.gemm_ws import DEFAULT_GROUP_M, DEFAULT_SPLIT_K, SmLimits
 from perfmodel.gemm_ws_traffic import (
     FloatArray,
     Grid,
@@ -63,9 +63,6 @@ Recurrences = Literal["paper", "async-copy"]
 
 DEFAULT_TILES: tuple[int, ...] = (16, 32, 64, 128, 256)
 DEFAULT_DEPTHS: tuple[int, ...] = tuple(range(2, 9))
-#: Triton's GROUP_SIZE_M values in its tutorials' autotune lists: 1 (row-major) and 8
-DEFAULT_GROUP_M: tuple[int, ...] = (1, 8)
-DEFAULT_SPLIT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,8 +246,12 @@ class ShapeModel:
             reduction_bytes=t.reduction_bytes[i],
         )
 
-    def stage_times_us(self, figures: MemoryModelFigures) -> tuple[StageTimes, Traffic]:
-        """Per configuration, the stage quantities of both closed forms (us) and the traffic.
+    def stage_times_us(
+        self, figures: MemoryModelFigures, scale: FigureScale | None = None
+    ) -> tuple[StageTimes, Traffic]:
+        """Per configuration, the stage quantities of both closed forms (us) and the traffic;
+        with ``scale``, under each of its draws of the figures (rows; the traffic, which the
+        hit rates set, stays the point figures').
 
         Both pipeline models are the async-copy recurrences (A1)-(A3) on a stage of issue d,
         latency lambda and MATH T: async-copy with d = (TM + TN) TK / theta_eff and lambda =
@@ -260,13 +261,15 @@ class ShapeModel:
         (GeMM-WS 7); at D = 1 every stage takes L + T, as eq. (1)-(3) do."""
         s = self.space
         traffic = self.traffic(figures.memory)
-        theta = traffic.load_throughput_elements_per_us
-        lam = traffic.load_latency_us
+        r = scale or FigureScale()
+        # the bandwidths scale together, so the hit-rate mix's throughput scales with them
+        theta = traffic.load_throughput_elements_per_us * r.bandwidth
+        lam = traffic.load_latency_us * r.latency
         elements = ((s.tile_m + s.tile_n) * s.tile_k).astype(np.float64)
         macs = (s.tile_m * s.tile_n * s.tile_k).astype(np.float64)
         # the epilogue stores the wave's C tiles: at least their bytes at DRAM bandwidth
         store_per_cta = (s.tile_m * s.tile_n * self.output_bytes) / (
-            figures.memory.dram_bandwidth_gb_per_s * 1e3
+            figures.memory.dram_bandwidth_gb_per_s * r.bandwidth * 1e3
         )
         # one CTA's MATH per stage: the MAC rate, or the shared-memory reads of its A and B
         # tiles, whichever is slower
@@ -276,23 +279,29 @@ class ShapeModel:
         staged_us = (
             2.0 * (s.tile_m * s.tile_n * self.output_bytes) / figures.shared_memory_bytes_per_us
         )
-        math_us = np.maximum(macs / figures.compute_throughput_macs_per_us, smem_us)
+        math_us = np.maximum(macs / (figures.compute_throughput_macs_per_us * r.compute), smem_us)
         loads = _COLD_LOADS[self.pipeline]
         serial = not _SHARES_SM[self.pipeline]
         issue = elements / theta + (loads * lam if serial else 0.0)
         # the kernel starts with L2 cold: its first stage's loads wait DRAM's latency, not the
         # hit-rate mix the other stages see
-        cold = loads * np.maximum(figures.memory.dram_latency_us - lam, 0.0)
-        reduction = split_k_reduction_us(traffic, figures.memory, figures.reduction_overhead_us)
+        cold = loads * np.maximum(figures.memory.dram_latency_us * r.latency - lam, 0.0)
+        reduction = split_k_reduction_us(
+            traffic,
+            figures.memory,
+            figures.reduction_overhead_us * r.launch,
+            bandwidth_scale=r.bandwidth,
+        )
         stage = StageTimes(
             issue=issue,
             latency=np.zeros_like(lam) if serial else lam,
             math=math_us,
-            math_startup=np.full_like(lam, figures.compute_startup_latency_us),
-            epilogue=np.full_like(lam, figures.t_epilogue_us),
+            # zeros + value broadcasts a (D, 1) draw over the configurations
+            math_startup=np.zeros_like(lam) + figures.compute_startup_latency_us * r.math_startup,
+            epilogue=np.zeros_like(lam) + figures.t_epilogue_us * r.epilogue,
             epilogue_per_cta=np.broadcast_to(staged_us, lam.shape).astype(np.float64),
             store_per_cta=store_per_cta,
-            fixed=figures.t_init_us + cold + reduction,
+            fixed=figures.t_init_us * r.launch + cold + reduction,
             tail_math=not serial,
             stages=-(-traffic.k_per_cta // s.tile_k),
             depth=s.buffer_depth,
@@ -322,6 +331,21 @@ class ShapeModel:
         ticks = stage.in_ticks()
         total, wait = kernel_times(ticks)
         return ticks_to_ns(total), ticks_to_ns(wait), ticks, traffic
+
+
+@dataclass(frozen=True, slots=True)
+class FigureScale:
+    """Draws of the figures as multiples of their point values, each 1 or a (D, 1) array (one
+    row per draw): the explore shortlist's belief (solver/explore.py) on this model. The DRAM
+    and L2 bandwidths move together (``bandwidth``), as do the DRAM and L2 latencies
+    (``latency``); ``launch`` scales T_INIT and split-K's reduction launch alike."""
+
+    launch: float | FloatArray = 1.0
+    epilogue: float | FloatArray = 1.0
+    latency: float | FloatArray = 1.0
+    math_startup: float | FloatArray = 1.0
+    bandwidth: float | FloatArray = 1.0
+    compute: float | FloatArray = 1.0
 
 
 #: the integer time unit of :meth:`ShapeModel.times_ns`: 1 ps

@@ -298,13 +298,18 @@ def wave_panels(
 
 
 def split_k_reduction_us(
-    traffic: Traffic, figures: MemoryFigures, reduction_overhead_us: float
+    traffic: Traffic,
+    figures: MemoryFigures,
+    reduction_overhead_us: float | FloatArray,
+    bandwidth_scale: float | FloatArray = 1.0,
 ) -> FloatArray:
-    """Time of split-K's reduction: its partial-sum traffic at DRAM bandwidth plus a calibrated
-    fixed cost (a second pass over the output); 0 without split-K."""
+    """Time of split-K's reduction: its partial-sum traffic at DRAM bandwidth (times
+    ``bandwidth_scale``, a draw's) plus a calibrated fixed cost (a second pass over the
+    output); 0 without split-K."""
+    bandwidth = figures.dram_bandwidth_gb_per_s * bandwidth_scale * 1e3
     out: FloatArray = np.where(
         traffic.reduction_bytes > 0,
-        traffic.reduction_bytes / (figures.dram_bandwidth_gb_per_s * 1e3) + reduction_overhead_us,
+        traffic.reduction_bytes / bandwidth + reduction_overhead_us,
         0.0,
     )
     return out

@@ -25,7 +25,7 @@ from perfmodel.gemm_ws_scoring import (
     lexicographic_order,
 )
 from perfmodel.pipeline import PipelineModel
-from solver.per_configuration import space_configurations
+from solver.per_configuration import space_configurations, with_raster
 from solver.problem import TilingProblem
 from solver.shortlist import Shortlist, ShortlistMode, shortlist
 
@@ -52,12 +52,15 @@ def feasible_configurations(problem: TilingProblem) -> Configurations | None:
     none does."""
     chunks = []
     count = 0
-    for chunk in space_configurations(problem):
-        chunk = chunk.take(np.flatnonzero(problem.model.resident(chunk, problem.element_bytes)))
-        count += chunk.count
-        if count > MAX_EXPLORE_CONFIGURATIONS:
-            return None
-        chunks.append(chunk)
+    for tiles in space_configurations(problem):
+        # every (group_m, split_k) of the space, as the certified search ranks them
+        for chunk in with_raster(tiles, problem.space, problem.shape.k):
+            resident = problem.model.resident(chunk, problem.element_bytes)
+            chunk = chunk.take(np.flatnonzero(resident))
+            count += chunk.count
+            if count > MAX_EXPLORE_CONFIGURATIONS:
+                return None
+            chunks.append(chunk)
     if not chunks:
         return None
     return Configurations.concat(chunks)

@@ -15,6 +15,7 @@ from app.convert.optimize import (
     PreparedRequest,
     Solved,
     check_timeline,
+    memory_model_of,
     memory_term,
     pipeline_name,
     pipeline_settings,
@@ -53,7 +54,11 @@ def prepare(
     model = pipelines.resolve(pipeline_name(request, profile), settings)
     device, problem = _problem_of(request, profile)
     model = memory_term(model, request, profile, settings)
-    return PreparedRequest(device, dataclasses.replace(problem, pipeline=model))
+    return PreparedRequest(
+        device,
+        dataclasses.replace(problem, pipeline=model),
+        memory_model_of(request, profile),
+    )
 
 
 def _problem_of(

@@ -57,8 +57,6 @@ def solve(
     result = optimize(1 if explore_z3 else top_k)
     if result.status != "optimal":
         return Solved(result, None)
-    if (point := _point_estimate_only(request, mode)) is not None:
-        return Solved(result, point)
     kind, belief, ratios = _belief(request, profile, problem.machine)
     picks = None
     if time.perf_counter() - started < time_limit_s:
@@ -70,17 +68,6 @@ def solve(
         return Solved(result, ShortlistOut(mode=mode.value, belief="none", draws=0, note=note))
     shortlist = ShortlistOut(mode=mode.value, belief=kind, draws=DRAWS)
     return _with_picks(problem, result, picks, shortlist)
-
-
-def _point_estimate_only(
-    request: OptimizeTilingRequest, mode: ShortlistMode
-) -> ShortlistOut | None:
-    """Under a memory term the shortlist is the certified ranking under the point estimate:
-    the belief draws the dram-stream figures. None without one."""
-    if request.memory_model == "dram-stream":
-        return None
-    note = f"memory_model {request.memory_model!r} ranks under the point estimate"
-    return ShortlistOut(mode=mode.value, belief="none", draws=0, note=note)
 
 
 def _with_picks(
@@ -144,8 +131,6 @@ def solve_candidates(
     result = ranking.result
     if result.status != "optimal":
         return Solved(result, None), ranking
-    if (point := _point_estimate_only(request, mode)) is not None:
-        return Solved(result, point), ranking
     kind, belief, ratios = _belief(request, profile, problem.machine)
     feasible = list(ranking.members)
     ranks = len(feasible) if request.top_k is None else min(request.top_k, len(feasible))

@@ -31,6 +31,8 @@ from device_profiles.provenance import Provenance
 from device_profiles.schema import REQUIRED_GEMM_WS_FIGURES
 from perfmodel.errors import ModelInputError
 from perfmodel.gemm_ws import (
+    DEFAULT_GROUP_M,
+    DEFAULT_SPLIT_K,
     GemmShape,
     GemmWsMachine,
     SmLimits,
@@ -119,18 +121,34 @@ def to_problem(
     """The core problem on ``profile`` (what ``request.device`` resolved to: the service
     resolves calibrated ids and names, ``Service.resolve_profile``; None looks up a shipped
     id) or on the inline ``device_params``; returns (device id or "inline", problem)."""
+    if request.device is not None and request.device_params is None and profile is None:
+        profile = get_profile(request.device)
     device, machine = request_machine(request, profile)
     spec = request.search_space or SearchSpaceSpec()
+    tile_k = _values("tile_k", spec.tile_k)
+    raster = memory_model_of(request, profile) == "l2-reuse"
     space = SearchSpace(
         tile_m=_values("tile_m", spec.tile_m),
         tile_n=_values("tile_n", spec.tile_n),
-        tile_k=_values("tile_k", spec.tile_k),
+        tile_k=tile_k,
         buffer_depth=_values("buffer_depth", spec.buffer_depth),
         enforce_shared_memory=spec.enforce_shared_memory,
-        group_m=_values("group_m", spec.group_m),
-        split_k=_values("split_k", spec.split_k),
+        group_m=(
+            _values("group_m", spec.group_m)
+            if spec.group_m is not None
+            else DEFAULT_GROUP_M
+            if raster
+            else (1,)
+        ),
+        split_k=(
+            _values("split_k", spec.split_k)
+            if spec.split_k is not None
+            else default_split_k(request.k, tile_k[0])
+            if raster
+            else (1,)
+        ),
     )
-    check_memory_model(request, space)
+    check_memory_model(request, profile, space)
     check_timeline(request, space.tile_k[0])
     # the pure Z3 search's own space limit, up front (422 before a worker is taken)
     check_mode(space, SolverMode(request.solver))
@@ -144,11 +162,42 @@ def to_problem(
     return device, problem
 
 
-def check_memory_model(request: OptimizeTilingRequest, space: SearchSpace) -> None:
+def memory_model_of(request: OptimizeTilingRequest, profile: DeviceProfile | None) -> str:
+    """The memory model that answers: the request's, else 'l2-reuse' where it can (a profile,
+    not inline device_params, with a memory section; the certified solver, the only one that
+    searches it), else the paper's 'dram-stream'. The L2-aware term is the default because it
+    is the model that holds on real GPUs (bench/RESULTS.md, "Real-GPU fidelity").
+    A calibrated GeMM-WS profile answers under the model its figures were fitted under, the
+    DRAM-stream loads: a load throughput fitted to explain DRAM-stream loads would double
+    count the L2's reuse under the L2-aware term (docs/model-notes.md)."""
+    if request.memory_model is not None:
+        return request.memory_model
+    calibration = profile.calibration if profile is not None else None
+    if (
+        request.device_params is not None
+        or profile is None
+        or profile.memory is None
+        or request.solver != "certified"
+        or (calibration is not None and calibration.model == "gemm-ws")
+    ):
+        return "dram-stream"
+    return "l2-reuse"
+
+
+def default_split_k(k: int, smallest_tile_k: int) -> tuple[int, ...]:
+    """The split-K slices searched by default: DEFAULT_SPLIT_K, those the smallest tile_k can
+    fill (a slice holds at least one stage)."""
+    k_tiles = -(-k // smallest_tile_k)
+    return tuple(s for s in DEFAULT_SPLIT_K if s <= k_tiles) or (1,)
+
+
+def check_memory_model(
+    request: OptimizeTilingRequest, profile: DeviceProfile | None, space: SearchSpace
+) -> None:
     """Refuse what the memory term cannot answer (ModelInputError naming the field): group_m
     or split_k other than 1 without it, a split_k no tile_k can fill (a slice without a
     stage), the pure Z3 search under it."""
-    on = request.memory_model != "dram-stream"
+    on = memory_model_of(request, profile) != "dram-stream"
     for name in ("group_m", "split_k"):
         if not on and getattr(space, name) != (1,):
             raise InvalidSearchSpace(
@@ -174,7 +223,8 @@ def memory_term(
     L2-reuse term on the profile's cited memory section (device_profiles/memory.py), under the
     residency limits of ``settings`` (:func:`pipeline_settings`: the request's CTA size and
     enforce_shared_memory), whichever pipeline model answers."""
-    if request.memory_model == "dram-stream":
+    memory_model = memory_model_of(request, profile)
+    if memory_model == "dram-stream":
         return model
     # numpy and the memory figures load only for requests that ask for them
     from device_profiles.memory import memory_model_device
@@ -184,7 +234,7 @@ def memory_term(
     if request.solver != "certified":
         raise InvalidSearchSpace(
             "solver",
-            f"memory_model {request.memory_model!r} is searched by the certified solver only",
+            f"memory_model {memory_model!r} is searched by the certified solver only",
         )
     if profile is None or request.device_params is not None:
         raise ModelNotServed("inline", "l2-reuse", ["memory"], field="memory_model")
@@ -305,6 +355,8 @@ class PreparedRequest:
 
     device: str
     problem: AnyProblem
+    #: the memory model that answers (:func:`memory_model_of`)
+    memory_model: str = "dram-stream"
 
     @property
     def model(self) -> PipelineModel:
@@ -363,6 +415,7 @@ def to_response(
         device=prepared.device,
         dtype=request.dtype,
         pipeline_model=model.name,
+        memory_model=prepared.memory_model,  # type: ignore[arg-type]
         best=TilingPrediction.model_validate(with_uncertainty(1, result.best)),
         candidates=[
             RankedCandidate.model_validate(

@@ -104,18 +104,20 @@ class SearchSpaceSpec(RequestModel):
         description="reject tilings whose buffer_depth*(TM*TK+TK*TN)*element_bytes exceeds "
         "the device's shared memory per CTA (the paper has no such limit)",
     )
-    group_m: TileValues = Field(
-        default=[1],
+    group_m: TileValues | None = Field(
+        default=None,
         description="raster group rows, output tiles (Triton's GROUP_SIZE_M; 1: row-major): "
         "CTAs walk group_m tile rows column by column. Searched under memory_model 'l2-reuse' "
-        "only (else only [1])",
+        "only (else only [1]); null: [1, 8] under 'l2-reuse', [1] under 'dram-stream'",
     )
-    split_k: TileValues = Field(
-        default=[1],
+    split_k: TileValues | None = Field(
+        default=None,
         description="split-K slices (1: none): each CTA reduces ceil(k / split_k) of K, the "
         "grid grows split_k-fold and the fp32 partial sums cost a reduction. At most "
         "ceil(k / smallest tile_k) (422 beyond); larger tile_k values skip the split_k they "
-        "cannot fill. Searched under memory_model 'l2-reuse' only (else only [1])",
+        "cannot fill. Searched under memory_model 'l2-reuse' only (else only [1]); null: "
+        "[1, 2, 4, 8, 16] under 'l2-reuse', those the smallest tile_k can fill, [1] under "
+        "'dram-stream'",
     )
 
 
@@ -285,18 +287,19 @@ class OptimizeTilingRequest(RequestModel):
         "at most the device's max_registers_per_thread, else 422); used with threads_per_cta "
         "(ignored without it)",
     )
-    memory_model: Literal["dram-stream", "l2-reuse"] = Field(
-        default="dram-stream",
-        description="where the tile loads come from. 'dram-stream': every CTA streams its A and "
-        "B tiles at the device's per-SM load throughput (elements/us) and load latency (us). "
-        "'l2-reuse': per wave, CTAs sharing an A row panel or a B column panel fetch it from "
-        "DRAM once and hit L2 otherwise (raster order by group_m, reuse bounded by the L2 "
-        "size, bytes), so each configuration's load throughput (elements/us) and latency (us) "
-        "follow from the device's memory section (DRAM and L2 bandwidth, GB/s; latencies, ns); "
-        "split-K adds its reduction (partial sums at DRAM bandwidth plus a kernel launch, us). "
-        "Each candidate then reports dram_bytes, l2_hit_rate, group_m and split_k. Needs a "
-        "device profile with a memory section; certified solver only; its shortlist is the "
-        "point estimate's ranking",
+    memory_model: Literal["dram-stream", "l2-reuse"] | None = Field(
+        default=None,
+        description="where the tile loads come from. 'l2-reuse': per wave, CTAs sharing an A "
+        "row panel or a B column panel fetch it from DRAM once and hit L2 otherwise (raster "
+        "order by group_m, reuse bounded by the L2 size, bytes), so each configuration's load "
+        "throughput (elements/us) and latency (us) follow from the device's memory section "
+        "(DRAM and L2 bandwidth, GB/s; latencies, ns); split-K adds its reduction (partial "
+        "sums at DRAM bandwidth plus a kernel launch, us). Each candidate then reports "
+        "dram_bytes, l2_hit_rate, group_m and split_k. Needs a device profile with a memory "
+        "section and the certified solver. 'dram-stream' (the GeMM-WS paper's): every CTA "
+        "streams its A and B tiles at the device's per-SM load throughput (elements/us) and "
+        "load latency (us). null: 'l2-reuse' where it can answer (a profile with a memory "
+        "section, the certified solver), else 'dram-stream'. The answer names the model used",
     )
     shortlist: Literal["explore", "exploit"] = Field(
         default="explore",
@@ -527,6 +530,10 @@ class OptimizeTilingResponse(BaseModel):
     pipeline_model: PipelineModelName = Field(
         description="the GeMM-WS pipeline model that answered: the request's, else the "
         "device's default"
+    )
+    memory_model: Literal["dram-stream", "l2-reuse"] = Field(
+        description="the memory model that answered: the request's, else 'l2-reuse' where the "
+        "device has a memory section and the certified solver searched, else 'dram-stream'"
     )
     best: TilingPrediction
     candidates: list[RankedCandidate] = Field(

@@ -36,12 +36,14 @@ import z3
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling
 from perfmodel.gemm_ws_memory_model import (
     TICKS_PER_NS,
+    FigureScale,
     MemoryModelFigures,
     Recurrences,
     ShapeModel,
     Space,
     StageTimes,
     ctas_per_sm,
+    kernel_times,
     ticks_to_ns,
 )
 from perfmodel.gemm_ws_scoring import Configurations, Figures, IntArray, Scores
@@ -110,6 +112,8 @@ class _Evaluated:
     total_math_wait_ns: IntArray
     ticks: StageTimes
     traffic: Traffic
+    model: ShapeModel
+    figures: MemoryModelFigures
 
 
 def _space(configs: Configurations) -> Space:
@@ -161,7 +165,7 @@ class L2ReuseModel:
             self.pipeline,
         )
         time_ns, wait_ns, ticks, traffic = model.times_ns(figures)
-        out = _Evaluated(time_ns, wait_ns, ticks, traffic)
+        out = _Evaluated(time_ns, wait_ns, ticks, traffic, model, figures)
         self._last[:] = [(key, configs, out)]
         return out
 
@@ -267,9 +271,26 @@ class L2ReuseModel:
         self, shape: GemmShape, configs: Configurations, figures: Figures, element_bytes: int
     ) -> Scores:
         """Every configuration by the model's closed forms (``figures``' SM count; the other
-        figures are the device's memory-model figures)."""
+        figures are the device's memory-model figures). With draws (``figures`` rows 1..,
+        solver/explore.py), row 0 is the point estimate and each further row a draw, read as
+        multiples of row 0 (:func:`_draw_scale`) and scored on the DRAWN_CONFIGURATIONS
+        fastest under the point estimate; the others take a time no draw's best reaches."""
         e = self._evaluate(shape, figures.sm_count, element_bytes, configs)
-        return Scores(e.overall_time_ns[None, :], e.total_math_wait_ns[None, :])
+        point_time, point_wait = e.overall_time_ns, e.total_math_wait_ns
+        scale = _draw_scale(figures)
+        if scale is None:
+            return Scores(point_time[None, :], point_wait[None, :])
+        top = np.argsort(point_time, kind="stable")[:DRAWN_CONFIGURATIONS]
+        stage, _ = e.model.subset(top).stage_times_us(e.figures, scale)
+        drawn_us, drawn_wait_us = kernel_times(stage)
+        drawn = np.rint(np.asarray(drawn_us) * 1000).astype(np.int64)
+        slowest = 2 * max(int(drawn.max()), int(point_time.max())) + 1
+        times = np.full((drawn.shape[0] + 1, configs.count), slowest, dtype=np.int64)
+        waits = np.zeros_like(times)
+        times[0], waits[0] = point_time, point_wait
+        times[1:, top] = drawn
+        waits[1:, top] = np.rint(np.asarray(drawn_wait_us) * 1000).astype(np.int64)
+        return Scores(times, waits)
 
     def bounds(self, gemm: GemmOnMachine, configs: Configurations) -> tuple[IntArray, IntArray]:
         """Floors of the overall time (module docstring); the MATH wait's floor is 0."""
@@ -319,6 +340,39 @@ class L2ReuseModel:
         from render.timeline import async_timeline_svg
 
         return async_timeline_svg(prediction, machine, **labels)
+
+
+#: configurations the explore shortlist's draws score under the term: the point estimate's
+#: fastest, several times MAX_TOP_K (50), so every rank a shortlist shows has its draws; a
+#: draw scales each figure by at most a few times its point value, which does not lift the
+#: 257th configuration of thousands above all of them
+DRAWN_CONFIGURATIONS = 256
+#: the GeMM-WS figures a draw moves, and the memory-model figures each one scales
+_SCALED_BY = {
+    "t_init_us": "launch",
+    "t_epilogue_us": "epilogue",
+    "load_startup_latency_us": "latency",
+    "compute_startup_latency_us": "math_startup",
+    "load_throughput_elements_per_us": "bandwidth",
+    "compute_throughput_macs_per_us": "compute",
+}
+
+
+def _draw_scale(figures: Figures) -> FigureScale | None:
+    """Rows 1.. of ``figures`` as multiples of row 0 ((D, 1) arrays; 1 where row 0 is 0), or
+    None without draws. The belief draws the GeMM-WS figures (the calibrated posterior where
+    there is one); on this model a draw of the load throughput moves both bandwidths, of the
+    load startup both latencies."""
+    columns = figures.columns()
+    if max(len(c) for c in columns.values()) < 2:
+        return None
+    ratios = {}
+    for name, scaled in _SCALED_BY.items():
+        column = columns[name]
+        point = column[0]
+        drawn = column[1:] if len(column) > 1 else column[:1]
+        ratios[scaled] = (drawn / point if point > 0 else np.ones_like(drawn)).reshape(-1, 1)
+    return FigureScale(**ratios)
 
 
 def _durations(s: StageTimes, share: int) -> AsyncDurations:

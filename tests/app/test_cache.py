@@ -221,20 +221,24 @@ def _write(path: Path, data: bytes) -> Path:
 
 def test_repeat_request_is_a_hit_in_header_and_metrics() -> None:
     async def scenario(client: KperfClient) -> None:
-        first = await client.optimize(problem(m=2048))
-        # same problem, other field order, defaults spelled out, other time limit
+        first = await client.optimize({"m": 2048, "n": 1024, "k": 1024, "device": "rtx-a6000"})
+        # same problem, other field order, defaults spelled out (the memory model the default
+        # resolves to included), other time limit
         second = await client.optimize(
             {
                 "time_limit_s": 3.0,
                 "top_k": 5,
                 "device": "rtx-a6000",
+                "memory_model": "l2-reuse",
                 "k": 1024,
                 "n": 1024,
                 "m": 2048,
                 "dtype": "fp16",
             }
         )
-        different = await client.optimize(problem(m=2048, top_k=2))
+        different = await client.optimize(
+            {"m": 2048, "n": 1024, "k": 1024, "device": "rtx-a6000", "top_k": 2}
+        )
         assert (first.cache, second.cache, different.cache) == ("miss", "hit", "miss")
         assert second.response == first.response
         metrics = (await client.http.get("/metrics")).text

@@ -55,16 +55,18 @@ def test_optimize_table_matches_json(remote: bool, request: pytest.FixtureReques
     assert table.splitlines()[-1] == "figures: published; shortlist: explore"
     assert len(rows) == len(document["candidates"])
     for row, candidate in zip(rows, document["candidates"], strict=True):
-        rank, tm, tn, tk, depth, time_us = row[:6]
+        rank, tm, tn, tk, depth, group_m, split_k, time_us = row[:8]
         assert int(rank) == candidate["rank"]
-        assert (int(tm), int(tn), int(tk), int(depth)) == (
+        assert (int(tm), int(tn), int(tk), int(depth), int(group_m), int(split_k)) == (
             candidate["tile_m"],
             candidate["tile_n"],
             candidate["tile_k"],
             candidate["buffer_depth"],
+            candidate["group_m"],
+            candidate["split_k"],
         )
         assert float(time_us) == pytest.approx(candidate["predicted_time_us"], abs=0.05)
-        assert float(row[7]) == pytest.approx(candidate["probability_best"], abs=0.005)
+        assert float(row[9]) == pytest.approx(candidate["probability_best"], abs=0.005)
 
 
 @pytest.mark.parametrize("model", ["paper", "async-copy"])
@@ -76,7 +78,7 @@ def test_optimize_table_shows_the_pipeline_model_and_residency(model: str) -> No
     code, text, _ = run(*args, "--json")
     document = json.loads(text)
     assert document["pipeline_model"] == model
-    assert f"(fp16, {model})" in table.splitlines()[0]
+    assert f"(fp16, {model}, {document['memory_model']})" in table.splitlines()[0]
     rows = [row for row in table_rows(table) if row[0].isdigit()]
     assert len(rows) == len(document["candidates"])
     for row, candidate in zip(rows, document["candidates"], strict=True):

@@ -39,7 +39,14 @@ def test_table_1_over_http(
 ) -> None:
     m, n, k = problem
     r = _post(
-        client, m=m, n=n, k=k, device="rtx-a6000", search_space=TABLE_1_SEARCH, shortlist="exploit"
+        client,
+        m=m,
+        n=n,
+        k=k,
+        device="rtx-a6000",
+        memory_model="dram-stream",
+        search_space=TABLE_1_SEARCH,
+        shortlist="exploit",
     )
     assert r.status_code == 200, r.text
     body = r.json()
@@ -62,7 +69,16 @@ def test_table_1_over_http(
 
 
 def test_best_reports_consistent_quantities(client: TestClient) -> None:
-    r = _post(client, m=1024, n=512, k=1024, device="rtx-a6000", include_timeline=True, top_k=2)
+    r = _post(
+        client,
+        m=1024,
+        n=512,
+        k=1024,
+        device="rtx-a6000",
+        memory_model="dram-stream",
+        include_timeline=True,
+        top_k=2,
+    )
     body = r.json()
     best = body["best"]
     assert best["stages"] == 1024 // best["tile_k"] == len(body["timeline"])
@@ -79,8 +95,12 @@ def test_best_reports_consistent_quantities(client: TestClient) -> None:
 
 
 def test_shared_memory_limit_counts_rejections(client: TestClient) -> None:
-    body = _post(client, m=4096, n=4096, k=4096, device="rtx-a6000", dtype="fp32").json()
-    fp16 = _post(client, m=4096, n=4096, k=4096, device="rtx-a6000", dtype="fp16").json()
+    body = _post(
+        client, m=4096, n=4096, k=4096, device="rtx-a6000", memory_model="dram-stream", dtype="fp32"
+    ).json()
+    fp16 = _post(
+        client, m=4096, n=4096, k=4096, device="rtx-a6000", memory_model="dram-stream", dtype="fp16"
+    ).json()
     assert body["search"]["candidates_considered"] == 5 * 5 * 5 * 7
     # fp32 tiles take twice the bytes, so at least as many candidates are rejected.
     assert (
@@ -103,7 +123,9 @@ def test_inline_device_params_equal_the_profile(client: TestClient) -> None:
         "shared_memory_per_block_bytes": 101376,
     }
     inline = _post(client, m=2048, n=1024, k=512, device_params=params).json()
-    profile = _post(client, m=2048, n=1024, k=512, device="rtx-a6000").json()
+    profile = _post(
+        client, m=2048, n=1024, k=512, device="rtx-a6000", memory_model="dram-stream"
+    ).json()
     assert inline["device"] == "inline"
     # the same point answer; the uncertainty differs: inline figures cite no prior (wide)
     drawn = {"probability_best", "interval_low_us", "interval_high_us"}
@@ -289,6 +311,7 @@ def test_oversized_search_space_is_refused_before_solving(client: TestClient) ->
         n=64,
         k=64,
         device="rtx-a6000",
+        memory_model="dram-stream",
         search_space={"tile_m": every_tile, "tile_n": every_tile, "tile_k": every_tile},
     )
     assert r.status_code == 422
@@ -298,7 +321,7 @@ def test_oversized_search_space_is_refused_before_solving(client: TestClient) ->
 
 def test_solver_block_names_the_mode_and_the_certificate(client: TestClient) -> None:
     shape = GemmShape(1024, 512, 1024)
-    body = {"m": 1024, "n": 512, "k": 1024, "device": "rtx-a6000"}
+    body = {"m": 1024, "n": 512, "k": 1024, "device": "rtx-a6000", "memory_model": "dram-stream"}
     body["shortlist"] = "exploit"  # the point estimate's ranks: the brute force's order
     certified = _post(client, **body, top_k=3, search_space=TABLE_1_SEARCH).json()
     searched = _post(
@@ -342,6 +365,7 @@ def test_the_issue_19_space_is_answered_within_its_time_limit(
         n=8192,
         k=8192,
         device="rtx-a6000",
+        memory_model="dram-stream",
         search_space=ISSUE_19_SPACE,
         time_limit_s=time_limit_s,
     )
@@ -360,7 +384,15 @@ def test_explore_keeps_the_proven_optimum_and_ranks_the_rest_by_chance_of_winnin
     the other ranks are the likeliest winners under the profile's belief, each with its
     probability of being the fastest and its 10-90 % interval around its prediction."""
     m, n, k = problem
-    r = _post(client, m=m, n=n, k=k, device="rtx-a6000", search_space=TABLE_1_SEARCH)
+    r = _post(
+        client,
+        m=m,
+        n=n,
+        k=k,
+        device="rtx-a6000",
+        memory_model="dram-stream",
+        search_space=TABLE_1_SEARCH,
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     best = brute_force_ranking(GemmShape(m, n, k), A6000, TABLE_1_SPACE)[0]

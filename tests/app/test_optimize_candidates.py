@@ -123,7 +123,8 @@ def test_params_are_echoed_byte_for_byte(client: TestClient) -> None:
         '"deep":{"a":{"b":[[],{}]}},"big":12345678901234567890}}'
     )
     raw = (
-        '{"m":2048,"n":2048,"k":2048,"device":"rtx-a6000","candidates":['
+        '{"m":2048,"n":2048,"k":2048,"device":"rtx-a6000","memory_model":"dram-stream",'
+        '"candidates":['
         f'{{"tile_m":128,"tile_n":128,"tile_k":32,"buffer_depth":4,"params":{params}}},'
         '{"tile_m":64,"tile_n":64,"tile_k":64,"buffer_depth":3}]}'
     )

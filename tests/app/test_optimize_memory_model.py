@@ -1,5 +1,6 @@
 """POST /optimize-tiling with the L2-reuse memory term: split_k and group_m searched and
-reported with DRAM bytes and the L2 hit rate; off by default, leaving answers unchanged."""
+reported with DRAM bytes and the L2 hit rate; the default wherever a profile has a memory
+section, with the paper's DRAM-stream loads kept for explicit requests."""
 
 from __future__ import annotations
 
@@ -37,19 +38,65 @@ def _without_elapsed(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "solver": {**body["solver"], "elapsed_ms": None}}
 
 
-def test_off_by_default_and_unchanged(client: TestClient) -> None:
+def test_the_default_is_the_l2_reuse_term_with_raster_searched(client: TestClient) -> None:
+    """No memory_model and no group_m/split_k: the answer is the explicit l2-reuse answer
+    over group_m {1, 8} and split_k {1, 2, 4, 8, 16} (all fill 8192 / 32 k tiles), and says
+    so; dram-stream asked for explicitly keeps the paper's loads and reports no raster."""
     default = _post(client, search_space=SPACE)
-    explicit = _post(client, search_space=SPACE, memory_model="dram-stream")
-    assert default.status_code == explicit.status_code == 200, default.text
+    raster = {**SPACE, "group_m": [1, 8], "split_k": [1, 2, 4, 8, 16]}
+    explicit = _post(client, search_space=raster, memory_model="l2-reuse")
+    paper = _post(client, search_space=SPACE, memory_model="dram-stream")
+    assert default.status_code == explicit.status_code == paper.status_code == 200, default.text
     assert _without_elapsed(default.json()) == _without_elapsed(explicit.json())
-    for candidate in default.json()["candidates"]:
+    assert default.json()["memory_model"] == "l2-reuse"
+    assert default.json()["search"]["candidates_considered"] == 16 * 2 * 5
+    assert paper.json()["memory_model"] == "dram-stream"
+    assert paper.json()["search"]["candidates_considered"] == 16
+    for candidate in paper.json()["candidates"]:
         assert not NEW_FIELDS & candidate.keys()
+    for candidate in default.json()["candidates"]:
+        assert NEW_FIELDS <= candidate.keys()
+
+
+def test_split_k_searched_by_default_only_where_a_slice_holds_a_stage(
+    client: TestClient,
+) -> None:
+    """K = 96 with tile_k 32 has three k tiles: the default split_k is {1, 2}, so no slice is
+    empty and the answer is the explicit one over that set."""
+    space = {"tile_m": [64], "tile_n": [64], "tile_k": [32], "buffer_depth": [2]}
+    r = client.post(
+        "/optimize-tiling",
+        json={
+            "m": 512,
+            "n": 512,
+            "k": 96,
+            "device": "h100",
+            "dtype": "fp16",
+            "search_space": space,
+        },
+    )
+    explicit = client.post(
+        "/optimize-tiling",
+        json={
+            "m": 512,
+            "n": 512,
+            "k": 96,
+            "device": "h100",
+            "dtype": "fp16",
+            "memory_model": "l2-reuse",
+            "search_space": {**space, "group_m": [1, 8], "split_k": [1, 2]},
+        },
+    )
+    assert r.status_code == explicit.status_code == 200, r.text
+    assert _without_elapsed(r.json()) == _without_elapsed(explicit.json())
+    assert {c["split_k"] for c in r.json()["candidates"]} <= {1, 2}
 
 
 def test_split_k_and_group_m_are_searched_and_reported(client: TestClient) -> None:
     wide = {**SPACE, "split_k": [1, 2, 4, 8], "group_m": [1, 8]}
     searched = _post(client, search_space=wide, memory_model="l2-reuse", shortlist="exploit")
-    plain = _post(client, search_space=SPACE, memory_model="l2-reuse", shortlist="exploit")
+    unrastered = {**SPACE, "split_k": [1], "group_m": [1]}
+    plain = _post(client, search_space=unrastered, memory_model="l2-reuse", shortlist="exploit")
     assert searched.status_code == plain.status_code == 200, searched.text
     body, base = searched.json(), plain.json()
     assert body["status"] == "optimal"
@@ -72,8 +119,14 @@ def test_split_k_and_group_m_are_searched_and_reported(client: TestClient) -> No
             {"search_space": {**SPACE, "split_k": [1, 300]}, "memory_model": "l2-reuse"},
             "search_space.split_k",
         ),
-        ({"search_space": {**SPACE, "split_k": [1, 2]}}, "search_space.split_k"),
-        ({"search_space": {**SPACE, "group_m": [8]}}, "search_space.group_m"),
+        (
+            {"search_space": {**SPACE, "split_k": [1, 2]}, "memory_model": "dram-stream"},
+            "search_space.split_k",
+        ),
+        (
+            {"search_space": {**SPACE, "group_m": [8]}, "memory_model": "dram-stream"},
+            "search_space.group_m",
+        ),
         ({"memory_model": "l2-reuse", "solver": "z3-search"}, "solver"),
         ({"memory_model": "l2-cache"}, "memory_model"),
     ],
@@ -162,9 +215,10 @@ def test_the_service_predicts_what_the_bench_predicts(
 def test_a_candidate_list_is_ranked_and_certified_under_the_memory_term(
     client: TestClient,
 ) -> None:
-    """A candidate list (default shortlist, explore) under l2-reuse: the certified ranking
-    under the point estimate, as for a space, not a belief's draws of the dram-stream
-    figures; the larger tile whose accumulators do not fit an SM is left out."""
+    """A candidate list (default shortlist, explore) under l2-reuse: certified, rank 1 the
+    proven optimum, explored under the priors' draws of the same model's figures (each
+    interval holds its point, probabilities sum to at most 1); the larger tile whose
+    accumulators do not fit an SM is left out."""
     candidates = [
         {"tile_m": 128, "tile_n": 128, "tile_k": 32, "buffer_depth": 3},
         {"tile_m": 64, "tile_n": 128, "tile_k": 64, "buffer_depth": 2},
@@ -175,9 +229,14 @@ def test_a_candidate_list_is_ranked_and_certified_under_the_memory_term(
     body = r.json()
     assert body["status"] == "optimal"
     assert all(c["outcome"] == "unsat" for c in body["solver"]["certificate"])
-    assert body["shortlist"]["belief"] == "none"
+    assert body["shortlist"]["belief"] == "priors"
     assert body["candidates"]
     assert 2 not in [c["input_index"] for c in body["candidates"]]
+    first = body["candidates"][0]
+    assert first["predicted_time_us"] == body["best"]["predicted_time_us"]
+    assert sum(c["probability_best"] for c in body["candidates"]) <= 1.0 + 1e-9
+    for c in body["candidates"]:
+        assert c["interval_low_us"] <= c["predicted_time_us"] <= c["interval_high_us"]
 
 
 @pytest.mark.parametrize("pipeline", ["async-copy", "paper"])
@@ -192,6 +251,8 @@ def test_without_shared_memory_enforcement_every_model_drops_the_sm_limit(
         "tile_n": [128],
         "tile_k": [128],
         "buffer_depth": [8],
+        "group_m": [1],
+        "split_k": [1],
         "enforce_shared_memory": False,
     }
     r = _post(client, search_space=space, memory_model="l2-reuse", pipeline_model=pipeline)

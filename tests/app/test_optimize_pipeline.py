@@ -158,7 +158,16 @@ def test_async_space_equals_brute_force(
 
 
 def test_paper_candidates_report_one_cta_and_their_slots(client: TestClient) -> None:
-    body = _ok(client, m=2048, n=2048, k=2048, device="rtx-a6000", shortlist="exploit", top_k=8)
+    body = _ok(
+        client,
+        m=2048,
+        n=2048,
+        k=2048,
+        device="rtx-a6000",
+        memory_model="dram-stream",
+        shortlist="exploit",
+        top_k=8,
+    )
     for c in body["candidates"]:
         sim = simulate(GemmShape(2048, 2048, 2048), _tiling(c), A6000)
         math_bound = not sim.load_bound
@@ -339,7 +348,14 @@ def test_async_timeline_lists_issue_arrival_and_math(client: TestClient) -> None
 def test_picture_of_an_async_answer_draws_its_ranked_candidate_under_async_copy(
     client: TestClient,
 ) -> None:
-    body = {"m": 512, "n": 512, "k": 512, "device": "h100", "shortlist": "exploit"}
+    body = {
+        "m": 512,
+        "n": 512,
+        "k": 512,
+        "device": "h100",
+        "memory_model": "dram-stream",
+        "shortlist": "exploit",
+    }
     answer = _ok(client, **body)
     assert answer["pipeline_model"] == "async-copy"
     svg = {"accept": "image/svg+xml"}

@@ -94,7 +94,9 @@ def test_finds_a_config_within_3_percent_and_feeds_the_device(
         key = tiling_of(record)
         fastest[key] = min(fastest.get(key, 1e30), space.time_ms[config])
     latest = {}
-    for run in runs:  # a tiling posted again when it got faster: the last is its fastest
+    # a tiling is posted again only when it got faster, so its least posted time is its
+    # fastest (the record lists runs by their digest, not in the order they were posted)
+    for run in runs:
         assert (run["m"], run["n"], run["k"], run["dtype"], run["buffer_depth"]) == (
             4096,
             4096,
@@ -102,7 +104,8 @@ def test_finds_a_config_within_3_percent_and_feeds_the_device(
             "fp32",
             1,
         )
-        latest[(run["tile_m"], run["tile_n"], run["tile_k"])] = run["measured_time_us"]
+        key = (run["tile_m"], run["tile_n"], run["tile_k"])
+        latest[key] = min(run["measured_time_us"], latest.get(key, float("inf")))
     assert latest == pytest.approx({k: 1000 * v for k, v in fastest.items()})
     assert kperf_warnings(caplog) == []
 

@@ -529,7 +529,7 @@ def _app_graph(sources: Mapping[str, str]) -> dict[str, set[str]]:
     modules = {m for m in sources if m == "app" or m.startswith("app.")}
     graph: dict[str, set[str]] = {}
     for module in sorted(modules):
-        edges = set()
+        edges: set[str] = set()
         for node in ast.walk(ast.parse(sources[module])):
             if isinstance(node, ast.Import):
                 edges.update(a.name for a in node.names)

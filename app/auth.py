@@ -1,4 +1,5 @@
-"""Who is calling: bearer tokens, each naming a tenant and a role (issue 20).
+"""Who is calling: bearer tokens, each naming a tenant and a role, so one service
+can serve many teams' pipelines apart.
 
 The tokens file (``KPERF_TOKENS_FILE``, a mounted secret) holds one token a line, hashed:
 ``<sha256 hex of the token> <tenant> <role>``; ``#`` starts a comment. The service never

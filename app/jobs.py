@@ -330,7 +330,9 @@ def timeline_svg_job(
         candidate["tile_m"], candidate["tile_n"], candidate["tile_k"], candidate["buffer_depth"]
     )
     sim = model.simulate(problem.shape, tiling, problem.machine, problem.element_bytes)
-    return model.timeline_svg(
+    from render.pipeline import pipeline_timeline_svg  # the worker's first picture loads render
+
+    return pipeline_timeline_svg(
         sim, problem.machine, device=prepared.device, dtype=request.dtype, rank=rank
     )
 

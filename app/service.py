@@ -16,7 +16,7 @@ import pickle
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, SupportsIndex
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, SupportsIndex
 
 from fastapi import Depends, Request, Response
 from fastapi.responses import StreamingResponse
@@ -43,7 +43,6 @@ from solver.errors import SolverTimeout
 
 if TYPE_CHECKING:
     from app.expiry import IdleExpiry
-    from app.inline import InlineRunner
 
 CACHE_HEADER = "X-Cache"
 #: time kept back from the request's bound to write the answer (a 504 included)
@@ -75,6 +74,26 @@ class RequestedItemMissing(RequestFieldError):
     e.g. a ``candidate_rank`` beyond the shortlist's length."""
 
 
+class SmallSolves(Protocol):
+    """What the service uses of the runner of small solves in its own process (app/inline.py's
+    ``InlineRunner``, which imports this module: the service names only this contract)."""
+
+    #: jobs answered in the service's own process so far
+    jobs_run: int
+
+    def warm(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` (imports, a first solve) in the runner's thread now, in the background."""
+
+    async def stop(self) -> None:
+        """Wait for the job in progress, then release the thread."""
+
+    async def run(
+        self, service: Service, job: Job, *, admitted: bool = False
+    ) -> EncodedAnswer | None:
+        """``job``'s answer, computed in the service's own process within the request's bound;
+        None: the runner is busy or too little time is left (the pool takes the job)."""
+
+
 @dataclass
 class Service:
     settings: Settings
@@ -87,7 +106,7 @@ class Service:
     #: bearer tokens (app/auth.py); None: authentication off
     tokens: TokenTable | None = None
     #: small solves in the service's own thread (app/inline.py); None: every solve in the pool
-    inline: InlineRunner | None = None
+    inline: SmallSolves | None = None
     #: idle calibrated profiles and drafts expire (app/expiry.py); None: they never do
     expiry: IdleExpiry | None = None
     #: identical concurrent misses solve once (app/singleflight.py); built from the cache

@@ -1,4 +1,4 @@
-"""Calibration speed (issue 7 targets: 1,000 GeMM-WS measurements <= 2 s median; 200 Many-BSP
+"""Calibration speed (targets: 1,000 GeMM-WS measurements <= 2 s median; 200 Many-BSP
 measurements of the paper kernels <= 10 s median). Exits 1 when a target is missed.
 
 Usage: python -m bench.bench_calibration [--repeats R] [--seed S]

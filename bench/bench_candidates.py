@@ -1,4 +1,5 @@
-"""Explicit candidate lists (issue 18) vs a search space, on the worker path, in one run.
+"""Explicit candidate lists (what autotuners send) vs a search space, on the worker path, in
+one run.
 
 Usage: python -m bench.bench_candidates [--repeats N]
 

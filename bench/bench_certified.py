@@ -86,7 +86,7 @@ def in_process(repeats: int) -> None:
     result = optimize_tiling(big, top_k=5, time_limit_s=20)
     elapsed = time.perf_counter() - started
     print(
-        f"\nIssue 19's space (tile_m, tile_n 1..332, tile_k 64, depth 1..8: {space.size} "
+        f"\nThe oversized space (tile_m, tile_n 1..332, tile_k 64, depth 1..8: {space.size} "
         f"configurations, {result.statistics.configurations_scored} feasible), 8192^3, top_k 5: "
         f"{result.status} in {elapsed * 1e3:.0f} ms (one run), "
         f"{result.statistics.encoded_configurations} configurations encoded for the certificate\n"

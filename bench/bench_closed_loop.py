@@ -1,4 +1,4 @@
-"""The GeMM-WS closed loop (issue 7): optimize -> measure the top 5 -> fit -> optimize again.
+"""The GeMM-WS closed loop (calibration): optimize -> measure the top 5 -> fit -> optimize again.
 
 Usage: python -m bench.bench_closed_loop [--problems N] [--seed S] [--independent]
        [--truth far|latency-bound] [--mode explore|exploit]
@@ -7,8 +7,8 @@ The "true GPU" is the event simulator with hidden figures far from the base A600
 (tests/calibration_cases.py CLOSED_LOOP_TRUTH: 3x faster loads, 5x slower MATH, other
 latencies moved; or LATENCY_BOUND_TRUTH: latency-bound stages), and each "measurement" is its
 time with 2 % log-normal noise. The loop starts from the base figures with wide priors (a
-factor e at one sd) and shortlists that explore (issue 16) or, with ``--mode exploit``, the
-point estimate's top 5 (the loop before issue 16). Problems:
+factor e at one sd) and shortlists that explore (to learn the figures) or, with
+``--mode exploit``, the point estimate's top 5 (the loop before shortlists explored). Problems:
 M, N, K log-uniform multiples of 128 in 256..8192; default search space (tiles 16..256,
 depth 2..8, A6000 shared memory, fp16). By default the problems share the device, so every
 round fits the figures to the runs of all of them (solver.calibration_loop);

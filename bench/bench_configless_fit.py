@@ -1,4 +1,4 @@
-"""Wall time of a configuration-less calibration of 16 runs (issue 24's speed target, <= 10 s).
+"""Wall time of a configuration-less calibration of 16 runs (speed target: <= 10 s).
 
 Usage: python -m bench.bench_configless_fit [--repeats 3] [--record]
 

@@ -1,4 +1,4 @@
-"""Container figures (issue 10): build times, image size over its base, start-to-healthy, stop.
+"""Container figures: build times, image size over its base, start-to-healthy, stop.
 
 On the engine the smoke test uses (a private dockerd when run as root; tests/container_engine.py):
 builds the offline base once (``scripts/offline-base-image.sh``, timed), then the image

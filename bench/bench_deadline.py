@@ -1,4 +1,4 @@
-"""Short time limits (issue 9): how far past its limit a solve answers, and a burst of them.
+"""Short time limits: how far past its limit a solve answers, and a burst of them.
 
 1. Overrun: the real optimize job (a search space the solver cannot finish, so every job uses
    its whole limit) through the worker pool, one and two at a time, with a hard deadline far

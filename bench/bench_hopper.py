@@ -1,5 +1,5 @@
-"""Time parse + Many-BSP prediction of the largest checked-in CUTLASS sm_90a module (issue 8
-target: median <= 1 s). Run: ``.venv/bin/python bench/bench_hopper.py [--repeats R]``.
+"""Time parse + Many-BSP prediction of the largest checked-in CUTLASS sm_90a module
+(target: median <= 1 s). Run: ``.venv/bin/python bench/bench_hopper.py [--repeats R]``.
 
 Timings of ``perfmodel.manybsp.predict_kernel`` (parse, warp roles, one Table N-1/N-2 and
 eq. (4)-(25) per role): with ``registers_per_thread`` given; and, when ptxas is on PATH, with

@@ -1,5 +1,6 @@
 """Kernel Tuner in simulation mode on real Xgemm caches: evaluations until a configuration
-within 3 % of the cache's best, for kperf's strategy and Kernel Tuner's own (issue 18).
+within 3 % of the cache's best, for kperf's strategy and Kernel Tuner's own (the plug-in must
+pay its way).
 
 Usage: python -m bench.bench_kernel_tuner [--gpus RTX_3090,...] [--seeds 20] [--budget 1000]
            [--strategies kperf,random_sample,genetic_algorithm,...]

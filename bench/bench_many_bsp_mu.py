@@ -1,4 +1,4 @@
-"""mu fitted to the Many-BSP worked examples' measured cycles, leave one kernel out (issue 7).
+"""mu fitted to the Many-BSP worked examples' measured cycles, leave one kernel out (calibration).
 
 Usage: python -m bench.bench_many_bsp_mu
 

@@ -1,4 +1,4 @@
-"""Time parse + Many-BSP prediction of a 20,000-instruction PTX module (issue 3 target:
+"""Time parse + Many-BSP prediction of a 20,000-instruction PTX module (target:
 median <= 1 s). Run: ``.venv/bin/python bench/bench_predict.py [--instructions N] [--repeats R]``.
 
 The module is the MM kernel of many-bsp-supplementary.txt Table 4-1 with its unrolled loop

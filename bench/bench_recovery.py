@@ -1,4 +1,4 @@
-"""Worker deaths (issue 9): how long until /readyz is ready again, and what requests see.
+"""Worker deaths (crash containment): how long until /readyz is ready again, and what requests see.
 
 Against a real ``kperf serve`` (2 workers, in-memory cache off), ``--rounds`` times each:
 

@@ -1,4 +1,4 @@
-"""Time the pictures (issue 12 target: a 1,000-stage timeline in <= 300 ms median, < 200 KB).
+"""Time the pictures (target: a 1,000-stage timeline in <= 300 ms median, < 200 KB).
 
 Renders in this process, as a pool worker does after its first picture (matplotlib already
 imported: the one-off import is timed separately). Cases:

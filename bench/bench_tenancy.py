@@ -1,6 +1,6 @@
-"""Constant-cost requests (issue 20, item 5): the same load on a fresh Redis store and on one
-holding the outside probe's history (250 calibrated profiles, 1,500 batches of runs on the
-device being posted to), then /readyz while Redis is frozen (SIGSTOP).
+"""Constant-cost requests (a tenant's history must not slow it): the same load on a fresh Redis
+store and on one holding the outside probe's history (250 calibrated profiles, 1,500 batches of runs
+on the device being posted to), then /readyz while Redis is frozen (SIGSTOP).
 
 Load per client, in turn: POST 3 new runs to a device's record (the request whose cost grew
 with every batch before the per-device counter), a cached /predict-kernel, GET /devices/{id}.

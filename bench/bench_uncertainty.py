@@ -1,4 +1,4 @@
-"""Issue 16: fits that never fall apart, intervals that mean what they say, shortlists that
+"""Uncertainty: fits that never fall apart, intervals that mean what they say, shortlists that
 explore at the price of exploiting.
 
 Usage: python -m bench.bench_uncertainty [--devices N] [--repeats R]

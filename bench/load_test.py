@@ -6,7 +6,8 @@ bodies (bad fields, malformed JSON, oversized bodies), and PTX predictions. A se
 hits /healthz every 50 ms. The server's resident memory (its process plus worker processes) is
 sampled every second.
 
-Acceptance (issue 4): zero 5xx other than deliberate 503/504, /healthz p99 < 100 ms, RSS flat.
+Acceptance (sustained load): zero 5xx other than deliberate 503/504, /healthz p99 < 100 ms,
+RSS flat.
 Exit status 1 when an acceptance check fails.
 
     .venv/bin/python bench/load_test.py --clients 16 --duration-s 60 [--record]

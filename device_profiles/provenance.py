@@ -1,4 +1,5 @@
-"""Where a profile's figures for a model come from, as every answer reports it (issue 16):
+"""Where a profile's figures for a model come from, as every answer reports it (so a user can
+tell a fitted figure from an estimate):
 ``calibrated`` (a calibration of that model made it, with its run count), ``estimated`` (a
 figure the model uses is an uncalibrated estimate), or ``published`` (every figure cited)."""
 

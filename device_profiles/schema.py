@@ -48,7 +48,7 @@ _ESTIMATE_DESCRIPTION = (
 
 
 #: size bounds of every text and list a profile holds: a profile sent inline
-#: (``base_device_params``) is stored, and unbounded text filled a shared store (issue 20)
+#: (``base_device_params``) is stored, and unbounded text filled a store tenants share
 MAX_ID_CHARS = 128
 MAX_NAME_CHARS = 200
 MAX_SOURCE_CHARS = 1000

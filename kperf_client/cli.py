@@ -154,8 +154,8 @@ async def _optimize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for c in result.candidates
     ]
     header = ("rank", "TM", "TN", "TK", "depth", "group", "split-K", "time_us", "10-90 %")
-    header += ("P(best)", "waves")
-    out.write(_table((*header, "CTAs/SM", "stages", "in flight", "bound"), rows) + "\n")
+    residency = ("P(best)", "waves", "CTAs/SM", "stages", "in flight", "bound")
+    out.write(_table((*header, *residency), rows) + "\n")
     if result.profile_provenance is not None:
         origin = result.profile_provenance
         runs = f", {origin.measurement_count} runs" if origin.measurement_count else ""

@@ -3,9 +3,14 @@
 A pipeline model is one set of recurrences for the stages of one CTA's output tile: the
 paper's eq. (1)-(3) (perfmodel/pipelines/paper.py) or the async-copy eq. (A1)-(A3)
 (perfmodel/pipelines/async_copy/). Everything that reads a model (the solver's ranking and
-certificate, explore shortlists, calibration, the timeline picture, the HTTP conversion) goes
-through :class:`PipelineModel`; the registry (perfmodel/pipelines/__init__.py) maps the name a
+certificate, explore shortlists, calibration, the HTTP conversion) goes through
+:class:`PipelineModel`; the registry (perfmodel/pipelines/__init__.py) maps the name a
 request or a profile gives to one implementation, once per request.
+
+What a model needs from the layers above is registered there, by type, never imported here:
+its Z3 encoding in ``solver.encodings`` (keyed by the model's type) and its timeline picture
+in ``render.pipeline`` (keyed by its prediction's type). A new model registers both where it
+is defined (tests/test_third_pipeline_model.py does) and edits neither package.
 
 The configuration record
 ------------------------
@@ -212,10 +217,6 @@ class PipelineModel(Protocol):
         """Sound lower bounds (overall time, total MATH wait) of every configuration, from
         paths of the event graph, independent of the scorer (the certificate's cut)."""
 
-    def encode(self, gemm: GemmOnMachine, configs: Configurations) -> Any:
-        """The Z3 encoding (solver.encoding.Encoding) of exactly ``configs``: the recurrences
-        over integer arrays, ``overall_time`` and ``total_math_wait`` per configuration."""
-
     def residual_model(self, fit: RunsToFit) -> PipelineResiduals:
         """The calibration's closed form over ``fit``'s runs, its figures free (residuals and
         the exact Jacobian per regime)."""
@@ -230,6 +231,3 @@ class PipelineModel(Protocol):
 
     def timeline_rows(self, prediction: Any) -> list[dict[str, float | int | None]]:
         """One row per stage of the best configuration: the events an answer's timeline lists."""
-
-    def timeline_svg(self, prediction: Any, machine: GemmWsMachine, **labels: Any) -> bytes:
-        """The timeline picture of one simulated configuration (SVG bytes)."""

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import z3
 
 from perfmodel.gemm_ws import GemmShape, GemmWsMachine, Tiling, WaveTimeModel, us_to_ns
-from perfmodel.smtlib import all_equal, integer, maximum, one_of
 from solver.bounds import TripleBound, triple_bounds
 from solver.search_space import SearchSpace
+from solver.smtlib import all_equal, integer, maximum, one_of
 
 #: the variables every encoding declares, as Z3 terms of Z3's main context (made once: terms
 #: are immutable, and making them costs more than a small certificate's other Python work)

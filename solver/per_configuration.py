@@ -44,6 +44,7 @@ from perfmodel.gemm_ws_scoring import (
     lexicographic_order,
 )
 from perfmodel.pipeline import PipelineModel, Prediction
+from solver import encodings
 from solver import problem as _problem
 from solver.deadline import Deadline, ms_until
 from solver.encoding import Encoding
@@ -98,8 +99,7 @@ class Instance:
         return self.model.bounds(self.problem, configs)
 
     def encode(self, configs: Configurations) -> Encoding:
-        enc: Encoding = self.model.encode(self.problem, configs)
-        return enc
+        return encodings.encode(self.model, self.problem, configs)
 
     def resident(self, configs: Configurations) -> npt.NDArray[np.intp]:
         """Indices of the configurations that fit an SM."""

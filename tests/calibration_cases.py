@@ -36,7 +36,7 @@ CLOSED_LOOP_TRUTH = dataclasses.replace(
     t_epilogue_us=0.8,
 )
 #: a second hidden GPU whose stages are latency-bound: loads 30x and MATH 3x the A6000's
-#: throughput, 2 us per tile load and 1 us per MATH startup (issue 16's second closed loop)
+#: throughput, 2 us per tile load and 1 us per MATH startup (the latency-bound closed loop)
 LATENCY_BOUND_TRUTH = dataclasses.replace(
     A6000,
     load_throughput_elements_per_us=30 * A6000.load_throughput_elements_per_us,

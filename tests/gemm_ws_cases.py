@@ -64,7 +64,7 @@ TABLE_1_SPACE = SearchSpace(
     enforce_shared_memory=False,
 )
 
-#: issue 19's oversized space: tile_m and tile_n 1..332, tile_k 64, depth 1..8 (881,792
+#: the hardening pass's oversized space: tile_m and tile_n 1..332, tile_k 64, depth 1..8 (881,792
 #: configurations; 110,224 tile triples, just under the 110,592 limit)
 ISSUE_19_SPACE = SearchSpace(tuple(range(1, 333)), tuple(range(1, 333)), (64,), tuple(range(1, 9)))
 

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 import tomllib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import pytest
@@ -121,7 +121,7 @@ def test_the_service_process_loads_no_numerical_stack() -> None:
 
 
 def test_device_profiles_modules_import_no_circle() -> None:
-    """Issue 16: schema.py (the file format) and status.py (what a profile lacks) each do one
+    """schema.py (the file format) and status.py (what a profile lacks) each do one
     job; the schema imports nothing of the package (no circle, lazy or not)."""
     source = (Path(__file__).resolve().parents[1] / "device_profiles" / "schema.py").read_text()
     imported = {
@@ -132,7 +132,7 @@ def test_device_profiles_modules_import_no_circle() -> None:
     assert not {m for m in imported if m.startswith("device_profiles")}
 
 
-# ---------------------------------------------------------------------------- user side (issue 18)
+# ---------------------------------------------------------------------------- user side
 
 KPERF_CLIENT_DIR = Path(__file__).resolve().parents[1] / "kperf_client"
 #: the server's packages and the dependencies only the server installs (kperf[server])
@@ -193,7 +193,7 @@ def _server_imports(tree: ast.AST, scope: str = "") -> list[tuple[str, str]]:
 
 
 def test_the_user_side_imports_nothing_of_the_server() -> None:
-    """Issue 18: kperf_client installs and runs without the server, except where documented."""
+    """kperf_client installs and runs without the server, except where documented."""
     offenders = []
     for path in sorted(KPERF_CLIENT_DIR.rglob("*.py")):
         relative = path.relative_to(KPERF_CLIENT_DIR).as_posix()
@@ -257,7 +257,7 @@ def _distributions(requirements: list[str]) -> set[str]:
 
 
 def test_the_user_side_needs_only_the_base_dependencies() -> None:
-    """Issue 18: ``pip install kperf`` (no extra) has every distribution kperf_client imports,
+    """``pip install kperf`` (no extra) has every distribution kperf_client imports,
     but for a plug-in module's own tool, which its extra installs (kperf_client/triton.py:
     ``kperf[triton]``, kernel_tuner.py: ``kperf[kernel-tuner]``); the server's dependencies
     are in the ``server`` extra."""
@@ -422,3 +422,134 @@ def test_no_package_imports_another_packages_private_names() -> None:
             if private:
                 crossings.append(f"{module}: from {node.module} import {', '.join(private)}")
     assert crossings == []
+
+
+# ---------------------------------------------------------------------------- layers
+
+#: the server's own packages (kperf_client, the user side, is the product's other half)
+SERVER_PACKAGES = ("app", "solver", "perfmodel", "render", "device_profiles")
+#: what each package may import of the product beside itself (the standard library and
+#: third-party packages are always allowed): the models at the bottom, the solver and the
+#: pictures above them, the service on top; the user side knows nothing of the server
+LAYERS: dict[str, frozenset[str]] = {
+    "perfmodel": frozenset({"device_profiles"}),
+    # the profiles' adapters (priors, SM limits, memory figures) build the models' inputs
+    "device_profiles": frozenset({"perfmodel"}),
+    "solver": frozenset({"perfmodel", "device_profiles"}),
+    "render": frozenset({"perfmodel", "device_profiles"}),
+    "app": frozenset(SERVER_PACKAGES),
+    "kperf_client": frozenset(),
+}
+#: (module, package) pairs beyond :data:`LAYERS`: `kperf serve` runs the service and the
+#: in-process client (no --url) builds it, lazily (LAZY_SERVER_IMPORTS above checks where)
+LAYER_EXCEPTIONS = frozenset({("kperf_client.cli", "app"), ("kperf_client.client", "app")})
+
+
+def _every_import(source: str, module: str) -> list[tuple[int, str]]:
+    """(line, module) of every import of ``source`` (the module ``module``), at any depth:
+    module level, inside functions and classes, and under ``if TYPE_CHECKING:``; a relative
+    import is resolved against the package ``module`` is in."""
+    tree = ast.parse(source)
+    package = module.split(".")[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package[: len(package) - (node.level - 1)]
+                base = ".".join([*parent, base] if base else parent)
+            found.append((node.lineno, base))
+    return found
+
+
+def layer_violations(sources: Mapping[str, str]) -> list[str]:
+    """Every import in ``sources`` (module name -> its source) of a product package that
+    :data:`LAYERS` does not allow the module's package."""
+    violations = []
+    for module, source in sorted(sources.items()):
+        package = module.split(".")[0]
+        allowed = LAYERS[package] | {package}
+        for line, name in _every_import(source, module):
+            target = name.split(".")[0]
+            if target not in PRODUCT_PACKAGES or target in allowed:
+                continue
+            if (module, target) in LAYER_EXCEPTIONS:
+                continue
+            violations.append(
+                f"{module}:{line}: imports {name} "
+                f"({package} may import {', '.join(sorted(allowed))})"
+            )
+    return violations
+
+
+def _product_sources() -> dict[str, str]:
+    return {m: p.read_text(encoding="utf-8") for m, p in _product_modules().items()}
+
+
+def test_every_package_imports_only_the_layers_below_it() -> None:
+    """perfmodel imports nothing of the solver, the pictures or the service (a model's Z3
+    encoding lives in solver/encodings, its picture in render/pipeline.py); solver and render
+    import only the models and the profiles; the user side imports nothing of the server
+    (but for the documented entry points). Lazy and annotation-only imports count."""
+    assert set(LAYERS) == set(PRODUCT_PACKAGES)
+    assert layer_violations(_product_sources()) == []
+
+
+def test_the_layer_check_reports_an_upward_import() -> None:
+    sources = _product_sources()
+    seeded = "perfmodel.pipelines.paper"
+    sources[seeded] += (
+        "\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from solver.encoding import Encoding\n"
+        "def _picture():\n    import render.timeline\n"
+    )
+    found = layer_violations(sources)
+    assert [v.split(": imports ")[1].split(" ")[0] for v in found] == [
+        "solver.encoding",
+        "render.timeline",
+    ]
+    assert all(v.startswith(f"{seeded}:") for v in found)
+    # the synthetic module of a package, and a relative import resolved to its package
+    assert layer_violations({"perfmodel.fake": "from solver.encoding import Encoding\n"}) == [
+        "perfmodel.fake:1: imports solver.encoding (perfmodel may import device_profiles, "
+        "perfmodel)"
+    ]
+    assert layer_violations({"render.fake": "from ..app import main\n"}) == [
+        "render.fake:1: imports app (render may import device_profiles, perfmodel, render)"
+    ]
+    assert layer_violations({"kperf_client.sweep.fake": "import numpy, solver\n"}) != []
+
+
+def _app_graph(sources: Mapping[str, str]) -> dict[str, set[str]]:
+    """The import graph of the app/ modules in ``sources``: every import, at module level, in
+    functions and under ``if TYPE_CHECKING:`` (``from package import submodule`` imports the
+    submodule)."""
+    modules = {m for m in sources if m == "app" or m.startswith("app.")}
+    graph: dict[str, set[str]] = {}
+    for module in sorted(modules):
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(sources[module])):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                submodules = {f"{node.module}.{a.name}" for a in node.names}
+                edges.update(submodules & modules or {node.module})
+        graph[module] = (edges & modules) - {module}
+    return graph
+
+
+def test_the_service_modules_import_no_circle_even_for_annotations() -> None:
+    """No app/ module imports one that imports it back, even under ``if TYPE_CHECKING:`` (the
+    service types its inline runner with its own protocol, ``app.service.SmallSolves``)."""
+    assert _cycles(_app_graph(_product_sources())) == []
+
+
+def test_the_app_cycle_check_sees_an_annotation_only_import() -> None:
+    sources = {
+        "app.service": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from app.inline import InlineRunner\n",
+        "app.inline": "from app.service import Service\n",
+    }
+    assert _cycles(_app_graph(sources)) == [["app.inline", "app.service"]]

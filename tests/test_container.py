@@ -42,8 +42,8 @@ pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 #: the issue's budget for what the image adds to its base (decimal megabytes, as docker prints),
 #: not counting the numerical stack below
 MAX_IMAGE_OVER_BASE_BYTES = 150 * 1000 * 1000
-#: the numerical and plotting stack, which calibration (issue 7: "fit with scipy.optimize") and
-#: the pictures (issue 12: "matplotlib with its SVG backend") brought after the budget was set:
+#: the numerical and plotting stack, which calibration (fits with scipy.optimize) and
+#: the pictures (matplotlib with its SVG backend) brought after the budget was set:
 #: about 265 MB installed once their bundled test suites are removed, counted apart and capped
 NUMERIC_PACKAGES = (
     "numpy",
@@ -297,7 +297,7 @@ KILL_TEST_AFTER_S = 8.0
 def test_replica_killed_mid_request_costs_no_client_error(
     engine: Engine, compose_stack: dict[str, Any]
 ) -> None:
-    """Issue 19: a request in flight to a replica that dies is replayed by nginx on another
+    """A request in flight to a replica that dies is replayed by nginx on another
     replica (deploy/nginx.conf, ``proxy_next_upstream ... non_idempotent``): no client sees a
     502. Every request is a distinct cache miss, so each is solved (tens of ms) and some are
     in flight on the replica when it is killed."""

@@ -30,6 +30,8 @@ from perfmodel.gemm_ws import DurationTable, GemmShape, GemmWsMachine, Tiling, n
 from perfmodel.gemm_ws_scoring import Configurations, Figures, Scores
 from perfmodel.pipeline import GemmOnMachine, RunsToFit, stage_work
 from perfmodel.pipelines.paper import GEMM_WS_FIGURE_INFO
+from render import pipeline as render_pipeline
+from solver import encodings
 from solver.encoding import Encoding
 from tests.gemm_ws_cases import A6000
 
@@ -172,32 +174,6 @@ class SerialPipeline:
         scores = self.score(gemm.shape, configs, figures, gemm.element_bytes)
         return scores.overall_time_ns[0], scores.total_math_wait_ns[0]
 
-    def encode(self, gemm: GemmOnMachine, configs: Configurations) -> Encoding:
-        shape, machine = gemm.shape, gemm.machine
-        lines = [
-            "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
-            "(declare-const buffer_depth Int)",
-            "(declare-const overall_time Int) (declare-const total_math_wait Int)",
-        ]
-        epilogue, init = us_to_ns(machine.t_epilogue_us), us_to_ns(machine.t_init_us)
-        choices = []
-        for t in configs.tilings():
-            a, b, m, stages, waves = _parts(shape, t, machine)
-            chosen = (
-                f"(and (= tile_m {t.tile_m}) (= tile_n {t.tile_n}) (= tile_k {t.tile_k}) "
-                f"(= buffer_depth {t.buffer_depth}))"
-            )
-            choices.append(chosen)
-            # Z3 does the arithmetic of the recurrence's closed form
-            overall = f"(+ (* {waves} (+ (* {stages} (+ {a} {b} {m})) {epilogue})) {init})"
-            wait = f"(* {waves} {stages} (+ {a} {b}))"
-            lines.append(
-                f"(assert (=> {chosen} (and (= overall_time {overall}) "
-                f"(= total_math_wait {wait}))))"
-            )
-        lines.append(f"(assert (or {' '.join(choices)}))")
-        return Encoding.parse("\n".join(lines), overall_time_floor_ns=0)
-
     def residual_model(self, fit: RunsToFit) -> SerialResiduals:
         base, ratios = fit.base, fit.ratios
         rows = []
@@ -250,27 +226,59 @@ class SerialPipeline:
             for e in p.events
         ]
 
-    def timeline_svg(self, prediction: Any, machine: GemmWsMachine, **labels: Any) -> bytes:
-        from render._figure import figure, svg_bytes
-
-        p: SerialPrediction = prediction
-        with figure(6.0, 2.5) as fig:
-            ax = fig.add_subplot()
-            for e in p.events[:16]:
-                ax.barh(1, p.load_a_ns + p.load_b_ns, left=e.load_start_ns, gid=f"load-{e.stage}")
-                ax.barh(0, p.math_ns, left=e.math_start_ns, gid=f"math-{e.stage}")
-            ax.set_title(f"serial toy timeline, rank {labels.get('rank')}")
-            return svg_bytes(fig)
-
 
 def _serial(_: pipelines.PipelineSettings) -> SerialPipeline:
     return SerialPipeline()
 
 
+def _encode(model: SerialPipeline, gemm: GemmOnMachine, configs: Configurations) -> Encoding:
+    """The toy's Z3 encoding: its closed form per listed configuration."""
+    shape, machine = gemm.shape, gemm.machine
+    lines = [
+        "(declare-const tile_m Int) (declare-const tile_n Int) (declare-const tile_k Int)",
+        "(declare-const buffer_depth Int)",
+        "(declare-const overall_time Int) (declare-const total_math_wait Int)",
+    ]
+    epilogue, init = us_to_ns(machine.t_epilogue_us), us_to_ns(machine.t_init_us)
+    choices = []
+    for t in configs.tilings():
+        a, b, m, stages, waves = _parts(shape, t, machine)
+        chosen = (
+            f"(and (= tile_m {t.tile_m}) (= tile_n {t.tile_n}) (= tile_k {t.tile_k}) "
+            f"(= buffer_depth {t.buffer_depth}))"
+        )
+        choices.append(chosen)
+        # Z3 does the arithmetic of the recurrence's closed form
+        overall = f"(+ (* {waves} (+ (* {stages} (+ {a} {b} {m})) {epilogue})) {init})"
+        wait = f"(* {waves} {stages} (+ {a} {b}))"
+        lines.append(
+            f"(assert (=> {chosen} (and (= overall_time {overall}) (= total_math_wait {wait}))))"
+        )
+    lines.append(f"(assert (or {' '.join(choices)}))")
+    return Encoding.parse("\n".join(lines), overall_time_floor_ns=0)
+
+
+def _timeline_svg(prediction: SerialPrediction, machine: GemmWsMachine, **labels: Any) -> bytes:
+    """The toy's own timeline picture."""
+    from render._figure import figure, svg_bytes
+
+    p = prediction
+    with figure(6.0, 2.5) as fig:
+        ax = fig.add_subplot()
+        for e in p.events[:16]:
+            ax.barh(1, p.load_a_ns + p.load_b_ns, left=e.load_start_ns, gid=f"load-{e.stage}")
+            ax.barh(0, p.math_ns, left=e.math_start_ns, gid=f"math-{e.stage}")
+        ax.set_title(f"serial toy timeline, rank {labels.get('rank')}")
+        return svg_bytes(fig)
+
+
 # at import: a pool worker that unpickles a request under this model imports this module, and
-# validates the request's pipeline_model against its own registry
+# validates the request's pipeline_model against its own registry; the model's Z3 encoding and
+# its picture plug into the solver's and render's registries the same way, by type
 if not pipelines.is_registered(SERIAL):
     pipelines.register(SERIAL, _serial)
+encodings.register(SerialPipeline, _encode)
+render_pipeline.register(SerialPrediction, _timeline_svg)
 
 SPACE = {
     "tile_m": [32, 64, 128],

@@ -1,9 +1,9 @@
 """Several writes and the counters that bound them, applied all or nothing by the backend.
 
-A cap checked before an awaited write is no cap: eight concurrent posts all pass the check,
-then all write (issue 20). Here the check and the writes are one step of the backend itself
-(SQLite: one ``BEGIN IMMEDIATE`` transaction; Redis: one Lua script; memory: one lock), so
-at most the cap is ever stored, and the totals answered are the ones the step saw.
+A cap checked before an awaited write is no cap: eight concurrent posts all pass the check, then all
+write (concurrent writers raced past a cap). Here the check and the writes are one step of the
+backend itself (SQLite: one ``BEGIN IMMEDIATE`` transaction; Redis: one Lua script; memory: one
+lock), so at most the cap is ever stored, and the totals answered are the ones the step saw.
 
 A :class:`Counter` measures the live values of some namespaces, by number of keys or by bytes;
 the step adds what its puts newly write (a put ``if_absent`` onto an existing key writes

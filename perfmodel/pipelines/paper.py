@@ -1,13 +1,13 @@
 """The paper's pipeline model, eq. (1)-(3) (warp-specialization-gemm-model.txt §2), behind
 :class:`perfmodel.pipeline.PipelineModel`: the recurrences and the closed form live in
-perfmodel/gemm_ws.py, the scorer in perfmodel/gemm_ws_scoring.py, the per-triple cuts and
-encoding in solver/bounds.py and solver/encoding.py, the picture in render/timeline.py. Heavy
-parts (numpy, Z3, matplotlib) are imported where a member runs."""
+perfmodel/gemm_ws.py, the scorer in perfmodel/gemm_ws_scoring.py; the per-triple cuts and the
+Z3 encoding are the solver's (solver/bounds.py, solver/encoding.py, served for this model by
+solver/encodings/paper.py), the picture is render's (render/timeline.py, through
+render/pipeline.py). Heavy parts (numpy) are imported where a member runs."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,17 +37,6 @@ if TYPE_CHECKING:
 
 #: the name requests and profiles give this model
 PAPER = "paper"
-
-#: eq. (1)-(3) in Z3 over listed tilings: the solver's (solver.encoding.encode_listed),
-#: handed in by solver/__init__.py, which every caller of :meth:`PaperPipeline.encode` passes
-#: through: the model layer imports nothing of the solver
-_listed_encoding: list[Callable[..., Any]] = []
-
-
-def serve_encoding(encode_listed: Callable[..., Any]) -> None:
-    """Encode this model's configurations with ``encode_listed`` (the solver's)."""
-    _listed_encoding[:] = [encode_listed]
-
 
 #: the six §2.2 figures every GeMM-WS model reads (priors: device_profiles/priors.py)
 GEMM_WS_FIGURE_INFO = (
@@ -124,11 +113,6 @@ class PaperPipeline:
         wait_floor = waves * (floor - (stages - 1) * t)
         return time_floor.astype(np.int64), wait_floor.astype(np.int64)
 
-    def encode(self, gemm: GemmOnMachine, configs: Configurations) -> Any:
-        (encode_listed,) = _listed_encoding
-        tilings = configs.tilings()
-        return encode_listed(gemm.shape, gemm.machine, tilings, gemm.element_bytes, self.wave_model)
-
     def residual_model(self, fit: RunsToFit) -> GemmWsResidualModel:
         from perfmodel.calibration.gemm_ws_model import closed_form_model
 
@@ -163,11 +147,6 @@ class PaperPipeline:
             )
             for e in sim.events
         ]
-
-    def timeline_svg(self, prediction: Any, machine: GemmWsMachine, **labels: Any) -> bytes:
-        from render.timeline import timeline_svg
-
-        return timeline_svg(prediction, machine, **labels)
 
 
 #: one machine's duration table, built once (exact rationals cost ~30 us a figure)

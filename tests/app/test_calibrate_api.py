@@ -316,7 +316,8 @@ def test_unknown_device_in_the_path_is_404(client: TestClient) -> None:
 
 def test_recalibrating_a_device_without_runs_says_what_to_do(client: TestClient) -> None:
     r = client.post("/devices/940mx/recalibrate")
-    # 409: a well-formed request the device's state (no runs yet) cannot serve (issue 19)
+    # 409: a well-formed request the device's state (no runs yet) cannot serve (not a 422:
+    # the body is valid)
     assert r.status_code == 409 and r.json()["errors"][0]["field"] == "model"
     assert "/devices/940mx/measurements" in r.json()["errors"][0]["reason"]
 
@@ -375,7 +376,7 @@ def test_a_profile_of_estimated_gemm_ws_figures_is_calibrated_from_its_listed_ca
 def test_a_few_runs_answer_200_with_the_rest_held_by_the_priors(
     client: TestClient, count: int
 ) -> None:
-    """Issue 16: a tuner's first runs are accepted. The runs are reproduced within the noise
+    """A tuner's first runs are accepted. The runs are reproduced within the noise
     the fit reports (two noise sds); every figure they do not determine stays within two
     prior sds of its prior median and is flagged estimate, here and in the stored profile."""
     runs = random.Random(count).sample(RUNS, count)

@@ -1,7 +1,7 @@
 """Many-BSP calibration over HTTP: profiles that lack mu and the launch overheads (the figures
 only a measurement gives) become usable by /predict-kernel once calibrated.
 
-Acceptance (issue 7 with the profiles of today's GPUs): ``GET /devices/{id}`` for v100, a100
+Acceptance (calibration, with the profiles of today's GPUs): ``GET /devices/{id}`` for v100, a100
 and h100 lists exactly the figures that need calibration; after ``/calibrate`` with measured
 runs, ``/predict-kernel`` answers for them, an ``sm_90a`` kernel compiled with nvcc included.
 
@@ -111,7 +111,7 @@ def expected_estimates(device: str) -> set[str]:
 
 @pytest.mark.parametrize("device", TODAY)
 def test_todays_gpus_list_exactly_the_figures_to_calibrate(client: TestClient, device: str) -> None:
-    """Issue 16: the figures a calibration fits are estimates with priors (served), listed
+    """The figures a calibration fits are estimates with priors (served), listed
     with the call that fits them; the model answers out of the box."""
     raw = raw_profile(device)
     estimated = {
@@ -277,7 +277,7 @@ def test_too_few_runs_keep_no_made_up_number_as_a_fit(client: TestClient) -> Non
     assert again["needs_calibration"]["many-bsp"]["figures"] == []
     assert again["calibration"]["root_device"] == "v100"
     assert again["many_bsp"]["mu"]["value"] == pytest.approx(TRUE_MANY_BSP["mu"], rel=0.02)
-    # fewer runs than figures: a fit all the same (issue 16)
+    # fewer runs than figures: a fit all the same (the priors fill in)
     r = client.post(
         "/calibrate", json={"model": "many-bsp", "base_device": "v100", "measurements": runs[:2]}
     )

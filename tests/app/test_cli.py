@@ -102,7 +102,7 @@ def test_devices_list_and_detail(live_server: str) -> None:
 
 
 def test_devices_show_names_and_priors(live_server: str) -> None:
-    """Issue 16: the listing shows each calibrated profile's names; a profile's detail shows
+    """Uncertainty: the listing shows each calibrated profile's names; a profile's detail shows
     each figure's prior and whether its value is an estimate."""
     import httpx
 

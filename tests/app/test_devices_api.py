@@ -23,7 +23,7 @@ from tests.device_profiles.test_todays_gpus import FITTED as FITTED_BY_MODEL
 NVCC_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "ptx" / "nvcc"
 PROBLEM = "application/problem+json"
 
-#: issue 7: what POST /calibrate fits for Many-BSP
+#: what POST /calibrate fits for Many-BSP
 FITTED = {"mu", "block_launch_overhead_cycles", "warp_launch_overhead_cycles"}
 
 
@@ -36,7 +36,7 @@ def client() -> Iterator[TestClient]:
 
 @pytest.mark.parametrize("device", ["v100", "a100", "h100"])
 def test_detail_lists_exactly_the_figures_to_calibrate(client: TestClient, device: str) -> None:
-    """Issue 16: today's GPUs serve both models out of the box on cited estimates; the
+    """Today's GPUs serve both models out of the box on cited estimates; the
     figures a calibration fits are listed as estimates, each with its prior, and the call."""
     r = client.get(f"/devices/{device}")
     assert r.status_code == 200, r.text
@@ -137,7 +137,7 @@ def test_detail_gives_every_figure_its_value_status_and_prior(
         ("gemm-ws", "gemm_ws", GEMM_WS_FITTED),
     ):
         listed = {f["figure"]: f for f in body["figures"][model]}
-        for name in fitted:  # issue 16: every calibratable figure has a cited prior
+        for name in fitted:  # every calibratable figure has a cited prior
             f = listed[f"{prefix}.{name}"]
             assert f["prior"]["median"] > 0 and f["prior"]["sigma_log"] > 0
             assert len(f["prior"]["source"]) > 10

@@ -58,8 +58,8 @@ def _steer(problem: object, use_known_device: bool) -> None:
 def _integral_floats_as_ints(node: Any) -> Any:
     """``28.0`` -> ``28`` throughout a generated body.
 
-    JSON Schema counts 28.0 as an integer; this service deliberately does not (README: a float
-    where an integer belongs is a 422, issue 9), which no schema keyword can say. An integer is
+    JSON Schema counts 28.0 as an integer; this service deliberately does not (README: a float where
+    an integer belongs is a 422, never coerced), which no schema keyword can say. An integer is
     accepted wherever a float belongs, so the rewrite keeps every generated body schema-valid.
     """
     if isinstance(node, float) and node.is_integer() and abs(node) < 2**53:
@@ -105,7 +105,7 @@ EXCLUDED_CHECKS = [checks.not_a_server_error, checks.positive_data_acceptance]
 #: (the PTX text must parse, a device id must exist and serve the model, a space must hold
 #: a feasible tiling, the server's own configured limits). Any other 422 to a schema-valid
 #: input (pydantic's "Invalid request") is a contract mismatch: the schema must say it
-#: (issue 19 found six).
+#: (the hardening pass found six).
 DOMAIN_422_TYPES = {
     "invalid-ptx",
     "unknown-device",

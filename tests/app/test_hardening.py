@@ -1,5 +1,5 @@
-"""The hardening list of issue 19: strict JSON bodies, the contract mismatches schemathesis
-found, and what the service leaks. Each case failed on the main of the issue."""
+"""The hardening list: strict JSON bodies, the contract mismatches schemathesis
+found, and what the service leaks. Each case failed before it was fixed."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ import pytest
 import app.jobs
 import solver.per_configuration
 import solver.problem
+from app.inline import InlineRunner
 from app.service import Service
 from kperf_client.client import KperfClient
 from perfmodel import gemm_ws_scoring as scoring
@@ -44,7 +45,7 @@ def _inline_runs(client: KperfClient) -> int:
 async def _warm(client: KperfClient) -> None:
     """Wait for the start-up warm-up to free the inline thread."""
     runner = _service(client).inline
-    assert runner is not None
+    assert isinstance(runner, InlineRunner)
     deadline = time.monotonic() + 30
     while runner._busy.locked():
         assert time.monotonic() < deadline, "the inline warm-up never finished"

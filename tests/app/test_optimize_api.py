@@ -172,7 +172,7 @@ BAD_REQUESTS = [
     ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "top_k": 0}, 422, "top_k"),
     ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "time_limit_s": -1}, 422, "time_limit_s"),
     ({"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "time_limit_s": 1e9}, 422, "time_limit_s"),
-    # issue 19: no solve fits 1e-300 s; it was a 504 with no answer
+    # no solve fits 1e-300 s; it was a 504 with no answer
     (
         {"m": 64, "n": 64, "k": 64, "device": "rtx-a6000", "time_limit_s": 1e-300},
         422,
@@ -287,7 +287,7 @@ def test_device_routes(client: TestClient) -> None:
 
 
 def test_profile_without_gemm_ws_figures_is_refused_naming_them(client: TestClient) -> None:
-    """Every shipped profile carries GeMM-WS figures (issue 16); a profile without them (a
+    """Every shipped profile carries GeMM-WS figures (out of the box); a profile without them (a
     stored one made before, or a file of one's own) is refused naming the six figures, and
     that refusal is a 422 over HTTP (app/errors.py maps ModelNotServed)."""
     from app.convert.optimize import gemm_ws_machine
@@ -380,7 +380,7 @@ def test_the_issue_19_space_is_answered_within_its_time_limit(
 def test_explore_keeps_the_proven_optimum_and_ranks_the_rest_by_chance_of_winning(
     client: TestClient, problem: tuple[int, int, int], tiling: tuple[int, int, int]
 ) -> None:
-    """Issue 16: the default shortlist explores. Rank 1 is Table 1's optimum (brute force);
+    """The default shortlist explores. Rank 1 is Table 1's optimum (brute force);
     the other ranks are the likeliest winners under the profile's belief, each with its
     probability of being the fastest and its 10-90 % interval around its prediction."""
     m, n, k = problem
@@ -423,7 +423,7 @@ def test_explore_keeps_the_proven_optimum_and_ranks_the_rest_by_chance_of_winnin
 
 
 def test_every_shipped_profile_answers_out_of_the_box(client: TestClient) -> None:
-    """Issue 16: a default request answers 200 on every shipped profile, in fp16 and in every
+    """A default request answers 200 on every shipped profile, in fp16 and in every
     element type the device has (fp8 on the H100), saying where its figures come from; a
     dtype the device lacks is a 422 naming dtype."""
     devices = client.get("/devices").json()["devices"]

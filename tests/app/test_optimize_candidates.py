@@ -1,5 +1,5 @@
-"""POST /optimize-tiling with an explicit candidate list (issue 18), over HTTP: ranking against
-the stage-by-stage simulator, rejections against the search-space path, params echoed
+"""POST /optimize-tiling with an explicit candidate list (an autotuner's), over HTTP: ranking
+against the stage-by-stage simulator, rejections against the search-space path, params echoed
 byte for byte, groups, the batch endpoint, the cache key, and 4xx naming the field."""
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""POST /optimize-tiling under both GeMM-WS pipeline models over HTTP (issue 17 items 1 and 3,
-issue 19 for the variant): the request field and each profile's default, the answer's
-per-candidate fields against the stage-by-stage simulators, async-copy spaces and candidate
-lists against a brute force, explore shortlists, the cache key, batches, residency limits and
-their 4xx, and the picture's refusal for async answers."""
+"""POST /optimize-tiling under both GeMM-WS pipeline models over HTTP: the request field and each
+profile's default, the answer's per-candidate fields against the stage-by-stage simulators,
+async-copy spaces and candidate lists against a brute force, explore shortlists, the cache key,
+batches, residency limits and their 4xx, and the picture's refusal for async answers."""
 
 from __future__ import annotations
 

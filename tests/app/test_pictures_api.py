@@ -151,8 +151,8 @@ def test_timeline_of_any_one_tiling(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("query", "body", "status"),
     [
-        # schema-valid ranks the shortlist does not reach: no such candidate (404; issue 19:
-        # a 422 refused an input the schema allows)
+        # schema-valid ranks the shortlist does not reach: no such candidate (404: a 422
+        # would refuse an input the schema allows)
         ("candidate_rank=6", {}, 404),  # the shortlist has 5
         ("candidate_rank=2", {"top_k": 1}, 404),
         ("candidate_rank=0", {}, 422),  # ranks start at 1

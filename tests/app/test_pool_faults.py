@@ -1,4 +1,4 @@
-"""Fault injection against a real ``kperf serve`` on 127.0.0.1 (issue 9).
+"""Fault injection against a real ``kperf serve`` on 127.0.0.1 (crash containment).
 
 Workers are killed with SIGKILL (idle, both idle, busy, during a batch, and the fork server they
 are forked from); a burst of short time limits must not kill any. Requests that did not cause a

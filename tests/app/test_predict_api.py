@@ -143,7 +143,7 @@ def test_negative_trip_count_is_422(client: TestClient) -> None:
 def test_every_shipped_profile_predicts_a_paper_kernel_with_estimated_provenance(
     client: TestClient,
 ) -> None:
-    """Issue 16: a paper kernel answers on every shipped profile out of the box; the report's
+    """A paper kernel answers on every shipped profile out of the box; the report's
     own devices say published, the rest estimated."""
     for device in client.get("/devices").json()["devices"]:
         r = client.post("/predict-kernel", json=knn_body(device=device["id"]))

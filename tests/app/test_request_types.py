@@ -1,5 +1,5 @@
 """Strict request types: a JSON boolean or string where a number belongs is a 422 naming the
-field, never coerced (issue 9: ``{"m": true, "n": true, "k": true}`` was solved as 1x1x1)."""
+field, never coerced (``{"m": true, "n": true, "k": true}`` was solved as 1x1x1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Slowloris (issue 19): a real ``kperf serve`` cuts off clients that send headers or a body
+"""Slowloris: a real ``kperf serve`` cuts off clients that send headers or a body
 too slowly, within KPERF_HEADER_TIMEOUT_S / KPERF_BODY_TIMEOUT_S, and serves others meanwhile."""
 
 from __future__ import annotations

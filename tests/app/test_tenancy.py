@@ -1,4 +1,4 @@
-"""A service many pipelines share (issue 20), against a real ``kperf serve`` on a real SQLite
+"""A service many pipelines share, against a real ``kperf serve`` on a real SQLite
 file and a real Redis: tokens, ownership, caps enforced by the store's own transaction.
 
 Oracles: the answers a tenant got before another tenant's attempts (unchanged afterwards), the
@@ -123,7 +123,7 @@ def test_tenants_own_their_devices(server: tuple[str, Any]) -> None:
         assert (history["owner"], history["recorded_runs"]) == ("alice", len(runs))
         assert history["fit_measurement_count"] == len(runs) and history["fitted"]
         assert history["training_error"] == made.json()["training_error"]
-        # issue 16: which figures moved from their priors, against the fit's answer
+        # which figures moved from their priors, against the fit's answer
         fitted = {f["name"]: f for f in made.json()["fitted"]}
         for row in history["figures_vs_priors"]:
             figure = fitted[row["figure"]]

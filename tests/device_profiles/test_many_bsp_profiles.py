@@ -43,7 +43,7 @@ def test_bar_sync_overhead_is_linear_in_block_size() -> None:
 
 @pytest.mark.parametrize("device", ["gtx-1070", "v100", "a100", "h100", "p100", "rtx-a6000"])
 def test_a_profile_without_figures_says_what_is_missing(device: str) -> None:
-    """Every shipped profile serves Many-BSP (issue 16); stripped of mu and its memory
+    """Every shipped profile serves Many-BSP (out of the box); stripped of mu and its memory
     latency it cannot, and both the listing and ModelNotServed name them."""
     profile = get_profile(device)
     assert "many-bsp" in profile.models_served()

@@ -1,5 +1,5 @@
-"""The scale of the shipped priors against real measured GEMM times (issue 16, item 2): the
-public Kernel Tuner data set in ../shared (read at test time; skipped when absent)."""
+"""The scale of the shipped priors against real measured GEMM times (priors must be of the right
+size): the public Kernel Tuner data set in ../shared (read at test time; skipped when absent)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from perfmodel.gemm_ws_traffic import Grid, gemm_traffic
 
 TODAY = ("v100", "a100", "h100")
 
-#: issue 7: what POST /calibrate fits for each model
+#: what POST /calibrate fits for each model
 FITTED = {
     "many-bsp": {"mu", "block_launch_overhead_cycles", "warp_launch_overhead_cycles"},
     "gemm-ws": {
@@ -99,7 +99,7 @@ ALL = ("v100", "a100", "h100", "p100", "gtx-1070", "gtx-760", "940mx", "rtx-a600
 @pytest.mark.parametrize("device", ALL)
 @pytest.mark.parametrize("model", ["many-bsp", "gemm-ws"])
 def test_every_profile_serves_both_models_listing_its_estimates(device: str, model: str) -> None:
-    """Issue 16: every shipped profile serves both models out of the box; what a calibration
+    """Every shipped profile serves both models out of the box; what a calibration
     fits and the file only estimates is listed under needs_calibration, nothing is missing."""
     status = calibration_status(get_profile(device))[model]
     assert status.missing == ()

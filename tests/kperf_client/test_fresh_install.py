@@ -1,4 +1,4 @@
-"""Issue 18: ``pip install .`` with no extra, in a fresh virtual environment, is a working
+"""``pip install .`` with no extra, in a fresh virtual environment, is a working
 user side: ``kperf devices --url`` and ``kperf optimize --url`` answer from a running service,
 and none of the server's dependencies was installed."""
 

@@ -1,5 +1,5 @@
-"""The async-copy variant (issue 17): simulator = closed form = numpy arrays, and the
-properties the issue asks of depth and CTAs per SM (docs/model-notes.md, async-copy)."""
+"""The async-copy variant: simulator = closed form = numpy arrays, and the
+properties it must have in depth and CTAs per SM (docs/model-notes.md, async-copy)."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_one_stage_by_hand() -> None:
     assert [e.math_start_ns for e in run_stages(dur, 5, 2)] == [110, 120, 227, 237, 344]
 
 
-# --- properties (issue 17 acceptance) --------------------------------------------------------
+# --- properties (the variant's acceptance) ----------------------------------------------------
 
 
 @settings(max_examples=300, deadline=None)

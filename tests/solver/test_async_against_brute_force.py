@@ -1,5 +1,5 @@
 """Async-copy variant: the Z3 optimum and ranked shortlist equal an independent brute-force
-enumeration of the space with the stage-by-stage simulator (issue 17 acceptance)."""
+enumeration of the space with the stage-by-stage simulator (the variant's acceptance)."""
 
 from __future__ import annotations
 

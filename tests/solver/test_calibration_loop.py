@@ -1,4 +1,4 @@
-"""Issue 7 closed loop: the "true GPU" is the event simulator with hidden figures far from
+"""The calibration closed loop: the "true GPU" is the event simulator with hidden figures far from
 the base profile (3x faster loads, 5x slower MATH); optimize -> measure the top 5 (+2 %
 noise) -> fit -> optimize again. Oracle: the true optimum, solved with the hidden figures.
 (bench/bench_closed_loop.py runs 100 problems.)"""
@@ -62,7 +62,7 @@ def test_problems_of_different_devices_are_refused() -> None:
 
 @pytest.mark.parametrize("truth", [CLOSED_LOOP_TRUTH, LATENCY_BOUND_TRUTH], ids=["far", "latency"])
 def test_one_shape_learns_from_its_own_shortlists(truth) -> None:
-    """Issue 16: each shape's loop uses only its own runs (one tuning job), starting from wide
+    """Each shape's loop uses only its own runs (one tuning job), starting from wide
     priors around the base figures; the explore shortlists pin what the point estimate's own
     top 5 cannot (bench: 98/100 within 1 % after 3 rounds, bench/RESULTS.md). 10 shapes: at
     least 9 within 1 % of the true optimum after 3 rounds."""

@@ -1,6 +1,6 @@
-"""Explore shortlists (issue 16): rank 1 is the solver's proven optimum (and the brute force's),
-every pick is a feasible configuration, and the shortlist's contract under confident and wide
-beliefs."""
+"""Explore shortlists (to learn the figures): rank 1 is the solver's proven optimum (and the brute
+force's), every pick is a feasible configuration, and the shortlist's contract under confident and
+wide beliefs."""
 
 from __future__ import annotations
 

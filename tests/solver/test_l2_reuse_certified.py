@@ -24,7 +24,7 @@ from perfmodel.pipeline import PipelineModel, Prediction
 from perfmodel.pipelines.async_copy import AsyncCopyPipeline
 from perfmodel.pipelines.l2_reuse import L2ReuseModel
 from perfmodel.pipelines.paper import PaperPipeline
-from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, optimize_tiling
+from solver import InfeasibleSearchSpace, SearchSpace, TilingProblem, encodings, optimize_tiling
 
 INSTANCES = 300
 
@@ -199,7 +199,7 @@ def test_bounds_hold_and_the_encoding_evaluates_the_scorer() -> None:
         times, waits = scores.overall_time_ns[0], scores.total_math_wait_ns[0]
         time_floor, wait_floor = model.bounds(problem, configs)
         assert (time_floor <= times).all() and (wait_floor <= waits).all()
-        enc = model.encode(problem, configs)
+        enc = encodings.encode(model, problem, configs)
         solver = z3.Solver()
         solver.from_string(enc.smtlib)
         for i in rng.sample(range(configs.count), min(5, configs.count)):

@@ -1,4 +1,4 @@
-"""Shortlists that learn (issue 16): properties of the explore / exploit selection, and the
+"""Shortlists that learn: properties of the explore / exploit selection, and the
 probability of being fastest against a plain count over the draws."""
 
 from __future__ import annotations

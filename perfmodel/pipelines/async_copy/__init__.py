@@ -1,9 +1,9 @@
 """The async-copy pipeline model, eq. (A1)-(A3) (docs/model-notes.md, "GeMM-WS async-copy"),
 behind :class:`perfmodel.pipeline.PipelineModel`, in one package: the recurrences and closed
 form (recurrences.py, no numpy: the service process imports it), the vectorised scorer
-(scoring.py), the sound bounds and per-configuration constants (bounds.py), the Z3 encoding
-(encoding.py), the calibration's closed form (calibration.py). numpy, Z3 and matplotlib are
-imported where a member runs."""
+(scoring.py), the sound bounds and per-configuration constants (bounds.py), the calibration's
+closed form (calibration.py). Its Z3 encoding is the solver's (solver/encodings/async_copy.py),
+its timeline picture render's (render/pipeline.py). numpy is imported where a member runs."""
 
 from __future__ import annotations
 
@@ -91,16 +91,6 @@ class AsyncCopyPipeline:
         plan = async_plan(gemm.shape, gemm.machine, self.limits, gemm.element_bytes, configs)
         return plan.overall_time_floor_ns, plan.total_math_wait_floor_ns
 
-    def encode(self, gemm: GemmOnMachine, configs: Configurations) -> Any:
-        from perfmodel.pipelines.async_copy.bounds import encoded_configs
-        from perfmodel.pipelines.async_copy.encoding import encode_async
-
-        table = AsyncDurationTable(gemm.machine)
-        encoded = encoded_configs(
-            gemm.shape, gemm.machine, self.limits, gemm.element_bytes, configs
-        )
-        return encode_async(encoded, table.epilogue_ns, table.init_ns)
-
     def residual_model(self, fit: RunsToFit) -> AsyncResidualModel:
         from perfmodel.pipelines.async_copy.calibration import async_closed_form_model
 
@@ -143,11 +133,6 @@ class AsyncCopyPipeline:
             | {"arrival_us": ns_to_us(e.arrival_ns)}
             for e in sim.events
         ]
-
-    def timeline_svg(self, prediction: Any, machine: GemmWsMachine, **labels: Any) -> bytes:
-        from render.timeline import async_timeline_svg
-
-        return async_timeline_svg(prediction, machine, **labels)
 
 
 #: one machine's duration table, built once (exact rationals)

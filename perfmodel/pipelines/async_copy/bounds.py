@@ -23,11 +23,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits
+from perfmodel.gemm_ws import GemmShape, GemmWsMachine, SmLimits, Tiling
 from perfmodel.gemm_ws_scoring import Configurations, IntArray, rounded_once
-from perfmodel.pipelines.async_copy.encoding import AsyncConfig
-from perfmodel.pipelines.async_copy.recurrences import AsyncDurationTable
+from perfmodel.pipelines.async_copy.recurrences import AsyncDurations, AsyncDurationTable
 from perfmodel.pipelines.async_copy.scoring import ctas_per_sm_array
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncConfig:
+    """One configuration to encode, with everything that is constant once it is chosen."""
+
+    tiling: Tiling
+    stages: int
+    full_waves: int
+    ctas_per_sm: int
+    partial_wave_ctas: int
+    full: AsyncDurations
+    #: durations of the partial wave (r CTAs sharing); unused when partial_wave_ctas is 0
+    partial: AsyncDurations
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +112,7 @@ def encoded_configs(
     element_bytes: int,
     configs: Configurations,
 ) -> list[AsyncConfig]:
-    """The encoding's per-configuration constants (perfmodel/pipelines/async_copy/encoding.py)."""
+    """The encoding's per-configuration constants (solver/encodings/async_copy.py)."""
     plan = async_plan(shape, machine, limits, element_bytes, configs)
     out = []
     for i, tiling in enumerate(configs.tilings()):

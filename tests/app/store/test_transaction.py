@@ -1,5 +1,5 @@
 """Store.transact on every backend: all or nothing, counters that match what is stored, caps
-that hold under concurrent writers (the race of issue 20: 8 writers of 50 against a cap of
+that hold under concurrent writers (the race that broke the caps: 8 writers of 50 against a cap of
 100). The oracle is the store's own listing: a counter must equal what ``keys``/``get`` find."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 7, GeMM-WS: recovery of known figures from simulated measurements, identifiability,
+"""Calibration, GeMM-WS: recovery of known figures from simulated measurements, identifiability,
 determinism and the typed errors. Oracles: the hidden figures the data were simulated from,
 and the event simulator (tests/calibration_cases.py)."""
 
@@ -129,7 +129,7 @@ def test_single_wave_runs_cannot_separate_t_init_from_t_epilogue() -> None:
 
 @pytest.mark.parametrize("runs", [1, 2, 3, 5])
 def test_a_few_runs_are_reproduced_and_the_rest_stays_at_the_priors(runs: int) -> None:
-    """Issue 16: any number of runs >= 1 is a fit. Noise-free runs are reproduced within the
+    """Any number of runs >= 1 is a fit. Noise-free runs are reproduced within the
     noise the fit assumes (3 % where the runs are too few to tell it: they leave no residual
     degree of freedom); what they do not determine stays within a prior sd of the median."""
     rng = np.random.default_rng(40 + runs)
@@ -276,7 +276,7 @@ def test_apply_refuses_a_result_of_the_other_model() -> None:
 
 
 def test_three_percent_noise_intervals_cover_the_truth_about_as_often_as_they_say() -> None:
-    """Issue 16: with 3 % noise the 10-90 % posterior intervals of held-out runs contain the
+    """With 3 % noise the 10-90 % posterior intervals of held-out runs contain the
     true (noise-free) time for 70-90 % of them (pooled over 10 devices and 400 runs), and the
     held-out mean error stays within 4 %."""
     covered, errors = [], []
@@ -300,7 +300,7 @@ def test_three_percent_noise_intervals_cover_the_truth_about_as_often_as_they_sa
 
 
 def test_latency_bound_runs_determine_only_combinations_and_still_predict() -> None:
-    """Issue 16: every stage latency-bound, so the stage time is (within 1 %) the same for
+    """Every stage latency-bound, so the stage time is (within 1 %) the same for
     every tile (2 load startups): the runs see combinations of latencies, hardly the
     throughputs.
     Training error < 0.1 %, new runs of the same kind within 0.5 %."""

@@ -1,4 +1,4 @@
-"""Issue 7, Many-BSP: mu fitted to the worked examples' measured cycles (§2-§7), leave one
+"""Calibration, Many-BSP: mu fitted to the worked examples' measured cycles (§2-§7), leave one
 kernel out; identifiability; recovery of hidden figures; typed errors.
 
 Oracles: the measured cycles and the paper's own error (eq. (27)) printed in §2-§7, an
@@ -155,7 +155,7 @@ def test_leave_one_kernel_out_against_the_papers_own_error(device: str) -> None:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_three_figures_from_three_kernels_determine_one_combination(device: str) -> None:
-    """Three runs for three figures: a MAP fit all the same (issue 16), reproducing the runs
+    """Three runs for three figures: a MAP fit all the same (priors fill in), reproducing the runs
     within its noise; what the runs do not determine stays within a prior sd of the median."""
     data = _measurements(device)
     result = fit_many_bsp(data[0].request.device, data, folds=3)

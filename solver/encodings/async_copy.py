@@ -17,26 +17,18 @@ closed form of docs/model-notes.md async-copy 2), so with S = r + qD, 1 <= r <= 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from perfmodel.gemm_ws import Tiling
-from perfmodel.pipelines.async_copy.recurrences import AsyncDurations
-from perfmodel.smtlib import all_equal, maximum
+from perfmodel.pipeline import GemmOnMachine
+from perfmodel.pipelines.async_copy import AsyncCopyPipeline
+from perfmodel.pipelines.async_copy.bounds import AsyncConfig, encoded_configs
+from perfmodel.pipelines.async_copy.recurrences import AsyncDurations, AsyncDurationTable
 from solver.encoding import Encoding
+from solver.smtlib import all_equal, maximum
 
-
-@dataclass(frozen=True, slots=True)
-class AsyncConfig:
-    """One configuration to encode, with everything that is constant once it is chosen."""
-
-    tiling: Tiling
-    stages: int
-    full_waves: int
-    ctas_per_sm: int
-    partial_wave_ctas: int
-    full: AsyncDurations
-    #: durations of the partial wave (r CTAs sharing); unused when partial_wave_ctas is 0
-    partial: AsyncDurations
+if TYPE_CHECKING:
+    from perfmodel.gemm_ws_scoring import Configurations
 
 
 #: the variables every encoding declares (solver/encoding.py Encoding.parse reads them)
@@ -45,6 +37,17 @@ _DECLARATIONS = (
     "(declare-const buffer_depth Int)",
     "(declare-const overall_time Int) (declare-const total_math_wait Int)",
 )
+
+
+def encode_async_copy(
+    model: AsyncCopyPipeline, gemm: GemmOnMachine, configs: Configurations
+) -> Encoding:
+    """The encoding of exactly ``configs`` under ``model`` (its SMs' residency limits): each
+    configuration's constants from the model's plan (perfmodel/pipelines/async_copy/bounds.py),
+    then :func:`encode_async`."""
+    table = AsyncDurationTable(gemm.machine)
+    encoded = encoded_configs(gemm.shape, gemm.machine, model.limits, gemm.element_bytes, configs)
+    return encode_async(encoded, table.epilogue_ns, table.init_ns)
 
 
 def encode_async(configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: int) -> Encoding:
@@ -67,11 +70,11 @@ def encode_async(configs: Sequence[AsyncConfig], t_epilogue_ns: int, t_init_ns: 
     for index, c in enumerate(configs):
         t = c.tiling
         window, key = windows[t.buffer_depth], f"c{index}"
-        _constant_recurrences(a, "f", t.buffer_depth, window, key, c.full)
+        constant_recurrences(a, "f", t.buffer_depth, window, key, c.full)
         if c.partial_wave_ctas:
-            _constant_recurrences(a, "p", t.buffer_depth, window, key, c.partial)
+            constant_recurrences(a, "p", t.buffer_depth, window, key, c.partial)
         ms_f, ms_p = (
-            _last_math_start(f"M_{wave}_{key}", c.stages, t.buffer_depth, window)
+            last_math_start(f"M_{wave}_{key}", c.stages, t.buffer_depth, window)
             for wave in ("f", "p")
         )
         facts = _durations("f", c.full)
@@ -118,7 +121,7 @@ def _durations(wave: str, durations: AsyncDurations) -> list[str]:
     ]
 
 
-def _last_math_start(prefix: str, stages: int, depth: int, window: int) -> str:
+def last_math_start(prefix: str, stages: int, depth: int, window: int) -> str:
     """M(S): inside the window, else M(r) + q (M(r + D) - M(r)) with S = r + qD, 1 <= r <= D;
     ``prefix``: that of the per-stage constants."""
     if stages <= window:
@@ -128,7 +131,7 @@ def _last_math_start(prefix: str, stages: int, depth: int, window: int) -> str:
     return f"(+ {prefix}_{r} (* {q} (- {prefix}_{r + depth} {prefix}_{r})))"
 
 
-def _constant_recurrences(
+def constant_recurrences(
     a: Callable[[str], None],
     wave: str,
     depth: int,

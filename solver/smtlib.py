@@ -1,5 +1,5 @@
 """SMT-LIB 2 text of small integer terms, shared by every Z3 encoding (solver/encoding.py and
-the pipeline models' own, perfmodel/pipelines): each returns the term as text, so an encoding
+the pipeline models' own, solver/encodings/): each returns the term as text, so an encoding
 is parsed by Z3 in one call rather than built object by object."""
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ from perfmodel.gemm_ws_traffic import (
     Traffic,
     WavePanels,
     split_k_reduction_us,
+    unique_rows,
     wave_panels,
 )
 from perfmodel.pipelines.async_copy.recurrences import last_math_start_formula
@@ -196,8 +197,7 @@ class ShapeModel:
             ],
             axis=1,
         )
-        unique, self._inverse = np.unique(keys, axis=0, return_inverse=True)
-        self._inverse = self._inverse.reshape(-1)
+        unique, self._inverse = unique_rows(keys)
         grid = Grid.of(*(unique[:, i] for i in range(6)))
         self.panels: WavePanels = wave_panels(m, n, k, element_bytes, grid, sm_count, batch)
 

@@ -227,15 +227,81 @@ def gemm_traffic(
     return wave_panels(m, n, k, element_bytes, grid, figures.sm_count, batch).traffic(figures)
 
 
+def unique_rows(keys: IntArray) -> tuple[IntArray, IntArray]:
+    """(distinct rows of the non-negative (C, F) ``keys`` in sorted order, each row's index
+    among them), as ``np.unique(keys, axis=0, return_inverse=True)``: the rows packed into
+    one int64 each where their ranges allow (a 1-D unique sorts several times faster)."""
+    if keys.shape[0] <= 1:
+        return keys, np.zeros(keys.shape[0], dtype=np.intp)
+    radix = keys.max(axis=0).astype(object) + 1
+    if int(np.prod(radix)) >= 1 << 62:
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        return unique, inverse.reshape(-1)
+    packed = np.zeros(keys.shape[0], dtype=np.int64)
+    for column, size in zip(keys.T, radix, strict=True):
+        packed = packed * int(size) + column
+    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+    return keys[first], inverse.reshape(-1)
+
+
 def wave_panels(
     m: int, n: int, k: int, element_bytes: int, grid: Grid, sm_count: int, batch: int = 1
 ) -> WavePanels:
     """The panels of every evaluated wave of every configuration (:class:`WavePanels`). A
     batch of independent GEMMs adds slices as split-K does: their panels are distinct."""
     tm, tn, tk = grid.tile_m, grid.tile_n, grid.tile_k
-    tiles_m, tiles_n = -(-m // tm), -(-n // tn)
+    # which panels a wave touches does not depend on tile_k (it sets only a panel's bytes):
+    # the panel counts are computed once per (tile_m, tile_n, group_m, split_k, CTAs per SM)
+    keys = np.stack([tm, tn, grid.group_m, grid.split_k, grid.ctas_per_sm], axis=1)
+    unique, inverse = unique_rows(keys)
+    counts = _wave_counts(
+        m, n, Grid.of(*(unique[:, i] for i in (0, 1)), 1, *unique[:, 2:].T), sm_count, batch
+    )
+    inverse = inverse.reshape(-1)
     k_per_cta = -(-k // grid.split_k)
     k_loaded = -(-k_per_cta // tk) * tk  # whole k tiles, as the stages load them
+    a_panel = (tm * k_loaded * element_bytes).astype(np.float64)[:, None]
+    b_panel = (tn * k_loaded * element_bytes).astype(np.float64)[:, None]
+    rows, cols = counts.rows[inverse], counts.cols[inverse]
+    union_rows, union_cols = counts.union_rows[inverse], counts.union_cols[inverse]
+    shared_rows, shared_cols = counts.shared_rows[inverse], counts.shared_cols[inverse]
+    reduction = np.where(
+        grid.split_k > 1, 2.0 * grid.split_k * batch * m * n * PARTIAL_SUM_BYTES, 0.0
+    ).astype(np.float64)
+    return WavePanels(
+        weight=counts.weight[inverse],
+        requested=counts.ctas_in_wave[inverse] * (a_panel + b_panel),
+        distinct=rows * a_panel + cols * b_panel,
+        shared=shared_rows * a_panel + shared_cols * b_panel,
+        footprint=union_rows * a_panel + union_cols * b_panel,
+        sms=counts.sms[inverse],
+        element_bytes=element_bytes,
+        k_per_cta=k_per_cta,
+        ctas=counts.ctas[inverse],
+        reduction_bytes=reduction,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _WaveCounts:
+    """Per configuration and evaluated wave: its weight, CTAs, SMs, and distinct tile rows
+    and columns (its own, with the previous wave, and shared with it)."""
+
+    weight: FloatArray
+    ctas_in_wave: IntArray
+    sms: FloatArray
+    rows: IntArray
+    cols: IntArray
+    union_rows: IntArray
+    union_cols: IntArray
+    shared_rows: IntArray
+    shared_cols: IntArray
+    ctas: IntArray
+
+
+def _wave_counts(m: int, n: int, grid: Grid, sm_count: int, batch: int) -> _WaveCounts:
+    """The panel counts of :func:`wave_panels`, tile_k aside."""
+    tiles_m, tiles_n = -(-m // grid.tile_m), -(-n // grid.tile_n)
     ctas = tiles_m * tiles_n * grid.split_k * batch
     per_wave = sm_count * grid.ctas_per_sm
     full_waves = ctas // per_wave
@@ -273,27 +339,19 @@ def wave_panels(
     union_rows, union_cols = distinct_panels(previous, end, *shape)
     has_previous = wave > 0
     prev_rows, prev_cols = distinct_panels(previous, np.maximum(start, 1), *shape)
-    shared_rows = np.where(has_previous, prev_rows + rows - union_rows, 0)
-    shared_cols = np.where(has_previous, prev_cols + cols - union_cols, 0)
-
-    a_panel = col(tm * k_loaded * element_bytes).astype(np.float64)
-    b_panel = col(tn * k_loaded * element_bytes).astype(np.float64)
     # the block scheduler places a wave's CTAs one per SM first (module docstring)
     sms = np.minimum(sm_count, end - start)
-    reduction = np.where(
-        grid.split_k > 1, 2.0 * grid.split_k * batch * m * n * PARTIAL_SUM_BYTES, 0.0
-    ).astype(np.float64)
-    return WavePanels(
+    return _WaveCounts(
         weight=weight,
-        requested=(end - start) * (a_panel + b_panel),
-        distinct=rows * a_panel + cols * b_panel,
-        shared=shared_rows * a_panel + shared_cols * b_panel,
-        footprint=union_rows * a_panel + union_cols * b_panel,
+        ctas_in_wave=end - start,
         sms=sms.astype(np.float64),
-        element_bytes=element_bytes,
-        k_per_cta=k_per_cta,
+        rows=rows,
+        cols=cols,
+        union_rows=union_rows,
+        union_cols=union_cols,
+        shared_rows=np.where(has_previous, prev_rows + rows - union_rows, 0),
+        shared_cols=np.where(has_previous, prev_cols + cols - union_cols, 0),
         ctas=ctas,
-        reduction_bytes=reduction,
     )
 
 

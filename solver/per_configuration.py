@@ -507,21 +507,28 @@ def _certified_space(
 
 def with_raster(chunk: Configurations, space: SearchSpace, k: int) -> Iterator[Configurations]:
     """``chunk`` under every (group_m, split_k) of ``space`` (the defaults: ``chunk`` itself),
-    leaving out split_k above the k tiles, ceil(k / tile_k) (a slice without a stage)."""
+    leaving out split_k above the k tiles, ceil(k / tile_k) (a slice without a stage). The
+    raster variants come in one chunk: a scorer's cost is mostly per call (the L2 term's
+    traffic of the space's distinct tiles), so one call for every variant is the cheap one."""
     if space.group_m == (1,) and space.split_k == (1,):
         yield chunk
         return
     k_tiles = -(-k // chunk.tile_k)
+    parts = []
     for group_m in space.group_m:
         for split_k in space.split_k:
             rows = np.flatnonzero(split_k <= k_tiles)
             if rows.shape[0]:
                 part = chunk.take(rows)
-                yield dataclasses.replace(
-                    part,
-                    group_m=np.full(part.count, group_m, dtype=np.int64),
-                    split_k=np.full(part.count, split_k, dtype=np.int64),
+                parts.append(
+                    dataclasses.replace(
+                        part,
+                        group_m=np.full(part.count, group_m, dtype=np.int64),
+                        split_k=np.full(part.count, split_k, dtype=np.int64),
+                    )
                 )
+    if parts:
+        yield Configurations.concat(parts)
 
 
 def _certified(

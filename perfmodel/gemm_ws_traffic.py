@@ -254,10 +254,15 @@ def wave_panels(
     # the panel counts are computed once per (tile_m, tile_n, group_m, split_k, CTAs per SM)
     keys = np.stack([tm, tn, grid.group_m, grid.split_k, grid.ctas_per_sm], axis=1)
     unique, inverse = unique_rows(keys)
-    counts = _wave_counts(
-        m, n, Grid.of(*(unique[:, i] for i in (0, 1)), 1, *unique[:, 2:].T), sm_count, batch
+    distinct_grid = Grid.of(
+        unique[:, 0],
+        unique[:, 1],
+        1,
+        group_m=unique[:, 2],
+        split_k=unique[:, 3],
+        ctas_per_sm=unique[:, 4],
     )
-    inverse = inverse.reshape(-1)
+    counts = _wave_counts(m, n, distinct_grid, sm_count, batch)
     k_per_cta = -(-k // grid.split_k)
     k_loaded = -(-k_per_cta // tk) * tk  # whole k tiles, as the stages load them
     a_panel = (tm * k_loaded * element_bytes).astype(np.float64)[:, None]

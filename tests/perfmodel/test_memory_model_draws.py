@@ -73,3 +73,18 @@ def test_space_has_the_default_raster() -> None:
     assert set(np.unique(DEVICE.space.group_m)) == {1, 8}
     assert set(np.unique(DEVICE.space.split_k)) == {1, 2, 4, 8, 16}
     assert isinstance(DEVICE.space, Space)
+
+
+@pytest.mark.parametrize("high", [3, 300, 1 << 40])
+def test_unique_rows_is_numpys_unique_over_rows(high: int) -> None:
+    """The packed fast path (and, for wide ranges, the fallback) is numpy's row unique."""
+    from perfmodel.gemm_ws_traffic import unique_rows
+
+    rng = np.random.default_rng(high)
+    keys = rng.integers(0, high, size=(500, 5), dtype=np.int64)
+    keys[250:] = keys[:250]  # repeated rows
+    unique, inverse = unique_rows(keys)
+    expected, expected_inverse = np.unique(keys, axis=0, return_inverse=True)
+    np.testing.assert_array_equal(unique, expected)
+    np.testing.assert_array_equal(inverse, expected_inverse.reshape(-1))
+    np.testing.assert_array_equal(unique[inverse], keys)

@@ -115,6 +115,16 @@ def _values(field: str, spec: TileValues) -> tuple[int, ...]:
     return tuple(spec)
 
 
+def _raster_values(
+    field: str, given: TileValues | None, searched: tuple[int, ...], raster: bool
+) -> tuple[int, ...]:
+    """A raster dimension's values: the request's, else ``searched`` under the L2-reuse term
+    (the only memory model they change), else (1,)."""
+    if given is not None:
+        return _values(field, given)
+    return searched if raster else (1,)
+
+
 def to_problem(
     request: OptimizeTilingRequest, profile: DeviceProfile | None = None
 ) -> tuple[str, TilingProblem]:
@@ -133,19 +143,10 @@ def to_problem(
         tile_k=tile_k,
         buffer_depth=_values("buffer_depth", spec.buffer_depth),
         enforce_shared_memory=spec.enforce_shared_memory,
-        group_m=(
-            _values("group_m", spec.group_m)
-            if spec.group_m is not None
-            else DEFAULT_GROUP_M
-            if raster
-            else (1,)
-        ),
-        split_k=(
-            _values("split_k", spec.split_k)
-            if spec.split_k is not None
-            else default_split_k(request.k, tile_k[0])
-            if raster
-            else (1,)
+        group_m=_raster_values("group_m", spec.group_m, DEFAULT_GROUP_M, raster),
+        # the smallest tile_k (an empty list is SearchSpace's 422 to give)
+        split_k=_raster_values(
+            "split_k", spec.split_k, default_split_k(request.k, min(tile_k, default=1)), raster
         ),
     )
     check_memory_model(request, profile, space)

@@ -91,8 +91,9 @@ class _Evaluated:
     figures: MemoryModelFigures
 
 
-def _space(configs: Configurations) -> Space:
-    return Space(
+def _columns(configs: Configurations) -> tuple[IntArray, ...]:
+    """The configurations' columns in the order of :class:`Space`'s fields."""
+    return (
         configs.tile_m,
         configs.tile_n,
         configs.tile_k,
@@ -102,6 +103,10 @@ def _space(configs: Configurations) -> Space:
     )
 
 
+def _space(configs: Configurations) -> Space:
+    return Space(*_columns(configs))
+
+
 #: evaluations an L2ReuseModel keeps of spaces, and of single tilings, each
 _EVALUATIONS_KEPT = 4
 
@@ -109,14 +114,7 @@ _EVALUATIONS_KEPT = 4
 def _digest(configs: Configurations) -> bytes:
     """The configurations' contents, hashed (a few hundred us for 10^5 configurations)."""
     h = hashlib.blake2b(digest_size=16)
-    for column in (
-        configs.tile_m,
-        configs.tile_n,
-        configs.tile_k,
-        configs.buffer_depth,
-        configs.group_m,
-        configs.split_k,
-    ):
+    for column in _columns(configs):
         h.update(np.ascontiguousarray(column, dtype=np.int64).tobytes())
     return h.digest()
 

@@ -64,28 +64,12 @@ def test_split_k_searched_by_default_only_where_a_slice_holds_a_stage(
     """K = 96 with tile_k 32 has three k tiles: the default split_k is {1, 2}, so no slice is
     empty and the answer is the explicit one over that set."""
     space = {"tile_m": [64], "tile_n": [64], "tile_k": [32], "buffer_depth": [2]}
-    r = client.post(
-        "/optimize-tiling",
-        json={
-            "m": 512,
-            "n": 512,
-            "k": 96,
-            "device": "h100",
-            "dtype": "fp16",
-            "search_space": space,
-        },
-    )
+    problem = {"m": 512, "n": 512, "k": 96, "device": "h100", "dtype": "fp16"}
+    r = client.post("/optimize-tiling", json={**problem, "search_space": space})
+    raster = {**space, "group_m": [1, 8], "split_k": [1, 2]}
     explicit = client.post(
         "/optimize-tiling",
-        json={
-            "m": 512,
-            "n": 512,
-            "k": 96,
-            "device": "h100",
-            "dtype": "fp16",
-            "memory_model": "l2-reuse",
-            "search_space": {**space, "group_m": [1, 8], "split_k": [1, 2]},
-        },
+        json={**problem, "memory_model": "l2-reuse", "search_space": raster},
     )
     assert r.status_code == explicit.status_code == 200, r.text
     assert _without_elapsed(r.json()) == _without_elapsed(explicit.json())
@@ -297,3 +281,20 @@ def test_a_cta_that_fits_no_sm_is_refused_under_every_pipeline_model(
     plain = _post(client, search_space=SPACE, memory_model="l2-reuse", pipeline_model="paper")
     assert fits.status_code == plain.status_code == 200, fits.text
     assert fits.json()["best"] == plain.json()["best"]
+
+
+def test_the_default_split_k_is_capped_by_the_smallest_tile_k_in_any_order(
+    client: TestClient,
+) -> None:
+    """tile_k listed largest first: the cap is still ceil(k / smallest tile_k) = 256 / 32 = 8
+    k tiles (split_k {1, 2, 4, 8}), not the first listed tile_k's 4."""
+    space = {"tile_m": [64], "tile_n": [64], "tile_k": [64, 32], "buffer_depth": [2]}
+    problem = {"m": 512, "n": 512, "k": 256, "device": "h100", "dtype": "fp16"}
+    listed = client.post("/optimize-tiling", json={**problem, "search_space": space})
+    ordered = {**space, "tile_k": [32, 64]}
+    sorted_ = client.post("/optimize-tiling", json={**problem, "search_space": ordered})
+    assert listed.status_code == sorted_.status_code == 200, listed.text
+    assert listed.json()["search"] == sorted_.json()["search"]
+    # 2 tile_k x 2 group_m x 4 split_k, those tile_k 64 cannot fill counted as rejected
+    assert listed.json()["search"]["candidates_considered"] == 2 * 2 * 4
+    assert listed.json()["best"] == sorted_.json()["best"]

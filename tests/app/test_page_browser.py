@@ -92,12 +92,17 @@ def test_optimize_form_shows_the_shortlist_and_the_timeline(
         field.clear()
         field.send_keys(value)
     Select(driver.find_element(By.ID, "optimize-device")).select_by_value("rtx-a6000")
+    # Table 1 is the paper's model: its DRAM-stream loads, not the default L2-reuse term
+    Select(driver.find_element(By.ID, "optimize-memory-model")).select_by_value("dram-stream")
     driver.find_element(By.ID, "optimize-submit").click()
     _wait(driver, "document.querySelector('#timeline svg [id=\"total\"]')")
+    assert "memory model dram-stream" in driver.find_element(By.ID, "optimize-status").text
     rows = driver.find_elements(By.CSS_SELECTOR, "#shortlist tbody tr")
     assert len(rows) == 5
     first = [td.text for td in rows[0].find_elements(By.TAG_NAME, "td")]
+    # rank, tile, depth, group M, split K: the paper's kernel has neither raster groups nor split-K
     assert first[:2] == ["1", "128×64×128"]
+    assert first[3:5] == ["1", "1"]
     assert rows[0].get_attribute("aria-selected") == "true"
     stages = driver.execute_script(
         'return document.querySelectorAll(\'#timeline svg [id$="-math"][id^="stage-"]\').length;'
@@ -114,6 +119,14 @@ def test_optimize_form_shows_the_shortlist_and_the_timeline(
     rows[1].click()
     _wait(driver, "document.querySelector('#timeline').dataset.rank === '2'")
     assert "rank 2" in driver.find_element(By.ID, "timeline").text
+
+    # left at its default, the form asks for no model and the answer names the profile's default
+    Select(driver.find_element(By.ID, "optimize-memory-model")).select_by_value("")
+    driver.find_element(By.ID, "optimize-submit").click()
+    _wait(
+        driver,
+        "document.querySelector('#optimize-status').textContent.includes('memory model l2-reuse')",
+    )
 
 
 def test_predict_tab_shows_the_breakdown(server: str, browser: Any, tmp_path: Path) -> None:

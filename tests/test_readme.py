@@ -9,6 +9,7 @@ reasons. Regenerate the samples with ``.venv/bin/python docs/make_examples.py``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -60,6 +61,32 @@ def test_every_block_is_runnable_or_marked_with_a_reason(page: Path) -> None:
     assert len(MARKER.findall(text)) == sum(1 for b in found if b.skip), (
         "a readme-test marker that is not on the line right above a block"
     )
+
+
+#: a calibrated profile's name as a block gives it: `kperf calibrate --name X` or a JSON body's
+#: `name: "X"` (jq) / `"name": "X"`
+PROFILE_NAME = re.compile(r'--name ([\w.-]+)|\bname: "([^"]+)"|"name": ?"([^"]+)"')
+
+
+def profile_names(page: Path) -> set[str]:
+    names: set[str] = set()
+    for block in blocks(page):
+        if block.runs and not block.skip:
+            for match in PROFILE_NAME.finditer(block.text):
+                names.add(next(group for group in match.groups() if group))
+    return names
+
+
+def test_each_profile_name_is_made_on_one_page_only() -> None:
+    # A user pastes the README and then the docs pages against the one server the README
+    # starts; a name two pages both give makes the second page's calibration a 409
+    # (name taken), although each page passes against a server of its own.
+    owner: dict[str, str] = {}
+    for page in RUN_PAGES:
+        for name in profile_names(page):
+            assert name not in owner, f"{name!r} is made on {owner[name]} and {page_name(page)}"
+            owner[name] = page_name(page)
+    assert "lab-gpu" in owner  # the pattern sees the README's own calibration
 
 
 def test_the_pages_are_the_readme_and_every_docs_page() -> None:
